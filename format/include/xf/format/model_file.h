@@ -1,0 +1,82 @@
+#pragma once
+// Reads a flat model file (.xfm): memory-maps it, validates every byte the header describes,
+// and hands out zero-copy views of the tensors. See format/README.md for the layout.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "xf/format/config.h"
+
+namespace xf {
+
+inline constexpr uint32_t kFormatVersion = 1;       // what this code writes and reads
+inline constexpr size_t kBlobAlignment = 256;       // tensor offsets are multiples of this
+inline constexpr size_t kMaxTensorRank = 4;
+inline constexpr const char* kFileIdentifier = "XFM1";
+
+// A view into the mapped file; valid while the ModelFile lives.
+struct TensorView {
+  std::string_view name;
+  DType dtype = DType::f32;
+  uint32_t rank = 0;
+  std::array<uint64_t, kMaxTensorRank> shape{};
+  const void* data = nullptr;       // aligned to kBlobAlignment
+  size_t bytes = 0;
+  const float* row_scales = nullptr;  // INT8 only: [shape[0]]
+
+  uint64_t elements() const;
+  uint64_t rows() const { return rank == 0 ? 1 : shape[0]; }
+  uint64_t cols() const { return rank == 0 ? 1 : elements() / shape[0]; }
+};
+
+class ModelFile {
+ public:
+  // Throws xf::Error("<path>: <problem>") for anything that is not exactly right.
+  static std::shared_ptr<const ModelFile> open(const std::string& path);
+  // Validates a file already in memory (the bytes must outlive the ModelFile). For the fuzzer.
+  static std::shared_ptr<const ModelFile> from_memory(const void* bytes, size_t size,
+                                                      const std::string& label);
+  ~ModelFile();
+  ModelFile(const ModelFile&) = delete;
+  ModelFile& operator=(const ModelFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t format_version() const { return format_version_; }
+  const ModelConfig& config() const { return config_; }
+  size_t file_size() const { return size_; }
+  size_t blob_offset() const { return blob_offset_; }
+
+  // SentencePiece model protos; empty views when absent. target_tokenizer() falls back to the
+  // source one when the file stores a single shared model.
+  std::string_view source_tokenizer() const { return source_tokenizer_; }
+  std::string_view target_tokenizer() const;
+
+  const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
+  std::string metadata_value(const std::string& key, const std::string& fallback = "") const;
+
+  const std::vector<TensorView>& tensors() const { return tensors_; }  // sorted by name
+  const TensorView* find(std::string_view name) const;                   // nullptr when absent
+  const TensorView& tensor(std::string_view name) const;                 // throws when absent
+
+ private:
+  ModelFile() = default;
+  void parse_and_validate();
+
+  std::string path_;
+  const uint8_t* bytes_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  uint32_t format_version_ = 0;
+  size_t blob_offset_ = 0;
+  ModelConfig config_;
+  std::string_view source_tokenizer_, target_tokenizer_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
+  std::vector<TensorView> tensors_;
+};
+
+}  // namespace xf

@@ -1,0 +1,50 @@
+#pragma once
+// Builds a flat model file. Tensors are copied in, then write() lays out the header and the
+// 256-byte aligned blob and replaces the destination atomically (temporary file, fsync, rename).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "xf/format/config.h"
+
+namespace xf {
+
+class ModelWriter {
+ public:
+  explicit ModelWriter(const ModelConfig& config);
+
+  void set_source_tokenizer(std::string model_proto);
+  void set_target_tokenizer(std::string model_proto);  // only when it differs from the source
+  void set_metadata(const std::string& key, const std::string& value);
+
+  // Raw bytes in the given dtype; for INT8 also one f32 scale per row (shape[0] of them).
+  void add_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
+                  const void* data, size_t bytes, const float* row_scales = nullptr);
+  // Converts f32 values to `dtype` (f16/bf16 rounding, int8 per-row quantization).
+  void add_tensor_f32(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
+                      const float* values);
+
+  // Checks that the tensors are exactly the parameters transformer_parameters() lists.
+  void write(const std::string& path) const;
+  // The file's bytes, for tests that corrupt them.
+  std::vector<uint8_t> serialize() const;
+
+ private:
+  struct PendingTensor {
+    DType dtype;
+    std::vector<uint64_t> shape;
+    std::vector<uint8_t> data;
+    std::vector<float> scales;
+  };
+  ModelConfig config_;
+  std::string source_tokenizer_, target_tokenizer_;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, PendingTensor> tensors_;
+};
+
+// Writes bytes to path atomically: path.tmp.<pid>, fsync, rename. Shared by every writer of
+// models and checkpoints.
+void write_file_atomically(const std::string& path, const void* data, size_t size);
+
+}  // namespace xf

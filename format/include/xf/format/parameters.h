@@ -1,0 +1,34 @@
+#pragma once
+// The one list of the encoder-decoder Transformer's parameters: names and shapes.
+// Trainer, converter and runtime all use it; format/README.md documents it.
+//
+// Linear weights are [out_features, in_features] (y = x W^T + b); INT8 scales are per output row.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xf/format/config.h"
+
+namespace xf {
+
+struct ParameterSpec {
+  std::string name;
+  std::vector<uint64_t> shape;
+};
+
+// In a fixed order: embeddings, encoder layers, encoder final norm, decoder layers, decoder
+// final norm, output projection.
+std::vector<ParameterSpec> transformer_parameters(const ModelConfig& config);
+
+// Names, so code never spells them by hand.
+namespace param {
+std::string source_embedding(const ModelConfig& config);  // "embedding.shared" or "embedding.source"
+std::string target_embedding(const ModelConfig& config);  // "embedding.shared" or "embedding.target"
+std::string output_projection(const ModelConfig& config); // target embedding when tied, else "output.weight"
+inline const char* kOutputBias = "output.bias";
+// prefix for layer i of a stack: "encoder.layers.3." / "decoder.layers.0."
+std::string encoder_layer(uint32_t i);
+std::string decoder_layer(uint32_t i);
+}  // namespace param
+
+}  // namespace xf

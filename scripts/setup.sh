@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages xf builds with. Idempotent: skips apt when everything is present.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev
+  libflatbuffers-dev flatbuffers-compiler
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present" >&2
+  exit 0
+fi
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done" >&2
