@@ -1,0 +1,80 @@
+#include "xf/format/config.h"
+
+#include <cmath>
+#include <string>
+
+#include "xf/error.h"
+
+namespace xf {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::int8: return "int8";
+  }
+  return "unknown";
+}
+
+DType parse_dtype(const std::string& name) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
+  }
+  throw Error("unknown dtype '" + name + "' (expected f32, f16, bf16 or int8)");
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::int8: return 1;
+  }
+  return 0;
+}
+
+namespace {
+void require(bool ok, const std::string& what) {
+  if (!ok) throw Error("invalid model config: " + what);
+}
+}  // namespace
+
+void validate_config(const ModelConfig& c) {
+  // Upper bounds keep every size computation far from overflow on hostile files.
+  constexpr uint32_t kMaxVocab = 1u << 22, kMaxDim = 1u << 16, kMaxLayers = 256,
+                     kMaxPositions = 1u << 16;
+  require(c.source_vocab_size >= 4 && c.source_vocab_size <= kMaxVocab,
+          "source_vocab_size " + std::to_string(c.source_vocab_size) + " outside [4, 4194304]");
+  require(c.target_vocab_size >= 4 && c.target_vocab_size <= kMaxVocab,
+          "target_vocab_size " + std::to_string(c.target_vocab_size) + " outside [4, 4194304]");
+  require(c.d_model >= 1 && c.d_model <= kMaxDim, "d_model " + std::to_string(c.d_model) +
+                                                       " outside [1, 65536]");
+  require(c.num_heads >= 1 && c.num_heads <= c.d_model && c.d_model % c.num_heads == 0,
+          "num_heads " + std::to_string(c.num_heads) + " does not divide d_model " +
+              std::to_string(c.d_model));
+  require(c.d_ff >= 1 && c.d_ff <= 4 * kMaxDim, "d_ff " + std::to_string(c.d_ff) +
+                                                     " outside [1, 262144]");
+  require(c.encoder_layers >= 1 && c.encoder_layers <= kMaxLayers,
+          "encoder_layers " + std::to_string(c.encoder_layers) + " outside [1, 256]");
+  require(c.decoder_layers >= 1 && c.decoder_layers <= kMaxLayers,
+          "decoder_layers " + std::to_string(c.decoder_layers) + " outside [1, 256]");
+  require(c.max_positions >= 2 && c.max_positions <= kMaxPositions,
+          "max_positions " + std::to_string(c.max_positions) + " outside [2, 65536]");
+  require(c.norm_position == NormPosition::post || c.norm_position == NormPosition::pre,
+          "unknown norm_position " + std::to_string(static_cast<int>(c.norm_position)));
+  require(!c.shared_embeddings || c.source_vocab_size == c.target_vocab_size,
+          "shared_embeddings needs equal source and target vocabulary sizes");
+  require(std::isfinite(c.layer_norm_epsilon) && c.layer_norm_epsilon > 0.0f &&
+              c.layer_norm_epsilon < 1.0f,
+          "layer_norm_epsilon must be in (0, 1)");
+  const auto id_ok = [&](int32_t id) {
+    return id >= 0 && static_cast<uint32_t>(id) < c.source_vocab_size &&
+           static_cast<uint32_t>(id) < c.target_vocab_size;
+  };
+  require(id_ok(c.pad_id) && id_ok(c.unk_id) && id_ok(c.bos_id) && id_ok(c.eos_id),
+          "special token ids must lie inside both vocabularies");
+  require(c.bos_id != c.eos_id && c.pad_id != c.eos_id, "pad, bos and eos ids must differ");
+}
+
+}  // namespace xf
