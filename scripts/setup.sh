@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake requires OpenCL
   libflatbuffers-dev flatbuffers-compiler
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev

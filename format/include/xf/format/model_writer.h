@@ -12,7 +12,7 @@ namespace xf {
 
 class ModelWriter {
  public:
-  explicit ModelWriter(const ModelConfig& config);
+  explicit ModelWriter(const ModelConfig& config);  // validates the config
 
   void set_source_tokenizer(std::string model_proto);
   void set_target_tokenizer(std::string model_proto);  // only when it differs from the source
@@ -29,6 +29,8 @@ class ModelWriter {
   void write(const std::string& path) const;
   // The file's bytes, for tests that corrupt them.
   std::vector<uint8_t> serialize() const;
+  // For tests of the version rules only: files are written with kFormatVersion otherwise.
+  void set_format_version_for_testing(uint32_t version) { format_version_ = version; }
 
  private:
   struct PendingTensor {
@@ -38,6 +40,7 @@ class ModelWriter {
     std::vector<float> scales;
   };
   ModelConfig config_;
+  uint32_t format_version_;
   std::string source_tokenizer_, target_tokenizer_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, PendingTensor> tensors_;

@@ -1,0 +1,278 @@
+#include "xf/format/model_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "xf/error.h"
+#include "xf/format/file_layout.h"
+#include "xf/format/parameters.h"
+#include "xf_model_generated.h"
+
+namespace xf {
+
+static_assert(static_cast<int>(fb::DType::MAX) + 1 == kNumDTypes, "dtype enums disagree");
+
+uint64_t TensorView::elements() const {
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+namespace {
+
+std::string shape_string(const uint64_t* shape, size_t rank) {
+  std::string s = "[";
+  for (size_t i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Multiplies, reporting overflow instead of wrapping.
+bool checked_multiply(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return false;
+  *out = a * b;
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat: " + std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": is a directory, not a model file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  if (st.st_size == 0) {
+    ::close(fd);
+    throw Error(path + ": empty file, not a model");
+  }
+  void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(map_errno));
+
+  std::shared_ptr<ModelFile> file(new ModelFile());
+  file->path_ = path;
+  file->bytes_ = static_cast<const uint8_t*>(mapping);
+  file->size_ = static_cast<size_t>(st.st_size);
+  file->mapped_ = true;
+  file->parse_and_validate();  // the destructor unmaps if this throws
+  return file;
+}
+
+std::shared_ptr<const ModelFile> ModelFile::from_memory(const void* bytes, size_t size,
+                                                        const std::string& label) {
+  std::shared_ptr<ModelFile> file(new ModelFile());
+  file->path_ = label;
+  file->bytes_ = static_cast<const uint8_t*>(bytes);
+  file->size_ = size;
+  if (size == 0) throw Error(label + ": empty file, not a model");
+  file->parse_and_validate();
+  return file;
+}
+
+ModelFile::~ModelFile() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
+}
+
+std::string_view ModelFile::target_tokenizer() const {
+  return target_tokenizer_.empty() ? source_tokenizer_ : target_tokenizer_;
+}
+
+std::string ModelFile::metadata_value(const std::string& key, const std::string& fallback) const {
+  for (const auto& [k, v] : metadata_) {
+    if (k == key) return v;
+  }
+  return fallback;
+}
+
+const TensorView* ModelFile::find(std::string_view name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const TensorView& t, std::string_view n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+}
+
+const TensorView& ModelFile::tensor(std::string_view name) const {
+  const TensorView* t = find(name);
+  if (!t) throw Error(path_ + ": no tensor '" + std::string(name) + "'");
+  return *t;
+}
+
+void ModelFile::parse_and_validate() {
+  auto fail = [&](const std::string& problem) { throw Error(path_ + ": " + problem); };
+
+  // Preamble and header bounds.
+  if (size_ < kPreambleSize + 8) {
+    fail("truncated: " + std::to_string(size_) + " bytes is too short for a model header");
+  }
+  if (std::memcmp(bytes_ + kPreambleSize + 4, kFileIdentifier, 4) != 0) {
+    fail("not an xf model (file identifier is not XFM1)");
+  }
+  uint32_t header_size = 0, header_crc = 0;
+  std::memcpy(&header_size, bytes_, 4);
+  std::memcpy(&header_crc, bytes_ + 4, 4);
+  if (kPreambleSize + uint64_t{header_size} > size_) {
+    fail("truncated: the header needs " + std::to_string(kPreambleSize + uint64_t{header_size}) +
+         " bytes, the file has " + std::to_string(size_));
+  }
+  const uint8_t* header = bytes_ + kPreambleSize;
+  if (crc32(header, header_size) != header_crc) fail("header checksum mismatch (corrupt header)");
+
+  flatbuffers::Verifier verifier(header, header_size);
+  if (!fb::VerifyModelBuffer(verifier)) fail("header fails FlatBuffers verification");
+  const fb::Model* model = fb::GetModel(header);
+
+  // Version rules (format/README.md): older versions this reader knows are read, newer refused.
+  format_version_ = model->format_version();
+  if (format_version_ == 0) fail("invalid format version 0");
+  if (format_version_ > kFormatVersion) {
+    fail("format version " + std::to_string(format_version_) +
+         " is newer than this reader supports (" + std::to_string(kFormatVersion) +
+         "); upgrade xf");
+  }
+
+  // The blob: right after the padded header, to the end of the file, nothing after it.
+  blob_offset_ = align_up(kPreambleSize + uint64_t{header_size}, kBlobAlignment);
+  const uint64_t blob_size = model->blob_size();
+  if (blob_offset_ > size_ || blob_size > size_ - blob_offset_) {
+    fail("truncated: the weights need " + std::to_string(blob_offset_) + " + " +
+         std::to_string(blob_size) + " bytes, the file has " + std::to_string(size_));
+  }
+  if (blob_offset_ + blob_size != size_) {
+    fail(std::to_string(size_ - blob_offset_ - blob_size) +
+         " unexpected bytes after the weight blob");
+  }
+
+  // Config.
+  const fb::ModelConfig* c = model->config();
+  ModelConfig& config = config_;
+  config.source_vocab_size = c->source_vocab_size();
+  config.target_vocab_size = c->target_vocab_size();
+  config.d_model = c->d_model();
+  config.num_heads = c->num_heads();
+  config.d_ff = c->d_ff();
+  config.encoder_layers = c->encoder_layers();
+  config.decoder_layers = c->decoder_layers();
+  config.max_positions = c->max_positions();
+  config.norm_position = static_cast<NormPosition>(c->norm_position());
+  config.shared_embeddings = c->shared_embeddings();
+  config.tied_output = c->tied_output();
+  config.output_bias = c->output_bias();
+  config.layer_norm_epsilon = c->layer_norm_epsilon();
+  config.pad_id = c->pad_id();
+  config.unk_id = c->unk_id();
+  config.bos_id = c->bos_id();
+  config.eos_id = c->eos_id();
+  try {
+    validate_config(config);
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+
+  auto byte_view = [](const flatbuffers::Vector<uint8_t>* v) {
+    return v ? std::string_view(reinterpret_cast<const char*>(v->data()), v->size())
+             : std::string_view();
+  };
+  source_tokenizer_ = byte_view(model->source_tokenizer());
+  target_tokenizer_ = byte_view(model->target_tokenizer());
+
+  metadata_.clear();
+  if (model->metadata()) {
+    for (const fb::KeyValue* kv : *model->metadata()) {
+      metadata_.emplace_back(kv->key()->str(), kv->value()->str());
+    }
+  }
+
+  // Tensor table: every entry in bounds, aligned, sized by its shape and dtype.
+  tensors_.clear();
+  const uint8_t* blob = bytes_ + blob_offset_;
+  for (const fb::Tensor* t : *model->tensors()) {
+    const std::string name = t->name()->str();
+    auto tensor_fail = [&](const std::string& problem) { fail("tensor '" + name + "': " + problem); };
+    const int dtype_value = static_cast<int>(t->dtype());
+    if (dtype_value < 0 || dtype_value >= kNumDTypes) {
+      tensor_fail("unknown dtype " + std::to_string(dtype_value));
+    }
+    TensorView view;
+    view.dtype = static_cast<DType>(dtype_value);
+    const auto* shape = t->shape();
+    if (shape->size() == 0 || shape->size() > kMaxTensorRank) {
+      tensor_fail("rank " + std::to_string(shape->size()) + " outside [1, 4]");
+    }
+    view.rank = shape->size();
+    uint64_t elements = 1;
+    for (uint32_t i = 0; i < view.rank; ++i) {
+      view.shape[i] = shape->Get(i);
+      if (view.shape[i] == 0) tensor_fail("has a zero dimension");
+      if (!checked_multiply(elements, view.shape[i], &elements)) tensor_fail("shape overflows");
+    }
+    uint64_t bytes = 0;
+    if (!checked_multiply(elements, dtype_size(view.dtype), &bytes) || bytes != t->size()) {
+      tensor_fail("size " + std::to_string(t->size()) + " bytes disagrees with shape " +
+                  shape_string(view.shape.data(), view.rank) + " in " + dtype_name(view.dtype));
+    }
+    auto check_range = [&](uint64_t offset, uint64_t length, const char* what) {
+      if (offset % kBlobAlignment != 0) {
+        tensor_fail(std::string(what) + " offset " + std::to_string(offset) +
+                    " is not a multiple of 256");
+      }
+      if (offset > blob_size || length > blob_size - offset) {
+        tensor_fail(std::string(what) + " [" + std::to_string(offset) + ", +" +
+                    std::to_string(length) + ") lies past the end of the weight blob (" +
+                    std::to_string(blob_size) + " bytes)");
+      }
+    };
+    check_range(t->offset(), bytes, "data");
+    view.data = blob + t->offset();
+    view.bytes = bytes;
+    if (view.dtype == DType::int8) {
+      check_range(t->scales_offset(), view.shape[0] * sizeof(float), "row scales");
+      view.row_scales = reinterpret_cast<const float*>(blob + t->scales_offset());
+    } else if (t->scales_offset() != 0) {
+      tensor_fail("has row scales but is not int8");
+    }
+    view.name = std::string_view(t->name()->c_str(), t->name()->size());
+    if (!tensors_.empty() && !(tensors_.back().name < view.name)) {
+      tensor_fail("tensor table is not sorted by name or has a duplicate");
+    }
+    tensors_.push_back(view);
+  }
+
+  // The table must be exactly the parameters the config calls for.
+  const std::vector<ParameterSpec> expected = transformer_parameters(config_);
+  for (const ParameterSpec& spec : expected) {
+    const TensorView* t = find(spec.name);
+    if (!t) fail("missing tensor '" + spec.name + "'");
+    if (t->rank != spec.shape.size() ||
+        !std::equal(spec.shape.begin(), spec.shape.end(), t->shape.begin())) {
+      fail("tensor '" + spec.name + "' has shape " + shape_string(t->shape.data(), t->rank) +
+           ", the config needs " + shape_string(spec.shape.data(), spec.shape.size()));
+    }
+  }
+  if (tensors_.size() != expected.size()) {
+    for (const TensorView& t : tensors_) {
+      const bool known = std::any_of(expected.begin(), expected.end(),
+                                     [&](const ParameterSpec& s) { return s.name == t.name; });
+      if (!known) fail("unexpected tensor '" + std::string(t.name) + "'");
+    }
+  }
+}
+
+}  // namespace xf

@@ -1,0 +1,229 @@
+#include "xf/format/model_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/format/file_layout.h"
+#include "xf/format/model_file.h"
+#include "xf/format/parameters.h"
+#include "xf_model_generated.h"
+
+namespace xf {
+
+namespace {
+
+uint64_t element_count(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  for (uint64_t dim : shape) n *= dim;
+  return n;
+}
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t size) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xffffffffu;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xffu] ^ (crc >> 8);
+  return crc ^ 0xffffffffu;
+}
+
+std::vector<uint8_t> assemble_model_file(const uint8_t* header, size_t header_size,
+                                         const uint8_t* blob, size_t blob_size) {
+  const uint64_t blob_offset = align_up(kPreambleSize + header_size, kBlobAlignment);
+  std::vector<uint8_t> file(blob_offset + blob_size, 0);
+  const uint32_t size32 = static_cast<uint32_t>(header_size);
+  const uint32_t checksum = crc32(header, header_size);
+  std::memcpy(file.data(), &size32, 4);
+  std::memcpy(file.data() + 4, &checksum, 4);
+  if (header_size) std::memcpy(file.data() + kPreambleSize, header, header_size);
+  if (blob_size) std::memcpy(file.data() + blob_offset, blob, blob_size);
+  return file;
+}
+
+ModelWriter::ModelWriter(const ModelConfig& config)
+    : config_(config), format_version_(kFormatVersion) {
+  validate_config(config_);
+}
+
+void ModelWriter::set_source_tokenizer(std::string model_proto) {
+  source_tokenizer_ = std::move(model_proto);
+}
+void ModelWriter::set_target_tokenizer(std::string model_proto) {
+  target_tokenizer_ = std::move(model_proto);
+}
+void ModelWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
+
+void ModelWriter::add_tensor(const std::string& name, DType dtype,
+                             const std::vector<uint64_t>& shape, const void* data, size_t bytes,
+                             const float* row_scales) {
+  if (shape.empty() || shape.size() > kMaxTensorRank) {
+    throw Error("tensor '" + name + "': rank " + std::to_string(shape.size()) +
+                " outside [1, 4]");
+  }
+  const uint64_t expected = element_count(shape) * dtype_size(dtype);
+  if (bytes != expected) {
+    throw Error("tensor '" + name + "': " + std::to_string(bytes) + " bytes given, shape " +
+                shape_string(shape) + " in " + dtype_name(dtype) + " needs " +
+                std::to_string(expected));
+  }
+  if ((dtype == DType::int8) != (row_scales != nullptr)) {
+    throw Error("tensor '" + name + "': row scales are required for int8 and only for int8");
+  }
+  PendingTensor t{dtype, shape, {}, {}};
+  const auto* p = static_cast<const uint8_t*>(data);
+  t.data.assign(p, p + bytes);
+  if (row_scales) t.scales.assign(row_scales, row_scales + shape[0]);
+  tensors_[name] = std::move(t);
+}
+
+void ModelWriter::add_tensor_f32(const std::string& name, DType dtype,
+                                 const std::vector<uint64_t>& shape, const float* values) {
+  const uint64_t n = element_count(shape);
+  switch (dtype) {
+    case DType::f32:
+      add_tensor(name, dtype, shape, values, n * 4);
+      return;
+    case DType::f16:
+    case DType::bf16: {
+      std::vector<uint16_t> bits(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        bits[i] = dtype == DType::f16 ? float_to_half(values[i]) : float_to_bfloat16(values[i]);
+      }
+      add_tensor(name, dtype, shape, bits.data(), n * 2);
+      return;
+    }
+    case DType::int8: {
+      if (shape.empty()) throw Error("tensor '" + name + "': int8 needs a rank of at least 1");
+      const uint64_t rows = shape[0], cols = n / std::max<uint64_t>(rows, 1);
+      std::vector<int8_t> q(n);
+      std::vector<float> scales(rows);
+      quantize_rows_int8(values, rows, cols, q.data(), scales.data());
+      add_tensor(name, dtype, shape, q.data(), n, scales.data());
+      return;
+    }
+  }
+  throw Error("tensor '" + name + "': unknown dtype");
+}
+
+std::vector<uint8_t> ModelWriter::serialize() const {
+  // The tensors must be exactly the parameters of this config, with the listed shapes.
+  std::set<std::string> expected_names;
+  for (const ParameterSpec& spec : transformer_parameters(config_)) {
+    expected_names.insert(spec.name);
+    auto it = tensors_.find(spec.name);
+    if (it == tensors_.end()) throw Error("missing tensor '" + spec.name + "'");
+    if (it->second.shape != spec.shape) {
+      throw Error("tensor '" + spec.name + "' has shape " + shape_string(it->second.shape) +
+                  ", the config needs " + shape_string(spec.shape));
+    }
+  }
+  for (const auto& [name, tensor] : tensors_) {
+    if (!expected_names.count(name)) throw Error("unexpected tensor '" + name + "'");
+  }
+
+  // Blob: each tensor's values, then (int8) its row scales, each at a 256-byte boundary.
+  std::vector<uint8_t> blob;
+  auto append = [&](const void* data, size_t size) {
+    const uint64_t offset = align_up(blob.size(), kBlobAlignment);
+    blob.resize(offset + size, 0);
+    if (size) std::memcpy(blob.data() + offset, data, size);
+    return offset;
+  };
+
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensor_offsets;
+  for (const auto& [name, tensor] : tensors_) {
+    const uint64_t offset = append(tensor.data.data(), tensor.data.size());
+    const uint64_t scales_offset =
+        tensor.scales.empty() ? 0 : append(tensor.scales.data(), tensor.scales.size() * 4);
+    tensor_offsets.push_back(fb::CreateTensor(
+        fbb, fbb.CreateString(name), static_cast<fb::DType>(tensor.dtype),
+        fbb.CreateVector(tensor.shape), offset, tensor.data.size(), scales_offset));
+  }
+  blob.resize(align_up(blob.size(), kBlobAlignment), 0);
+
+  std::vector<flatbuffers::Offset<fb::KeyValue>> metadata_offsets;
+  for (const auto& [key, value] : metadata_) {
+    metadata_offsets.push_back(
+        fb::CreateKeyValue(fbb, fbb.CreateString(key), fbb.CreateString(value)));
+  }
+  const ModelConfig& c = config_;
+  const auto config = fb::CreateModelConfig(
+      fbb, c.source_vocab_size, c.target_vocab_size, c.d_model, c.num_heads, c.d_ff,
+      c.encoder_layers, c.decoder_layers, c.max_positions,
+      static_cast<fb::NormPosition>(c.norm_position), c.shared_embeddings, c.tied_output,
+      c.output_bias, c.layer_norm_epsilon, c.pad_id, c.unk_id, c.bos_id, c.eos_id);
+  auto bytes_vector = [&](const std::string& s) {
+    return s.empty() ? 0 : fbb.CreateVector(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const auto source_tokenizer = bytes_vector(source_tokenizer_);
+  const auto target_tokenizer = bytes_vector(target_tokenizer_);
+  const auto model = fb::CreateModel(
+      fbb, format_version_, config, source_tokenizer, target_tokenizer,
+      fbb.CreateVectorOfSortedTables(&metadata_offsets),
+      fbb.CreateVectorOfSortedTables(&tensor_offsets), blob.size());
+  fbb.Finish(model, fb::ModelIdentifier());
+  return assemble_model_file(fbb.GetBufferPointer(), fbb.GetSize(), blob.data(), blob.size());
+}
+
+void ModelWriter::write(const std::string& path) const {
+  const std::vector<uint8_t> bytes = serialize();
+  write_file_atomically(path, bytes.data(), bytes.size());
+}
+
+void write_file_atomically(const std::string& path, const void* data, size_t size) {
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot create: " + std::strerror(errno));
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t written = 0;
+  while (written < size) {
+    const ssize_t n = ::write(fd, p + written, size - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      throw Error(path + ": write failed: " + std::strerror(err));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temporary.c_str());
+    throw Error(path + ": cannot flush: " + std::strerror(err));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temporary.c_str());
+    throw Error(path + ": cannot rename into place: " + std::strerror(err));
+  }
+}
+
+}  // namespace xf
