@@ -1,0 +1,113 @@
+#pragma once
+// Translation quality metrics computed exactly as sacreBLEU 2.x does by default:
+//  - BLEU: 13a tokenization, n-gram order 4, 'exp' smoothing, brevity penalty from the reference
+//    length closest to each hypothesis (ties: the shorter), effective order off unless asked.
+//  - chrF2: character n-grams up to 6, no word n-grams, beta 2, whitespace removed; with several
+//    references, each sentence keeps the statistics of its best-scoring reference.
+// Text is UTF-8; "whitespace" is what Python's str.isspace() accepts (it includes U+00A0 and
+// U+202F), and chrF counts code points, as Python does. Functions that take text expect valid
+// UTF-8 (check it with check_utf8 or read it with read_text_lines); they throw xf::Error on
+// malformed arguments (a hypothesis without references, mismatched counts).
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xf::metrics {
+
+constexpr int kBleuMaxOrder = 4;
+constexpr int kChrfCharOrder = 6;
+constexpr int kChrfBeta = 2;
+
+// ---- Text --------------------------------------------------------------------------------------
+
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF: what Python's strict utf-8 decoder accepts).
+bool is_valid_utf8(std::string_view text);
+// Throws xf::Error("<where>: invalid UTF-8 at byte N") when `text` is not valid UTF-8.
+void check_utf8(std::string_view text, const std::string& where);
+
+// `text` without trailing whitespace (Python's str.rstrip()).
+std::string_view rstrip_whitespace(std::string_view text);
+
+// sacreBLEU's '13a' tokenizer (mteval-v13a): unescapes &quot; &amp; &lt; &gt;, splits off ASCII
+// punctuation and symbols, periods and commas unless next to digits, and a dash after a digit;
+// tokens are returned separated by single spaces.
+std::string tokenize_13a(std::string_view line);
+
+// ---- BLEU --------------------------------------------------------------------------------------
+
+// Sufficient statistics; they add up over sentences.
+struct BleuStats {
+  int64_t hyp_len = 0;  // hypothesis tokens
+  int64_t ref_len = 0;  // closest reference length, summed
+  std::array<int64_t, kBleuMaxOrder> correct{};  // clipped n-gram matches, order 1..4
+  std::array<int64_t, kBleuMaxOrder> total{};    // hypothesis n-grams, order 1..4
+  BleuStats& operator+=(const BleuStats& other);
+};
+
+struct BleuScore {
+  double score = 0.0;                              // 0..100
+  std::array<double, kBleuMaxOrder> precisions{};  // 0..100, smoothed
+  double brevity_penalty = 0.0;
+  double ratio = 0.0;  // hyp_len / ref_len (0 when ref_len is 0)
+  BleuStats stats;
+  // "BLEU = 34.56 70.1/45.2/30.3/21.0 (BP = 0.980 ratio = 0.980 hyp_len = 10 ref_len = 11)"
+  std::string to_string() const;
+};
+
+// Statistics of one hypothesis against its references (at least one).
+BleuStats bleu_sentence_stats(std::string_view hypothesis, const std::vector<std::string>& references);
+// The score from (summed) statistics. effective_order: stop at the first order with no
+// hypothesis n-grams instead of scoring it 0 (sacrebleu.sentence_bleu turns it on).
+BleuScore bleu_from_stats(const BleuStats& stats, bool effective_order = false);
+// references[i] holds the references of hypotheses[i]; their numbers may differ per sentence.
+BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
+                      const std::vector<std::vector<std::string>>& references,
+                      bool effective_order = false);
+
+// ---- chrF --------------------------------------------------------------------------------------
+
+struct ChrfOrderStats {
+  int64_t hyp = 0;    // hypothesis n-grams (0 when the reference has none of this order)
+  int64_t ref = 0;    // reference n-grams
+  int64_t match = 0;  // clipped matches
+};
+struct ChrfStats {
+  std::array<ChrfOrderStats, kChrfCharOrder> orders{};  // character n-gram order 1..6
+  ChrfStats& operator+=(const ChrfStats& other);
+};
+
+// Statistics against the best-scoring reference (the first one on ties).
+ChrfStats chrf_sentence_stats(std::string_view hypothesis, const std::vector<std::string>& references);
+// chrF2 (0..100) from (summed) statistics, averaging precision and recall over the orders
+// that have both hypothesis and reference n-grams (sacreBLEU's default, eps_smoothing off).
+double chrf_from_stats(const ChrfStats& stats);
+double corpus_chrf(const std::vector<std::string>& hypotheses,
+                   const std::vector<std::vector<std::string>>& references);
+// "chrF2 = 55.67"
+std::string chrf_to_string(double chrf);
+
+// ---- Files -------------------------------------------------------------------------------------
+
+// The lines of a UTF-8 text file, split on '\n' only (as sacreBLEU reads files; a final newline
+// does not start another line; one trailing '\r' is dropped so CRLF files work). Throws
+// xf::Error naming the file (and line) when it cannot be read or is not valid UTF-8.
+std::vector<std::string> read_text_lines(const std::string& path);
+
+// References grouped by source sentence from a TSV file (no header): rows with the same source
+// text form one group, groups in order of the source's first appearance.
+struct GroupedReferences {
+  std::vector<std::string> sources;                  // distinct, first-appearance order
+  std::vector<std::vector<std::string>> references;  // [sources.size()][references of that source]
+};
+GroupedReferences group_references_by_source(const std::string& tsv_path, int source_column = 0,
+                                             int target_column = 1);
+
+// Turns parallel reference files ([file][line]) into references per line ([line][file]); the
+// files must have equal line counts. `paths` names the files in error messages.
+std::vector<std::vector<std::string>> references_per_line(
+    const std::vector<std::vector<std::string>>& reference_files, const std::vector<std::string>& paths);
+
+}  // namespace xf::metrics

@@ -1,0 +1,158 @@
+// xf-eval: BLEU and chrF2 of a hypothesis file against references, as sacreBLEU computes them.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "xf/error.h"
+#include "xf/metrics.h"
+
+namespace {
+
+constexpr int kExitInputError = 1;
+constexpr int kExitUsageError = 2;
+
+const char* const kUsage = R"(usage: xf-eval --hyp FILE --ref FILE [--ref FILE...] [--json]
+       xf-eval --hyp FILE --ref-tsv FILE [--source-column N] [--target-column N] [--json]
+       xf-eval --ref-tsv FILE --print-sources [--source-column N] [--target-column N]
+
+Scores a hypothesis file (one translation a line, UTF-8) with BLEU and chrF2 exactly as
+sacreBLEU 2.x does by default (13a tokenization, 4-grams, exp smoothing; chrF: 6 character
+n-grams, beta 2, whitespace removed). Prints, like sacreBLEU:
+  BLEU = 34.56 70.1/45.2/30.3/21.0 (BP = 0.980 ratio = 0.980 hyp_len = 1234 ref_len = 1259)
+  chrF2 = 55.67
+
+  --hyp FILE            hypotheses, one a line
+  --ref FILE            references parallel to the hypotheses; repeat for several references
+  --ref-tsv FILE        references from a TSV file (no header): rows that share a source text
+                        are that source's references. The hypothesis file then holds one line
+                        per DISTINCT source, in order of first appearance in the TSV.
+  --source-column N     TSV column of the source text (default 0)
+  --target-column N     TSV column of the reference translation (default 1)
+  --print-sources       print the distinct TSV sources in that order, one a line, and exit
+                        (e.g. xf-eval --ref-tsv test.tsv --print-sources | xf-run ... > hyp.txt)
+  --json                print the scores as one JSON object at full precision
+  --help                print this help
+
+Files are split on '\n' (CRLF accepted). Exit status: 0 on success, 1 on bad input (missing
+file, invalid UTF-8, line counts that disagree), 2 on a bad command line.
+)";
+
+struct Options {
+  std::string hyp_path;
+  std::vector<std::string> ref_paths;
+  std::string ref_tsv_path;
+  int source_column = 0;
+  int target_column = 1;
+  bool print_sources = false;
+  bool json = false;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+int parse_column(const std::string& option, const std::string& value) {
+  char* end = nullptr;
+  const long column = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || column < 0 || column > 1000)
+    throw UsageError{option + " expects a column number from 0, got '" + value + "'"};
+  return static_cast<int>(column);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--hyp") options.hyp_path = value();
+    else if (arg == "--ref") options.ref_paths.push_back(value());
+    else if (arg == "--ref-tsv") options.ref_tsv_path = value();
+    else if (arg == "--source-column") options.source_column = parse_column(arg, value());
+    else if (arg == "--target-column") options.target_column = parse_column(arg, value());
+    else if (arg == "--print-sources") options.print_sources = true;
+    else if (arg == "--json") options.json = true;
+    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+  }
+  if (!options.ref_paths.empty() && !options.ref_tsv_path.empty())
+    throw UsageError{"give either --ref or --ref-tsv, not both"};
+  if (options.print_sources) {
+    if (options.ref_tsv_path.empty()) throw UsageError{"--print-sources needs --ref-tsv"};
+    return options;
+  }
+  if (options.hyp_path.empty()) throw UsageError{"missing --hyp FILE (try --help)"};
+  if (options.ref_paths.empty() && options.ref_tsv_path.empty())
+    throw UsageError{"missing --ref FILE or --ref-tsv FILE (try --help)"};
+  return options;
+}
+
+void print_json(const xf::metrics::BleuScore& bleu, double chrf, size_t sentences, size_t references) {
+  const auto& s = bleu.stats;
+  std::printf(
+      "{\"bleu\": %.17g, \"chrf2\": %.17g, \"bleu_precisions\": [%.17g, %.17g, %.17g, %.17g], "
+      "\"bleu_bp\": %.17g, \"bleu_ratio\": %.17g, \"hyp_len\": %lld, \"ref_len\": %lld, "
+      "\"bleu_counts\": [%lld, %lld, %lld, %lld], \"bleu_totals\": [%lld, %lld, %lld, %lld], "
+      "\"sentences\": %zu, \"references\": %zu}\n",
+      bleu.score, chrf, bleu.precisions[0], bleu.precisions[1], bleu.precisions[2], bleu.precisions[3],
+      bleu.brevity_penalty, bleu.ratio, (long long)s.hyp_len, (long long)s.ref_len, (long long)s.correct[0],
+      (long long)s.correct[1], (long long)s.correct[2], (long long)s.correct[3], (long long)s.total[0],
+      (long long)s.total[1], (long long)s.total[2], (long long)s.total[3], sentences, references);
+}
+
+int run(const Options& options) {
+  namespace m = xf::metrics;
+  std::vector<std::vector<std::string>> references;  // [hypothesis][its references]
+  std::string references_origin;                     // names the references in messages
+  if (!options.ref_tsv_path.empty()) {
+    m::GroupedReferences grouped =
+        m::group_references_by_source(options.ref_tsv_path, options.source_column, options.target_column);
+    if (options.print_sources) {
+      for (const std::string& source : grouped.sources) std::printf("%s\n", source.c_str());
+      return 0;
+    }
+    references = std::move(grouped.references);
+    references_origin = options.ref_tsv_path + " (distinct sources)";
+  } else {
+    std::vector<std::vector<std::string>> files;
+    for (const std::string& path : options.ref_paths) files.push_back(m::read_text_lines(path));
+    references = m::references_per_line(files, options.ref_paths);
+    references_origin = options.ref_paths[0];
+  }
+  const std::vector<std::string> hypotheses = m::read_text_lines(options.hyp_path);
+  if (hypotheses.size() != references.size())
+    throw xf::Error("hypothesis file " + options.hyp_path + " has " + std::to_string(hypotheses.size()) +
+                    " lines but " + references_origin + " has " + std::to_string(references.size()));
+
+  const m::BleuScore bleu = m::corpus_bleu(hypotheses, references);
+  const double chrf = m::corpus_chrf(hypotheses, references);
+  if (options.json) {
+    size_t reference_count = 0;
+    for (const auto& refs : references) reference_count += refs.size();
+    print_json(bleu, chrf, hypotheses.size(), reference_count);
+  } else {
+    std::printf("%s\n%s\n", bleu.to_string().c_str(), m::chrf_to_string(chrf).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  try {
+    return run(parse_options(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "xf-eval: %s\n", e.message.c_str());
+    return kExitUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xf-eval: %s\n", e.what());
+    return kExitInputError;
+  }
+}
