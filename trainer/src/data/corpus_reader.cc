@@ -1,0 +1,248 @@
+// Parallel text readers: TSV and the Hugging Face CSV export, with UTF-8 validation.
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "xf/error.h"
+#include "xf/trainer/data.h"
+
+namespace xf::trainer {
+namespace {
+
+const char* kEnglishCsvColumn = "English words/sentences";
+const char* kFrenchCsvColumn = "French words/sentences";
+
+std::string_view strip_carriage_return(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
+// Throws "<label>:<line>: invalid UTF-8".
+void check_utf8(std::string_view text, const std::string& label, size_t line_number) {
+  if (!is_valid_utf8(text)) {
+    throw Error(label + ":" + std::to_string(line_number) + ": invalid UTF-8");
+  }
+}
+
+bool starts_with_bom(std::string_view text) { return text.substr(0, 3) == "\xEF\xBB\xBF"; }
+
+}  // namespace
+
+std::string csv_column_for_language(const std::string& language) {
+  if (language == "en") return kEnglishCsvColumn;
+  if (language == "fr") return kFrenchCsvColumn;
+  throw Error("language '" + language + "': the CSV export has columns for en and fr only");
+}
+
+bool is_valid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = bytes[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t extra;
+    uint32_t code_point;
+    if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+      code_point = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      code_point = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      code_point = c & 0x07;
+    } else {
+      return false;  // continuation byte first, C0/C1 overlong lead, or > U+10FFFF lead
+    }
+    if (i + extra >= n) return false;  // truncated sequence
+    for (size_t k = 1; k <= extra; ++k) {
+      unsigned char cc = bytes[i + k];
+      if ((cc & 0xC0) != 0x80) return false;
+      code_point = (code_point << 6) | (cc & 0x3F);
+    }
+    if (extra == 2 && code_point < 0x800) return false;                      // overlong
+    if (extra == 3 && (code_point < 0x10000 || code_point > 0x10FFFF)) return false;
+    if (code_point >= 0xD800 && code_point <= 0xDFFF) return false;           // surrogate
+    i += extra + 1;
+  }
+  return true;
+}
+
+std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
+                                const CorpusLanguages& languages) {
+  bool first_is_source;
+  if (languages.source == languages.tsv_first && languages.target == languages.tsv_second) {
+    first_is_source = true;
+  } else if (languages.source == languages.tsv_second && languages.target == languages.tsv_first) {
+    first_is_source = false;
+  } else {
+    throw Error(label + ": a TSV file holds " + languages.tsv_first + " and " +
+                languages.tsv_second + ", not " + languages.source + "-" + languages.target);
+  }
+  if (starts_with_bom(text)) text.remove_prefix(3);
+
+  std::vector<TextPair> pairs;
+  size_t line_number = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = strip_carriage_return(text.substr(start, end - start));
+    start = end + 1;
+    ++line_number;
+    if (line.empty()) continue;
+    check_utf8(line, label, line_number);
+    size_t tab = line.find('\t');
+    if (tab == std::string_view::npos) {
+      throw Error(label + ":" + std::to_string(line_number) +
+                  ": expected two tab-separated fields, found one");
+    }
+    if (line.find('\t', tab + 1) != std::string_view::npos) {
+      throw Error(label + ":" + std::to_string(line_number) +
+                  ": expected two tab-separated fields, found more");
+    }
+    std::string first(line.substr(0, tab));
+    std::string second(line.substr(tab + 1));
+    if (first_is_source) {
+      pairs.push_back({std::move(first), std::move(second)});
+    } else {
+      pairs.push_back({std::move(second), std::move(first)});
+    }
+  }
+  return pairs;
+}
+
+namespace {
+
+// One RFC 4180 record: fields, and the line it started on (for errors).
+struct CsvRecord {
+  std::vector<std::string> fields;
+  size_t line = 0;
+};
+
+// Splits CSV text into records. Quoted fields may hold separators, newlines and "" for a quote.
+std::vector<CsvRecord> split_csv_records(std::string_view text, const std::string& label) {
+  std::vector<CsvRecord> records;
+  size_t i = 0;
+  size_t line = 1;
+  while (i < text.size()) {
+    CsvRecord record;
+    record.line = line;
+    std::string field;
+    bool record_done = false;
+    while (!record_done) {
+      field.clear();
+      if (i < text.size() && text[i] == '"') {
+        size_t quote_line = line;
+        ++i;
+        while (true) {
+          if (i >= text.size()) {
+            throw Error(label + ":" + std::to_string(quote_line) +
+                        ": quoted field is not closed");
+          }
+          char c = text[i++];
+          if (c == '"') {
+            if (i < text.size() && text[i] == '"') {
+              field.push_back('"');
+              ++i;
+            } else {
+              break;
+            }
+          } else {
+            if (c == '\n') ++line;
+            field.push_back(c);
+          }
+        }
+        // After the closing quote: a separator, end of line, or end of text.
+        if (i < text.size() && text[i] == '\r') ++i;
+        if (i < text.size() && text[i] != ',' && text[i] != '\n') {
+          throw Error(label + ":" + std::to_string(line) +
+                      ": unexpected character after a closing quote");
+        }
+      } else {
+        while (i < text.size() && text[i] != ',' && text[i] != '\n') field.push_back(text[i++]);
+        if (!field.empty() && field.back() == '\r') field.pop_back();
+      }
+      record.fields.push_back(field);
+      if (i >= text.size()) {
+        record_done = true;
+      } else if (text[i] == ',') {
+        ++i;
+      } else {  // '\n'
+        ++i;
+        ++line;
+        record_done = true;
+      }
+    }
+    // A blank line is one empty field: skip it.
+    if (record.fields.size() == 1 && record.fields[0].empty()) continue;
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+}  // namespace
+
+std::vector<TextPair> parse_csv(std::string_view text, const std::string& label,
+                                const CorpusLanguages& languages) {
+  if (starts_with_bom(text)) text.remove_prefix(3);
+  std::vector<CsvRecord> records = split_csv_records(text, label);
+  if (records.empty()) throw Error(label + ": empty CSV file (no header)");
+  const std::string source_column = csv_column_for_language(languages.source);
+  const std::string target_column = csv_column_for_language(languages.target);
+  const CsvRecord& header = records[0];
+  auto find_column = [&](const std::string& name) {
+    for (size_t c = 0; c < header.fields.size(); ++c) {
+      if (header.fields[c] == name) return c;
+    }
+    throw Error(label + ":1: the CSV header has no column '" + name + "'");
+  };
+  size_t source_index = find_column(source_column);
+  size_t target_index = find_column(target_column);
+
+  std::vector<TextPair> pairs;
+  pairs.reserve(records.size() - 1);
+  for (size_t r = 1; r < records.size(); ++r) {
+    const CsvRecord& record = records[r];
+    if (record.fields.size() != header.fields.size()) {
+      throw Error(label + ":" + std::to_string(record.line) + ": expected " +
+                  std::to_string(header.fields.size()) + " fields, found " +
+                  std::to_string(record.fields.size()));
+    }
+    for (const std::string& field : record.fields) check_utf8(field, label, record.line);
+    pairs.push_back({record.fields[source_index], record.fields[target_index]});
+  }
+  return pairs;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return buffer.str();
+}
+
+std::vector<TextPair> read_parallel_corpus(const std::string& path,
+                                           const CorpusLanguages& languages) {
+  return parse_parallel_corpus(read_file_bytes(path), path, languages);
+}
+
+std::vector<TextPair> parse_parallel_corpus(std::string_view bytes, const std::string& path,
+                                            const CorpusLanguages& languages) {
+  bool is_csv = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
+  if (!is_csv) {
+    std::string_view first_line = bytes.substr(0, first_line.find('\n'));
+    is_csv = first_line.find(kEnglishCsvColumn) != std::string_view::npos ||
+             first_line.find(kFrenchCsvColumn) != std::string_view::npos;
+  }
+  return is_csv ? parse_csv(bytes, path, languages) : parse_tsv(bytes, path, languages);
+}
+
+}  // namespace xf::trainer
