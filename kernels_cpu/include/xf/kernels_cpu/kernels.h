@@ -20,11 +20,18 @@ struct WeightMatrix {
   int64_t cols = 0;
 };
 
-// Widens row `row` of `weights` to f32 (dequantizes int8).
+// Widens row `row` of `weights` to f32 (dequantizes int8).                   out: [cols]
 void load_row(const WeightMatrix& weights, int64_t row, float* out);
+
+// Symmetric int8 quantization of a whole tensor with one scale: the rule of
+// xf::quantize_rows_int8 (format/dtype_convert.h) applied to all `count` values as one row,
+// scale = max|x| / 127 (1 when x is all zeros), q = nearbyint(x / scale) in [-127, 127].
+// Returns the scale. Parallel and vectorized: the int8 matmul quantizes its input with it.
+float quantize_int8_per_tensor(const float* x, int64_t count, int8_t* quantized, int threads);
 
 // out[i, :] = scale * table[ids[i], :] + sinusoid(positions[i])      out: [count, dim]
 // Sinusoid as in the paper: PE(p, 2j) = sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(...).
+// Throws xf::Error when an id is outside the table or a position is negative.
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
            float scale, float* out, int threads);
 
@@ -67,7 +74,8 @@ struct AttentionShape {
 // decoder's incremental step passes its step index with query_len 1).
 // probabilities ([batch, heads, query_len, key_len], may be null) receives the softmax for the
 // trainer's backward pass. scratch: [threads, key_len] floats.
-// A query that sees no key at all (an empty source) gets zeros.
+// A query that sees no key at all (an empty source) gets zeros (and all-zero probabilities).
+// out may alias q when both have the same strides (each query row is read before its output).
 void attention(const float* q, HeadStrides q_strides, const float* k, HeadStrides k_strides,
                const float* v, HeadStrides v_strides, float* out, HeadStrides out_strides,
                const AttentionShape& shape, const int32_t* key_lengths, int64_t causal_offset,

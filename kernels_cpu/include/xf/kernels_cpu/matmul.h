@@ -9,13 +9,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 
 #include "xf/kernels_cpu/kernels.h"
 
 namespace dnnl {
-class engine;
-class stream;
-class primitive;
+struct engine;
+struct stream;
+struct primitive;
+struct memory;
 }  // namespace dnnl
 
 namespace xf::cpu {
@@ -29,7 +31,18 @@ class CpuEngine {
   dnnl::engine& engine();
   dnnl::stream& stream();
 
+  // f32 weights are reordered once into oneDNN's packed layout (4x faster at M = 1 than the
+  // stored row-major layout, see docs/KERNELS_CPU.md) and the copy is shared by every
+  // StaticMatmul of this engine over the same weights (keyed by address and shape: the weights
+  // must not change while the engine lives, as with an mmapped model). Off: oneDNN reads the
+  // stored matrix in place (no copy, slower). Affects StaticMatmuls made afterwards.
+  void set_weight_packing(bool enabled);
+  bool weight_packing() const;
+  // Bytes held in packed weight copies (for memory reports).
+  size_t packed_weight_bytes() const;
+
  private:
+  friend class StaticMatmul;  // shares packed weight copies through Impl
   int threads_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -48,10 +61,17 @@ class StaticMatmul {
   StaticMatmul& operator=(StaticMatmul&&) noexcept;
 
   int64_t m() const;
+  int64_t n() const;
+  int64_t k() const;
   // Bytes of caller-provided memory run() needs (oneDNN scratchpad plus int8 staging).
   size_t workspace_bytes() const;
+  // x: [m, k], y: [m, n], bias: [n] (ignored unless made with_bias; then required).
   // workspace: workspace_bytes() bytes, 64-byte aligned. No allocation by xf inside.
+  // Not reentrant: one run() at a time per StaticMatmul (it points its prepared oneDNN memory
+  // objects at the caller's buffers). oneDNN uses the calling thread's OpenMP thread count.
   void run(const float* x, const float* bias, float* y, void* workspace) const;
+  // oneDNN's implementation name (e.g. "brg:avx512_core"), for benchmarks and logs.
+  const char* implementation() const;
 
  private:
   struct Impl;
@@ -64,13 +84,15 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 
-// Executes a oneDNN primitive. The single place xf calls execute() from, so an allocation
-// counter can attribute what happens inside it to oneDNN.
-void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream, int num_args,
-                   const int* arg_ids, void* const* arg_memories);
+// Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
+// allocation counter can attribute what happens inside it to oneDNN. args: prepared at plan
+// time (memory objects made once, their data handles re-pointed before each call).
+void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
+                   const std::unordered_map<int, dnnl::memory>& args);
 
-// Counts of heap allocations made while inside run_primitive() (set by tests and xf-bench
-// through an allocation hook; see runtime/include/xf/alloc_counter.h).
+// True while any thread is inside run_primitive() (a process-wide depth counter, so oneDNN's
+// OpenMP worker threads count too). An allocation hook (tests, xf-bench; see
+// runtime/include/xf/alloc_counter.h) uses it to count oneDNN's allocations apart from xf's.
 bool inside_backend_call();
 
 }  // namespace xf::cpu

@@ -1,0 +1,248 @@
+// Row-wise kernels: weight rows, quantization, embedding, bias/residual/LayerNorm, ReLU, gather.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "simd_cpu.h"
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/kernels_cpu/kernels.h"
+
+namespace xf::cpu {
+namespace {
+
+XF_VECTORIZED void dequantize_int8_row(const int8_t* values, float scale, int64_t cols,
+                                       float* out) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(values[c]) * scale;
+}
+
+XF_VECTORIZED float absmax_of(const float* x, int64_t count) {
+  float absmax = 0.0f;
+#pragma omp simd reduction(max : absmax)
+  for (int64_t i = 0; i < count; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  return absmax;
+}
+
+XF_VECTORIZED void quantize_with_scale(const float* x, int64_t count, float scale,
+                                       int8_t* quantized) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) {
+    // |x / scale| <= 127 up to rounding, well inside round_to_nearest's range.
+    float q = detail::round_to_nearest(x[i] / scale);
+    q = std::min(127.0f, std::max(-127.0f, q));
+    quantized[i] = static_cast<int8_t>(q);
+  }
+}
+
+// Writes PE(position, :) for `dim` columns. Angles in double: position * frequency reaches
+// hundreds of radians, where a float angle would be off by ~1e-5.
+void write_sinusoid(int64_t position, int64_t dim, float* out) {
+  const double log_base = std::log(10000.0);
+  for (int64_t even = 0; even < dim; even += 2) {
+    const double frequency = std::exp(-log_base * static_cast<double>(even) / dim);
+    const double angle = static_cast<double>(position) * frequency;
+    out[even] = static_cast<float>(std::sin(angle));
+    if (even + 1 < dim) out[even + 1] = static_cast<float>(std::cos(angle));
+  }
+}
+
+XF_VECTORIZED void scale_add(const float* row, float scale, int64_t dim, float* out) {
+#pragma omp simd
+  for (int64_t c = 0; c < dim; ++c) out[c] = scale * row[c] + out[c];
+}
+
+// One row of add_bias_residual_layer_norm. out may alias x or residual: every loop reads
+// element c of its inputs before writing element c of out.
+XF_VECTORIZED void layer_norm_row(const float* x, const float* bias, const float* residual,
+                                  const float* gamma, const float* beta, float epsilon,
+                                  int64_t dim, float* out, float* mean_out, float* rstd_out) {
+  float sum = 0.0f;
+  if (bias != nullptr && residual != nullptr) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < dim; ++c) {
+      const float v = x[c] + bias[c] + residual[c];
+      out[c] = v;
+      sum += v;
+    }
+  } else if (bias != nullptr) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < dim; ++c) {
+      const float v = x[c] + bias[c];
+      out[c] = v;
+      sum += v;
+    }
+  } else if (residual != nullptr) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < dim; ++c) {
+      const float v = x[c] + residual[c];
+      out[c] = v;
+      sum += v;
+    }
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < dim; ++c) {
+      out[c] = x[c];
+      sum += x[c];
+    }
+  }
+  const float mean = sum / static_cast<float>(dim);
+  // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels.
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t c = 0; c < dim; ++c) {
+    const float d = out[c] - mean;
+    squares += d * d;
+  }
+  // Biased variance, epsilon inside the square root: PyTorch's LayerNorm.
+  const float rstd = 1.0f / std::sqrt(squares / static_cast<float>(dim) + epsilon);
+#pragma omp simd
+  for (int64_t c = 0; c < dim; ++c) out[c] = (out[c] - mean) * rstd * gamma[c] + beta[c];
+  if (mean_out != nullptr) *mean_out = mean;
+  if (rstd_out != nullptr) *rstd_out = rstd;
+}
+
+XF_VECTORIZED void add_bias_residual_row(float* x, const float* bias, const float* residual,
+                                         int64_t dim) {
+  if (bias != nullptr && residual != nullptr) {
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) x[c] += bias[c] + residual[c];
+  } else if (bias != nullptr) {
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) x[c] += bias[c];
+  } else if (residual != nullptr) {
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) x[c] += residual[c];
+  }
+}
+
+XF_VECTORIZED void bias_relu_row(float* x, const float* bias, int64_t dim) {
+  if (bias != nullptr) {
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) x[c] = std::max(0.0f, x[c] + bias[c]);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) x[c] = std::max(0.0f, x[c]);
+  }
+}
+
+}  // namespace
+
+void load_row(const WeightMatrix& weights, int64_t row, float* out) {
+  const int64_t cols = weights.cols;
+  switch (weights.dtype) {
+    case DType::f32:
+      std::memcpy(out, static_cast<const float*>(weights.data) + row * cols, cols * sizeof(float));
+      return;
+    case DType::f16: {
+      const uint16_t* values = static_cast<const uint16_t*>(weights.data) + row * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = half_to_float(values[c]);
+      return;
+    }
+    case DType::bf16: {
+      const uint16_t* values = static_cast<const uint16_t*>(weights.data) + row * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = bfloat16_to_float(values[c]);
+      return;
+    }
+    case DType::int8:
+      dequantize_int8_row(static_cast<const int8_t*>(weights.data) + row * cols,
+                          weights.row_scales[row], cols, out);
+      return;
+  }
+  throw Error("load_row: unknown dtype " + std::to_string(static_cast<int>(weights.dtype)));
+}
+
+float quantize_int8_per_tensor(const float* x, int64_t count, int8_t* quantized, int threads) {
+  float absmax = 0.0f;
+  // Chunks of at least 16k values: below that, waking threads costs more than it saves.
+  const int64_t chunk = std::max<int64_t>(16384, (count + threads - 1) / std::max(threads, 1));
+  const int64_t chunks = (count + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(threads) reduction(max : absmax) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = i * chunk;
+    absmax = std::max(absmax, absmax_of(x + begin, std::min(chunk, count - begin)));
+  }
+  const float scale = absmax > 0.0f ? absmax / 127.0f : 1.0f;
+#pragma omp parallel for num_threads(threads) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = i * chunk;
+    quantize_with_scale(x + begin, std::min(chunk, count - begin), scale, quantized + begin);
+  }
+  return scale;
+}
+
+void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
+           float scale, float* out, int threads) {
+  // Checked here, before the parallel loop: an exception cannot leave an OpenMP region.
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.rows) {
+      throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary of " +
+                  std::to_string(table.rows));
+    }
+    if (positions[i] < 0) throw Error("embed: negative position " + std::to_string(positions[i]));
+  }
+  const int64_t dim = table.cols;
+  // The sinusoid is written into out, then the scaled table row is added to it (f32 rows
+  // directly, other dtypes widened piece by piece into a stack buffer).
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    float* out_row = out + i * dim;
+    write_sinusoid(positions[i], dim, out_row);
+    if (table.dtype == DType::f32) {
+      scale_add(static_cast<const float*>(table.data) + ids[i] * dim, scale, dim, out_row);
+    } else {
+      // Widen the row in pieces on the stack (no allocation), then add.
+      constexpr int64_t kPiece = 256;
+      float widened[kPiece];
+      for (int64_t begin = 0; begin < dim; begin += kPiece) {
+        const int64_t width = std::min(kPiece, dim - begin);
+        WeightMatrix piece = table;
+        piece.cols = width;
+        // Point a one-row view at columns [begin, begin + width) of row ids[i].
+        const size_t element = dtype_size(table.dtype);
+        piece.data = static_cast<const char*>(table.data) + (ids[i] * dim + begin) * element;
+        piece.row_scales = table.row_scales != nullptr ? table.row_scales + ids[i] : nullptr;
+        load_row(piece, 0, widened);
+        scale_add(widened, scale, width, out_row + begin);
+      }
+    }
+  }
+}
+
+void add_bias_residual_layer_norm(const float* x, const float* bias, const float* residual,
+                                  const float* gamma, const float* beta, float epsilon,
+                                  int64_t rows, int64_t dim, float* out, float* mean, float* rstd,
+                                  int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    layer_norm_row(x + r * dim, bias, residual != nullptr ? residual + r * dim : nullptr, gamma,
+                   beta, epsilon, dim, out + r * dim, mean != nullptr ? mean + r : nullptr,
+                   rstd != nullptr ? rstd + r : nullptr);
+  }
+}
+
+void add_bias_residual(float* x, const float* bias, const float* residual, int64_t rows,
+                       int64_t dim, int threads) {
+  if (bias == nullptr && residual == nullptr) return;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    add_bias_residual_row(x + r * dim, bias, residual != nullptr ? residual + r * dim : nullptr,
+                          dim);
+  }
+}
+
+void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) bias_relu_row(x + r * dim, bias, dim);
+}
+
+void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count,
+                 int64_t row_len, float* dst, int64_t dst_stride, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (count * row_len > 16384)
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(dst + i * dst_stride, src + indices[i] * src_stride, row_len * sizeof(float));
+  }
+}
+
+}  // namespace xf::cpu

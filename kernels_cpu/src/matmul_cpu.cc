@@ -1,0 +1,276 @@
+// Matrix products through oneDNN: static-shape primitives with a user scratchpad (runtime),
+// dnnl_sgemm (trainer), and the one execute() wrapper.
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "xf/error.h"
+#include "xf/kernels_cpu/matmul.h"
+
+namespace xf::cpu {
+namespace {
+
+using DataType = dnnl::memory::data_type;
+
+// Threads inside run_primitive(), process-wide: oneDNN's OpenMP workers allocate too, and a
+// thread-local flag would not see them.
+std::atomic<int> g_backend_depth{0};
+
+struct BackendCallScope {
+  BackendCallScope() { g_backend_depth.fetch_add(1, std::memory_order_relaxed); }
+  ~BackendCallScope() { g_backend_depth.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+constexpr size_t kWorkspaceAlignment = 64;
+size_t align_up(size_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// A stored weight matrix [N, K] row-major seen as the matmul's B = [K, N] (strides {1, K}).
+dnnl::memory::desc stored_weights_desc(int64_t n, int64_t k, DataType type) {
+  return dnnl::memory::desc({k, n}, type, {1, k});
+}
+
+dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType type) {
+  return dnnl::memory::desc({rows, cols}, type, {cols, 1});
+}
+
+}  // namespace
+
+// A copy of one weight matrix in a oneDNN blocked layout, shared by the StaticMatmuls of every
+// row count that asks for that layout.
+struct PackedWeights {
+  const void* source = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;
+  dnnl::memory::desc desc;
+  dnnl::memory memory;  // owns the packed bytes
+};
+
+struct CpuEngine::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  bool pack_weights = true;
+  std::mutex mutex;  // guards packed
+  std::vector<std::weak_ptr<PackedWeights>> packed;
+
+  std::shared_ptr<PackedWeights> packed_copy(const WeightMatrix& weights,
+                                             const dnnl::memory::desc& desc) {
+    std::lock_guard<std::mutex> lock(mutex);
+    packed.erase(std::remove_if(packed.begin(), packed.end(),
+                                [](const std::weak_ptr<PackedWeights>& p) { return p.expired(); }),
+                 packed.end());
+    for (const auto& entry : packed) {
+      std::shared_ptr<PackedWeights> existing = entry.lock();
+      if (existing->source == weights.data && existing->n == weights.rows &&
+          existing->k == weights.cols && existing->desc == desc) {
+        return existing;
+      }
+    }
+    auto made = std::make_shared<PackedWeights>();
+    made->source = weights.data;
+    made->n = weights.rows;
+    made->k = weights.cols;
+    made->desc = desc;
+    made->memory = dnnl::memory(desc, engine);  // oneDNN allocates; plan time only
+    dnnl::memory stored(stored_weights_desc(weights.rows, weights.cols, DataType::f32), engine,
+                        const_cast<void*>(weights.data));
+    dnnl::reorder reorder(stored, made->memory);
+    run_primitive(reorder, stream, {{DNNL_ARG_FROM, stored}, {DNNL_ARG_TO, made->memory}});
+    packed.push_back(made);
+    return made;
+  }
+};
+
+CpuEngine::CpuEngine(int threads) : threads_(std::max(1, threads)), impl_(new Impl) {}
+CpuEngine::~CpuEngine() = default;
+dnnl::engine& CpuEngine::engine() { return impl_->engine; }
+dnnl::stream& CpuEngine::stream() { return impl_->stream; }
+void CpuEngine::set_weight_packing(bool enabled) { impl_->pack_weights = enabled; }
+bool CpuEngine::weight_packing() const { return impl_->pack_weights; }
+
+size_t CpuEngine::packed_weight_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  size_t bytes = 0;
+  for (const auto& entry : impl_->packed) {
+    if (auto alive = entry.lock()) bytes += alive->desc.get_size();
+  }
+  return bytes;
+}
+
+struct StaticMatmul::Impl {
+  CpuEngine* engine = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  bool int8 = false;
+  bool with_bias = false;
+  const float* row_scales = nullptr;  // int8: [n]
+  dnnl::matmul primitive;
+  std::string implementation;
+  std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
+  // Memory objects made once; run() only re-points their data handles (no allocation).
+  dnnl::memory source, destination, bias, output_scales, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+  // Workspace layout: int8 only: [m*k int8 quantized x][n f32 output scales]; then scratchpad.
+  size_t scales_offset = 0;
+  size_t scratchpad_offset = 0;
+  size_t scratchpad_bytes = 0;
+  size_t workspace_bytes = 0;
+};
+
+StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& weights,
+                           bool with_bias)
+    : impl_(new Impl) {
+  if (weights.dtype == DType::f16 || weights.dtype == DType::bf16) {
+    throw Error(std::string("StaticMatmul: ") + dtype_name(weights.dtype) +
+                " weights are not supported on the CPU; widen them to f32 when loading");
+  }
+  if (m <= 0 || weights.rows <= 0 || weights.cols <= 0 || weights.data == nullptr) {
+    throw Error("StaticMatmul: empty shape (m " + std::to_string(m) + ", weights " +
+                std::to_string(weights.rows) + " x " + std::to_string(weights.cols) + ")");
+  }
+  if (weights.dtype == DType::int8 && weights.row_scales == nullptr) {
+    throw Error("StaticMatmul: int8 weights without row scales");
+  }
+  Impl& s = *impl_;
+  s.engine = &engine;
+  s.m = m;
+  s.n = weights.rows;
+  s.k = weights.cols;
+  s.int8 = weights.dtype == DType::int8;
+  s.with_bias = with_bias;
+  s.row_scales = weights.row_scales;
+  dnnl::engine& eng = engine.engine();
+
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::memory::desc bias_desc = row_major_desc(1, s.n, DataType::f32);
+  const dnnl::memory::desc source_desc = row_major_desc(m, s.k, s.int8 ? DataType::s8 : DataType::f32);
+  const dnnl::memory::desc destination_desc = row_major_desc(m, s.n, DataType::f32);
+  dnnl::matmul::primitive_desc pd;
+  dnnl::memory weights_memory;
+  if (s.int8) {
+    // y = (x_scale * row_scale[n]) * (q(x) . W^T) + bias. The scales change with every input,
+    // so they are runtime output scales (one per column). oneDNN 2.6 adds a matmul's own bias
+    // before the output scales, so the bias is a binary-add post-op, applied after them.
+    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
+    if (with_bias) {
+      dnnl::post_ops post_ops;
+      post_ops.append_binary(dnnl::algorithm::binary_add, bias_desc);
+      attr.set_post_ops(post_ops);
+    }
+    // The stored layout is read in place (measured: as fast as a packed copy, docs/KERNELS_CPU.md).
+    const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
+    pd = dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(source_desc, weights_desc, destination_desc), attr, eng);
+    weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
+  } else {
+    const dnnl::memory::desc stored = stored_weights_desc(s.n, s.k, DataType::f32);
+    const dnnl::memory::desc wanted =
+        engine.weight_packing()
+            ? dnnl::memory::desc({s.k, s.n}, DataType::f32, dnnl::memory::format_tag::any)
+            : stored;
+    pd = with_bias ? dnnl::matmul::primitive_desc(
+                         dnnl::matmul::desc(source_desc, wanted, bias_desc, destination_desc),
+                         attr, eng)
+                   : dnnl::matmul::primitive_desc(
+                         dnnl::matmul::desc(source_desc, wanted, destination_desc), attr, eng);
+    if (pd.weights_desc() == stored) {
+      weights_memory = dnnl::memory(stored, eng, const_cast<void*>(weights.data));
+    } else {
+      s.packed = engine.impl_->packed_copy(weights, pd.weights_desc());
+      weights_memory = s.packed->memory;
+    }
+  }
+  s.primitive = dnnl::matmul(pd);
+  s.implementation = pd.impl_info_str();
+
+  size_t offset = 0;
+  if (s.int8) {
+    offset = align_up(static_cast<size_t>(m * s.k));  // quantized x
+    s.scales_offset = offset;
+    offset += align_up(static_cast<size_t>(s.n) * sizeof(float));
+  }
+  s.scratchpad_offset = offset;
+  s.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  s.workspace_bytes = offset + align_up(s.scratchpad_bytes);
+
+  // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.
+  s.source = dnnl::memory(source_desc, eng, DNNL_MEMORY_NONE);
+  s.destination = dnnl::memory(destination_desc, eng, DNNL_MEMORY_NONE);
+  s.args = {{DNNL_ARG_SRC, s.source}, {DNNL_ARG_WEIGHTS, weights_memory},
+            {DNNL_ARG_DST, s.destination}};
+  if (with_bias) {
+    s.bias = dnnl::memory(bias_desc, eng, DNNL_MEMORY_NONE);
+    s.args[s.int8 ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1) : DNNL_ARG_BIAS] = s.bias;
+  }
+  if (s.int8) {
+    s.output_scales = dnnl::memory({{s.n}, DataType::f32, {1}}, eng, DNNL_MEMORY_NONE);
+    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] = s.output_scales;
+  }
+  if (s.scratchpad_bytes > 0) {
+    s.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
+    s.args[DNNL_ARG_SCRATCHPAD] = s.scratchpad;
+  }
+}
+
+StaticMatmul::~StaticMatmul() = default;
+StaticMatmul::StaticMatmul(StaticMatmul&&) noexcept = default;
+StaticMatmul& StaticMatmul::operator=(StaticMatmul&&) noexcept = default;
+
+int64_t StaticMatmul::m() const { return impl_->m; }
+int64_t StaticMatmul::n() const { return impl_->n; }
+int64_t StaticMatmul::k() const { return impl_->k; }
+size_t StaticMatmul::workspace_bytes() const { return impl_->workspace_bytes; }
+const char* StaticMatmul::implementation() const { return impl_->implementation.c_str(); }
+
+void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace) const {
+  Impl& s = *impl_;
+  if (s.with_bias && bias == nullptr) throw Error("StaticMatmul::run: made with a bias, given none");
+  char* bytes = static_cast<char*>(workspace);
+  if (s.int8) {
+    int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
+    const float x_scale = quantize_int8_per_tensor(x, s.m * s.k, quantized, s.engine->threads());
+    float* scales = reinterpret_cast<float*>(bytes + s.scales_offset);  // [n]
+    for (int64_t i = 0; i < s.n; ++i) scales[i] = s.row_scales[i] * x_scale;
+    s.source.set_data_handle(quantized);
+    s.output_scales.set_data_handle(scales);
+  } else {
+    s.source.set_data_handle(const_cast<float*>(x));
+  }
+  s.destination.set_data_handle(y);
+  if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
+  if (s.scratchpad_bytes > 0) s.scratchpad.set_data_handle(bytes + s.scratchpad_offset);
+  run_primitive(s.primitive, s.engine->stream(), s.args);
+}
+
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  dnnl_status_t status;
+  {
+    BackendCallScope scope;
+    status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda,
+                        b, ldb, beta, c, ldc);
+  }
+  if (status != dnnl_success) {
+    throw Error("gemm: dnnl_sgemm failed (status " + std::to_string(static_cast<int>(status)) +
+                ") for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                std::to_string(k));
+  }
+}
+
+void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
+                   const std::unordered_map<int, dnnl::memory>& args) {
+  BackendCallScope scope;
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+bool inside_backend_call() { return g_backend_depth.load(std::memory_order_relaxed) > 0; }
+
+}  // namespace xf::cpu

@@ -1,0 +1,97 @@
+// log_softmax over rows, alone or followed by the row's k best entries (beam search).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "simd_cpu.h"
+#include "xf/kernels_cpu/kernels.h"
+
+namespace xf::cpu {
+namespace {
+
+XF_VECTORIZED float max_of(const float* x, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max)
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  return max;
+}
+
+XF_VECTORIZED float sum_exp_shifted(const float* x, int64_t n, float max) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += detail::exp_vectorizable(x[i] - max);
+  return sum;
+}
+
+// log(sum_j exp(x_j - max)): log_softmax(x) = (x - max) - this. Shifting by the maximum keeps
+// exp() in range, and subtracting in that order keeps entries near the maximum exact.
+float log_sum_exp_shifted(const float* x, int64_t n, float max) {
+  return std::log(sum_exp_shifted(x, n, max));
+}
+
+XF_VECTORIZED void subtract_two(float* x, int64_t n, float first, float second) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - first) - second;
+}
+
+// Keeps values[0..count) sorted descending (ties: earlier column first) while scanning columns
+// in increasing order; returns the new count. values/indices: [k].
+inline int64_t offer(float value, int32_t column, int64_t k, int64_t count, float* values,
+                     int32_t* indices) {
+  if (count == k && !(value > values[k - 1])) return count;  // also drops NaN
+  int64_t slot = std::min(count, k - 1);
+  // Strictly greater moves up: an equal value found later stays behind the earlier column.
+  while (slot > 0 && value > values[slot - 1]) {
+    values[slot] = values[slot - 1];
+    indices[slot] = indices[slot - 1];
+    --slot;
+  }
+  values[slot] = value;
+  indices[slot] = column;
+  return std::min(count + 1, k);
+}
+
+// The k largest logits of a row, descending, ties to the lower column.
+void top_k_of_row(const float* x, int64_t n, int64_t k, float* values, int32_t* indices) {
+  int64_t count = 0;
+  // Blocks whose maximum cannot enter the list are skipped with one vectorized pass: once the
+  // list is full, almost every block of a vocabulary-sized row is.
+  constexpr int64_t kBlock = 64;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = std::min(n, begin + kBlock);
+    if (count == k && !(max_of(x + begin, end - begin) > values[k - 1])) continue;
+    for (int64_t c = begin; c < end; ++c) {
+      count = offer(x[c], static_cast<int32_t>(c), k, count, values, indices);
+    }
+  }
+}
+
+}  // namespace
+
+void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows,
+                       int64_t vocab, int64_t k, float* top_values, int32_t* top_indices,
+                       int threads) {
+  if (k <= 0) return;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    float* values = top_values + r * k;
+    int32_t* indices = top_indices + r * k;
+    top_k_of_row(row, vocab, k, values, indices);
+    const float max = values[0];  // the row's maximum
+    const float log_sum = log_sum_exp_shifted(row, vocab, max);
+    const float offset = row_offsets != nullptr ? row_offsets[r] : 0.0f;
+    for (int64_t i = 0; i < k; ++i) values[i] = ((values[i] - max) - log_sum) + offset;
+  }
+}
+
+void log_softmax(float* logits, int64_t rows, int64_t vocab, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits + r * vocab;
+    const float max = max_of(row, vocab);
+    subtract_two(row, vocab, max, log_sum_exp_shifted(row, vocab, max));
+  }
+}
+
+}  // namespace xf::cpu
