@@ -62,24 +62,6 @@ TEST(DataCorpus, BadUtf8NamesFileAndLine) {
   EXPECT_EQ(error_of([&] { parse_tsv(text, "data.tsv", en_fr); }), "data.tsv:3: invalid UTF-8");
 }
 
-TEST(DataCorpus, Utf8ValidatorCases) {
-  EXPECT_TRUE(is_valid_utf8(""));
-  EXPECT_TRUE(is_valid_utf8("plain ascii"));
-  EXPECT_TRUE(is_valid_utf8("\xC3\xA9t\xC3\xA9"));            // "été"
-  EXPECT_TRUE(is_valid_utf8("a\xE2\x80\xAF!"));                // U+202F narrow no-break space
-  EXPECT_TRUE(is_valid_utf8("\xF0\x9F\x98\x80"));              // U+1F600
-  EXPECT_TRUE(is_valid_utf8("\xF4\x8F\xBF\xBF"));              // U+10FFFF
-  EXPECT_FALSE(is_valid_utf8("\x80"));                         // continuation first
-  EXPECT_FALSE(is_valid_utf8("\xC0\xAF"));                     // overlong '/'
-  EXPECT_FALSE(is_valid_utf8("\xE0\x80\xAF"));                 // overlong 3-byte
-  EXPECT_FALSE(is_valid_utf8("\xF0\x80\x80\xAF"));             // overlong 4-byte
-  EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));                 // surrogate U+D800
-  EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));             // > U+10FFFF
-  EXPECT_FALSE(is_valid_utf8("ab\xC3"));                       // truncated at the end
-  EXPECT_FALSE(is_valid_utf8("\xE2\x82"));                     // truncated 3-byte
-  EXPECT_FALSE(is_valid_utf8("\xC3\x28"));                     // bad continuation
-}
-
 TEST(DataCorpus, CsvQuotingCommasNewlinesAndDoubledQuotes) {
   CorpusLanguages en_fr;
   std::string text =

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "xf/error.h"
+#include "xf/metrics.h"
 #include "xf/trainer/data.h"
 
 namespace xf::trainer {
@@ -20,7 +21,7 @@ std::string_view strip_carriage_return(std::string_view line) {
 
 // Throws "<label>:<line>: invalid UTF-8".
 void check_utf8(std::string_view text, const std::string& label, size_t line_number) {
-  if (!is_valid_utf8(text)) {
+  if (!metrics::is_valid_utf8(text)) {
     throw Error(label + ":" + std::to_string(line_number) + ": invalid UTF-8");
   }
 }
@@ -33,44 +34,6 @@ std::string csv_column_for_language(const std::string& language) {
   if (language == "en") return kEnglishCsvColumn;
   if (language == "fr") return kFrenchCsvColumn;
   throw Error("language '" + language + "': the CSV export has columns for en and fr only");
-}
-
-bool is_valid_utf8(std::string_view text) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = bytes[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t extra;
-    uint32_t code_point;
-    if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-      code_point = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      code_point = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      code_point = c & 0x07;
-    } else {
-      return false;  // continuation byte first, C0/C1 overlong lead, or > U+10FFFF lead
-    }
-    if (i + extra >= n) return false;  // truncated sequence
-    for (size_t k = 1; k <= extra; ++k) {
-      unsigned char cc = bytes[i + k];
-      if ((cc & 0xC0) != 0x80) return false;
-      code_point = (code_point << 6) | (cc & 0x3F);
-    }
-    if (extra == 2 && code_point < 0x800) return false;                      // overlong
-    if (extra == 3 && (code_point < 0x10000 || code_point > 0x10FFFF)) return false;
-    if (code_point >= 0xD800 && code_point <= 0xDFFF) return false;           // surrogate
-    i += extra + 1;
-  }
-  return true;
 }
 
 std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,

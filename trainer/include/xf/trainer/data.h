@@ -33,10 +33,8 @@ struct CorpusLanguages {
 // "fr" -> "French words/sentences"); throws xf::Error for another language.
 std::string csv_column_for_language(const std::string& language);
 
-// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points > U+10FFFF).
-bool is_valid_utf8(std::string_view text);
-
 // Parsers over a file's bytes; `label` names the file in errors ("<label>:<line>: <problem>").
+// Every field must be valid UTF-8 (checked with xf::metrics::is_valid_utf8).
 // TSV: one pair per line, exactly two tab-separated fields, '\r\n' accepted; empty lines skipped.
 std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
                                 const CorpusLanguages& languages);
