@@ -1,0 +1,135 @@
+// xf-eval the program: output lines, JSON, TSV sources, exit codes and one-line errors. Expected
+// scores come from sacreBLEU (data/expected.txt, written by data/make_expected.py).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_data.h"
+#include "xf/metrics.h"
+
+namespace xf::metrics {
+namespace {
+
+using testing::data_path;
+using testing::expected;
+using testing::expected_number;
+using testing::write_temp_file;
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+// Runs xf-eval with `arguments` (already shell-quoted where needed).
+ProgramRun run_xf_eval(const std::string& arguments) {
+  const std::string out_path = write_temp_file("stdout", ""), err_path = write_temp_file("stderr", "");
+  const std::string command =
+      std::string("'") + XF_EVAL_PATH + "' " + arguments + " > '" + out_path + "' 2> '" + err_path + "'";
+  const int status = std::system(command.c_str());
+  ProgramRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = slurp(out_path);
+  run.err = slurp(err_path);
+  return run;
+}
+
+std::string quoted(const std::string& path) { return "'" + path + "'"; }
+
+// An error is one line on stderr, "xf-eval: ...", nothing on stdout.
+void expect_one_line_error(const ProgramRun& run, int exit_code, const std::string& fragment) {
+  EXPECT_EQ(run.exit_code, exit_code) << run.err;
+  EXPECT_EQ(run.out, "");
+  ASSERT_FALSE(run.err.empty());
+  EXPECT_EQ(run.err.rfind("xf-eval: ", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
+}
+
+double json_number(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return -1.0;
+  return std::strtod(json.c_str() + at + key.size() + 4, nullptr);
+}
+
+TEST(XfEval, PrintsSacrebleuLinesForParallelReferences) {
+  const ProgramRun run = run_xf_eval("--hyp " + quoted(data_path("hyp.txt")) + " --ref " + quoted(data_path("ref.a.txt")) +
+                              " --ref " + quoted(data_path("ref.b.txt")));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, expected().at("text.multi") + "\n");
+}
+
+TEST(XfEval, GroupsTsvReferencesBySource) {
+  const ProgramRun run = run_xf_eval("--hyp " + quoted(data_path("hyp.tsv-sources.txt")) + " --ref-tsv " +
+                              quoted(data_path("refs.tsv")));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, expected().at("text.tsv") + "\n");
+}
+
+TEST(XfEval, PrintsDistinctSourcesInFirstAppearanceOrder) {
+  const ProgramRun run = run_xf_eval("--ref-tsv " + quoted(data_path("refs.tsv")) + " --print-sources");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "Stop!\nI'm hit!\nHello.\nIt costs 3.50 euros.\nWhere is the station?\nNothing.\n");
+}
+
+TEST(XfEval, JsonHasFullPrecisionScores) {
+  const ProgramRun run = run_xf_eval("--json --hyp " + quoted(data_path("hyp.txt")) + " --ref " +
+                              quoted(data_path("ref.a.txt")));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NEAR(json_number(run.out, "bleu"), expected_number("corpus_bleu.single.score"), 1e-9) << run.out;
+  EXPECT_NEAR(json_number(run.out, "chrf2"), expected_number("corpus_chrf.single"), 1e-9) << run.out;
+  EXPECT_NEAR(json_number(run.out, "bleu_bp"), expected_number("corpus_bleu.single.bp"), 1e-12) << run.out;
+  EXPECT_EQ(json_number(run.out, "hyp_len"), expected_number("corpus_bleu.single.hyp_len")) << run.out;
+  EXPECT_EQ(json_number(run.out, "ref_len"), expected_number("corpus_bleu.single.ref_len")) << run.out;
+  EXPECT_EQ(json_number(run.out, "sentences"), 36) << run.out;
+}
+
+TEST(XfEval, HelpExitsZero) {
+  const ProgramRun run = run_xf_eval("--help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out.rfind("usage: xf-eval", 0), 0u) << run.out;
+}
+
+TEST(XfEval, BadCommandLinesExitTwo) {
+  expect_one_line_error(run_xf_eval(""), 2, "missing --hyp");
+  expect_one_line_error(run_xf_eval("--hyp x.txt"), 2, "missing --ref");
+  expect_one_line_error(run_xf_eval("--bogus"), 2, "unknown option '--bogus'");
+  expect_one_line_error(run_xf_eval("--hyp"), 2, "--hyp needs a value");
+  expect_one_line_error(run_xf_eval("--hyp a --ref b --ref-tsv c"), 2, "not both");
+  expect_one_line_error(run_xf_eval("--ref-tsv a --print-sources --source-column x"), 2, "--source-column");
+  expect_one_line_error(run_xf_eval("--print-sources"), 2, "--print-sources needs --ref-tsv");
+}
+
+TEST(XfEval, BadInputsExitOneWithTheReason) {
+  const std::string hyp = quoted(data_path("hyp.txt")), ref_a = quoted(data_path("ref.a.txt"));
+  expect_one_line_error(run_xf_eval("--hyp /nonexistent/hyp.txt --ref " + ref_a), 1,
+                        "cannot open /nonexistent/hyp.txt");
+  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref /nonexistent/ref.txt"), 1,
+                        "cannot open /nonexistent/ref.txt");
+  // 36 hypotheses against the 6 distinct sources of refs.tsv.
+  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref-tsv " + quoted(data_path("refs.tsv"))), 1,
+                        "has 36 lines but " + data_path("refs.tsv") + " (distinct sources) has 6");
+  const std::string short_ref = write_temp_file("short_ref.txt", "one line\n");
+  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref " + ref_a + " --ref " + quoted(short_ref)), 1,
+                        "reference file " + short_ref + " has 1 lines");
+  const std::string bad_hyp = write_temp_file("bad_hyp.txt", "ok\n\xFF\xFE\n");
+  expect_one_line_error(run_xf_eval("--hyp " + quoted(bad_hyp) + " --ref " + quoted(bad_hyp)), 1,
+                        bad_hyp + ":2: invalid UTF-8");
+  const std::string bad_tsv = write_temp_file("bad.tsv", "src\tref\nsrc only\n");
+  expect_one_line_error(run_xf_eval("--ref-tsv " + quoted(bad_tsv) + " --print-sources"), 1,
+                        bad_tsv + ":2: expected at least 2 tab-separated columns");
+}
+
+}  // namespace
+}  // namespace xf::metrics
