@@ -1,0 +1,85 @@
+#pragma once
+// Training checkpoints: one DIRECTORY per checkpoint (`<run>/step-000123/`) holding everything a
+// resume needs to continue bit for bit:
+//   checkpoint.txt       "xf-checkpoint 1", the step, data position, RNG seed, best scores
+//   config.txt           the ModelConfig, key=value
+//   options.txt          the training options (xf-train's flags), key=value
+//   parameters.bin       f32 parameters, laid out as transformer_parameters(config)
+//   adam.bin             Adam step and both moments, same layout
+//   sentencepiece.model  the tokenizer
+// A checkpoint is written into a hidden temporary directory and renamed into place, so a crash
+// never leaves a half-written `step-*` directory.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "xf/format/config.h"
+#include "xf/trainer/data.h"
+#include "xf/trainer/optimizer.h"
+
+namespace xf::trainer {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+// Progress and bookkeeping the training loop carries across a resume.
+struct TrainingProgress {
+  int64_t step = 0;                 // optimizer updates done
+  DataPosition data;                // where the batch iterator stands
+  uint64_t rng_seed = 0;            // dropout masks of step s come from (rng_seed, s)
+  double elapsed_seconds = 0;       // training wall time so far
+  int64_t tokens_seen = 0;          // source + target tokens trained on
+  double best_valid_loss = 0;       // valid when has_best
+  double best_valid_bleu = 0;
+  bool has_best = false;
+  int64_t validations_without_improvement = 0;
+  double last_valid_loss = 0;       // scores of the last validation (0 when none yet)
+  double last_valid_bleu = 0;
+};
+
+struct Checkpoint {
+  ModelConfig config;
+  std::map<std::string, std::string> options;  // flag name (without "--") -> value
+  std::vector<float> parameters;               // [transformer parameter count]
+  AdamState adam;
+  TrainingProgress progress;
+  std::string tokenizer_model;                 // SentencePiece model proto
+};
+
+// "step-000123" (at least six digits, so names sort by step).
+std::string checkpoint_name(int64_t step);
+
+// Writes `checkpoint` to `directory` atomically (a temporary sibling directory renamed into
+// place; an existing directory of that name is replaced).
+void write_checkpoint(const std::string& directory, const Checkpoint& checkpoint);
+
+// Reads and checks a checkpoint directory. Throws a one-line xf::Error naming the directory and
+// the problem: "<dir>: not an xf checkpoint (no checkpoint.txt)", a missing or truncated file,
+// sizes that disagree with the config.
+Checkpoint read_checkpoint(const std::string& directory);
+
+// The step-* checkpoint directories in `run_directory`, oldest first (empty when none).
+std::vector<std::string> list_checkpoints(const std::string& run_directory);
+
+// Saves `checkpoint` as <run>/step-NNNNNN, then deletes all but the newest `keep_last` step-*
+// directories (keep_last <= 0 keeps all). Returns the new directory.
+std::string save_checkpoint(const std::string& run_directory, const Checkpoint& checkpoint,
+                            int keep_last);
+
+// Replaces <run>/best with `checkpoint`, atomically.
+std::string save_best_checkpoint(const std::string& run_directory, const Checkpoint& checkpoint);
+
+// Reads a key=value text file ("#" comments and blank lines ignored). Throws naming file:line.
+std::map<std::string, std::string> read_key_values(const std::string& path);
+// The same over text; errors name `label` and lines counted from first_line_number.
+std::map<std::string, std::string> parse_key_values(const std::string& text,
+                                                    const std::string& label,
+                                                    size_t first_line_number = 1);
+std::string format_key_values(const std::map<std::string, std::string>& values);
+
+// ModelConfig <-> key=value, exact for every field (floats printed with 9 significant digits).
+std::map<std::string, std::string> config_to_key_values(const ModelConfig& config);
+ModelConfig config_from_key_values(const std::map<std::string, std::string>& values,
+                                   const std::string& label);
+
+}  // namespace xf::trainer
