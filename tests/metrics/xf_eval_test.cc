@@ -126,6 +126,9 @@ TEST(XfEval, BadInputsExitOneWithTheReason) {
   const std::string bad_hyp = write_temp_file("bad_hyp.txt", "ok\n\xFF\xFE\n");
   expect_one_line_error(run_xf_eval("--hyp " + quoted(bad_hyp) + " --ref " + quoted(bad_hyp)), 1,
                         bad_hyp + ":2: invalid UTF-8");
+  const std::string empty = write_temp_file("empty.txt", "");
+  expect_one_line_error(run_xf_eval("--hyp " + quoted(empty) + " --ref " + quoted(empty)), 1,
+                        "hypothesis file " + empty + " is empty: nothing to score");
   const std::string bad_tsv = write_temp_file("bad.tsv", "src\tref\nsrc only\n");
   expect_one_line_error(run_xf_eval("--ref-tsv " + quoted(bad_tsv) + " --print-sources"), 1,
                         bad_tsv + ":2: expected at least 2 tab-separated columns");

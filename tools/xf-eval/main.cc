@@ -110,7 +110,10 @@ int run(const Options& options) {
     m::GroupedReferences grouped =
         m::group_references_by_source(options.ref_tsv_path, options.source_column, options.target_column);
     if (options.print_sources) {
-      for (const std::string& source : grouped.sources) std::printf("%s\n", source.c_str());
+      for (const std::string& source : grouped.sources) {
+        std::fwrite(source.data(), 1, source.size(), stdout);
+        std::fputc('\n', stdout);
+      }
       return 0;
     }
     references = std::move(grouped.references);
@@ -125,6 +128,7 @@ int run(const Options& options) {
   if (hypotheses.size() != references.size())
     throw xf::Error("hypothesis file " + options.hyp_path + " has " + std::to_string(hypotheses.size()) +
                     " lines but " + references_origin + " has " + std::to_string(references.size()));
+  if (hypotheses.empty()) throw xf::Error("hypothesis file " + options.hyp_path + " is empty: nothing to score");
 
   const m::BleuScore bleu = m::corpus_bleu(hypotheses, references);
   const double chrf = m::corpus_chrf(hypotheses, references);
