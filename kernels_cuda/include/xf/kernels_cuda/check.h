@@ -1,0 +1,41 @@
+#pragma once
+// Every CUDA, cuBLAS and cuBLASLt call and every kernel launch in xf goes through one of these
+// macros: a failure throws xf::Error naming the call, file:line and the library's own message.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+namespace xf::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
+// "CUBLAS_STATUS_NOT_SUPPORTED" etc. (cublasGetStatusName only exists from cuBLAS 11.4.2 on).
+const char* cublas_status_name(cublasStatus_t status);
+
+}  // namespace xf::cuda
+
+#define XF_CUDA_CHECK(call)                                                   \
+  do {                                                                        \
+    const cudaError_t xf_cuda_status_ = (call);                               \
+    if (xf_cuda_status_ != cudaSuccess)                                       \
+      ::xf::cuda::throw_cuda_error(xf_cuda_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a <<<...>>> launch: reports a bad launch configuration (and clears it).
+#define XF_CUDA_CHECK_LAUNCH(kernel_name)                                        \
+  do {                                                                           \
+    const cudaError_t xf_cuda_status_ = cudaGetLastError();                      \
+    if (xf_cuda_status_ != cudaSuccess)                                          \
+      ::xf::cuda::throw_cuda_error(xf_cuda_status_, "launch of " kernel_name, __FILE__, \
+                                   __LINE__);                                    \
+  } while (0)
+
+// cublasStatus_t is shared by cuBLAS and cuBLASLt.
+#define XF_CUBLAS_CHECK(call)                                                     \
+  do {                                                                            \
+    const cublasStatus_t xf_cublas_status_ = (call);                              \
+    if (xf_cublas_status_ != CUBLAS_STATUS_SUCCESS)                               \
+      ::xf::cuda::throw_cublas_error(xf_cublas_status_, #call, __FILE__, __LINE__); \
+  } while (0)
