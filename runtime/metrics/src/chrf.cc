@@ -15,24 +15,24 @@
 namespace xf::metrics {
 namespace {
 
-// Character n-gram counts of one sentence, one map per order; the views point into `chars`.
+// Character n-gram counts of one sentence, one map per order. The keys view `chars`, so the
+// object stays where it was built (no copies or moves that could relocate a short string).
 struct CharNgrams {
-  std::u32string chars;  // code points, whitespace removed
+  explicit CharNgrams(std::string_view sentence) : chars(detail::code_points_without_whitespace(sentence)) {
+    const std::u32string_view view = chars;
+    for (size_t n = 1; n <= kChrfCharOrder; ++n)
+      for (size_t i = 0; i + n <= view.size(); ++i) {
+        ++counts[n - 1][view.substr(i, n)];
+        ++totals[n - 1];
+      }
+  }
+  CharNgrams(const CharNgrams&) = delete;
+  CharNgrams& operator=(const CharNgrams&) = delete;
+
+  const std::u32string chars;  // code points, whitespace removed
   std::array<std::unordered_map<std::u32string_view, int64_t>, kChrfCharOrder> counts;
   std::array<int64_t, kChrfCharOrder> totals{};
 };
-
-CharNgrams count_char_ngrams(std::string_view sentence) {
-  CharNgrams out;
-  out.chars = detail::code_points_without_whitespace(sentence);
-  const std::u32string_view chars = out.chars;
-  for (size_t n = 1; n <= kChrfCharOrder; ++n)
-    for (size_t i = 0; i + n <= chars.size(); ++i) {
-      ++out.counts[n - 1][chars.substr(i, n)];
-      ++out.totals[n - 1];
-    }
-  return out;
-}
 
 ChrfStats match_statistics(const CharNgrams& hyp, const CharNgrams& ref) {
   ChrfStats stats;
@@ -83,11 +83,11 @@ double chrf_from_stats(const ChrfStats& stats) {
 
 ChrfStats chrf_sentence_stats(std::string_view hypothesis, const std::vector<std::string>& references) {
   if (references.empty()) throw Error("chrF: a hypothesis has no reference");
-  const CharNgrams hyp = count_char_ngrams(hypothesis);
+  const CharNgrams hyp(hypothesis);
   ChrfStats best;
   double best_score = -1.0;
   for (const std::string& reference : references) {
-    const ChrfStats stats = match_statistics(hyp, count_char_ngrams(reference));
+    const ChrfStats stats = match_statistics(hyp, CharNgrams(reference));
     const double score = chrf_from_stats(stats);
     if (score > best_score) {  // strictly better: the first reference wins ties
       best_score = score;
