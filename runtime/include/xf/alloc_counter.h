@@ -1,0 +1,37 @@
+#pragma once
+// Heap allocation counting for tests and xf-bench. The counting hook replaces malloc, calloc,
+// realloc and the aligned allocators (operator new reaches malloc) for the whole process; it is
+// compiled into the executables that link the `xf_alloc_counter` object library, never into
+// xf's libraries. While counting, an allocation made inside a oneDNN primitive's execute()
+// (xf::cpu::inside_backend_call()) counts as the backend's, any other as xf's.
+#include <cstdint>
+
+namespace xf::alloc_counter {
+
+struct Counts {
+  uint64_t xf = 0;       // allocations by xf's own code (and anything else outside the backend)
+  uint64_t backend = 0;  // allocations inside oneDNN's execute()
+};
+
+// Resets the counts and starts counting, on every thread.
+void start();
+// Stops counting and returns what was counted since start().
+Counts stop();
+
+// Counts while alive: `Scope scope; ... Counts c = scope.stop();`
+class Scope {
+ public:
+  Scope() { start(); }
+  ~Scope() {
+    if (!stopped_) stop();
+  }
+  Counts stop() {
+    stopped_ = true;
+    return alloc_counter::stop();
+  }
+
+ private:
+  bool stopped_ = false;
+};
+
+}  // namespace xf::alloc_counter

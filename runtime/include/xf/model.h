@@ -1,0 +1,51 @@
+#pragma once
+// A translation model opened from a flat model file (.xfm): the memory-mapped weights (zero copy)
+// and the SentencePiece tokenizers stored in the file.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xf/error.h"
+#include "xf/format/config.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace xf {
+
+class ModelFile;
+
+class Model {
+ public:
+  // Opens and validates the file. Throws xf::Error("<path>: <problem>").
+  static std::shared_ptr<const Model> open(const std::string& path);
+  // Wraps a model file already open (tests open models from memory this way).
+  static std::shared_ptr<const Model> from_file(std::shared_ptr<const ModelFile> file);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  const ModelFile& file() const { return *file_; }
+
+  // True when the file stores a SentencePiece model (the text API needs one).
+  bool has_tokenizer() const { return source_tokenizer_ != nullptr; }
+
+  // Text -> SentencePiece piece ids, without the EOS the translator appends.
+  // Throws xf::Error when the text is not valid UTF-8 or the model has no tokenizer.
+  std::vector<int32_t> encode_source(std::string_view text) const;
+  // Target ids (no EOS) -> text. Throws xf::Error when the model has no tokenizer.
+  std::string decode_target(const int32_t* ids, size_t count) const;
+
+ private:
+  explicit Model(std::shared_ptr<const ModelFile> file);
+
+  std::shared_ptr<const ModelFile> file_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> source_tokenizer_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> target_tokenizer_;
+};
+
+}  // namespace xf

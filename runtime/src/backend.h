@@ -1,0 +1,55 @@
+#pragma once
+// The per-device half of the Translator. A backend owns its arena (sized from the MemoryPlan at
+// construction), the prepared weights and whatever its kernels need; it runs the encoder and one
+// decoder step at a time. The search (greedy, beam) runs on the host over the few numbers a step
+// returns (top-k candidates per row), so a GPU backend moves only those across the bus.
+//
+// Rows: a decoding batch of `sentences` sentences with `beam` hypotheses each has
+// sentences * beam rows, row = sentence * beam + hypothesis.
+#include <cstdint>
+#include <memory>
+
+namespace xf {
+class Model;
+}
+
+namespace xf::runtime {
+
+struct MemoryPlan;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Runs the encoder and computes every decoder layer's cross-attention K/V, once per batch.
+  // source_ids: [sentences, source_len], padded with pad_id after each sentence's length.
+  // source_lengths: [sentences], each in 1..source_len. Sizes within the plan.
+  virtual void encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
+                      int64_t source_len) = 0;
+
+  // One decoder step for the batch last encoded: every row feeds tokens[row] at position
+  // `step` (0 for BOS) and writes its self-attention K/V at that position; computes the logits.
+  // tokens: [sentences * beam].
+  virtual void decode_step(const int32_t* tokens, int64_t beam, int64_t step) = 0;
+
+  // On the last step's logits: per row, log_softmax + row_offsets[row] (may be null), then the
+  // k best values (descending) and their token ids. values, ids: [rows, k], host memory.
+  virtual void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) = 0;
+
+  // Reorders the self-attention caches after a beam step: row i continues from row parents[i]
+  // (positions 0..step). parents: [rows].
+  virtual void reorder_cache(const int32_t* parents, int64_t step) = 0;
+
+  // For tests against a reference: the last encoder output [sentences, source_len, d_model] and
+  // the last step's logits [rows, target_vocab], copied to host memory.
+  virtual void copy_encoder_output(float* out) const = 0;
+  virtual void copy_logits(float* out) const = 0;
+
+  // Bytes of working memory the backend took at construction.
+  virtual size_t arena_bytes() const = 0;
+};
+
+// threads: CPU threads for kernels and oneDNN.
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads);
+
+}  // namespace xf::runtime

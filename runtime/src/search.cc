@@ -1,0 +1,195 @@
+#include "search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend.h"
+#include "memory_plan.h"
+#include "xf/error.h"
+
+namespace xf::runtime {
+
+float length_penalty(int64_t length, float alpha) {
+  return std::pow((5.0f + static_cast<float>(length)) / 6.0f, alpha);
+}
+
+Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan), config_(config) {
+  const int64_t k = plan.max_beam, rows = plan.max_rows, len = plan.max_target_len;
+  // Per sentence: a beam of k ends with exactly k finished hypotheses.
+  max_finished_ = k;
+  source_ids_.resize(plan.max_sentences * plan.max_source_len);
+  source_lengths_.resize(plan.max_sentences);
+  max_length_.resize(plan.max_sentences);
+  done_.resize(plan.max_sentences);
+  tokens_.resize(rows);
+  log_probs_.resize(rows);
+  history_[0].resize(rows * len);
+  history_[1].resize(rows * len);
+  top_values_.resize(rows * k);
+  top_ids_.resize(rows * k);
+  parents_.resize(rows);
+  candidates_.resize(k * k);
+  finished_ids_.resize(plan.max_sentences * max_finished_ * len);
+  finished_.resize(plan.max_sentences * max_finished_);
+  finished_count_.resize(plan.max_sentences);
+}
+
+void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
+                       const TranslateOptions& options, TokenTranslation* const* results) {
+  backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
+  for (int64_t s = 0; s < sentences; ++s) {
+    max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);
+    done_[s] = 0;
+    finished_count_[s] = 0;
+  }
+  if (beam == 1 && use_greedy_for_beam_one)
+    greedy(backend, sentences, options);
+  else
+    beam_search(backend, sentences, beam, options);
+  write_results(sentences, options.n_best, results);
+}
+
+void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
+                          float log_prob, float alpha) {
+  int64_t& count = finished_count_[sentence];
+  if (count >= max_finished_) throw Error("internal: more finished hypotheses than planned");
+  Finished& f = finished_[sentence * max_finished_ + count];
+  f.ids = finished_ids_.data() + (sentence * max_finished_ + count) * plan_.max_target_len;
+  std::copy(ids, ids + id_count, f.ids);
+  f.id_count = id_count;
+  f.length = length;
+  f.log_prob = log_prob;
+  f.score = log_prob / length_penalty(length, alpha);
+  ++count;
+}
+
+void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions& options) {
+  const int64_t stride = plan_.max_target_len;
+  int32_t* history = history_[0].data();
+  for (int64_t s = 0; s < sentences; ++s) {
+    tokens_[s] = config_.bos_id;
+    log_probs_[s] = 0.0f;
+  }
+  const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
+  for (int64_t step = 0; step < longest; ++step) {
+    backend.decode_step(tokens_.data(), 1, step);
+    backend.top_k(nullptr, 1, top_values_.data(), top_ids_.data());
+    bool active = false;
+    for (int64_t s = 0; s < sentences; ++s) {
+      if (done_[s]) continue;
+      const int32_t token = top_ids_[s];
+      log_probs_[s] += top_values_[s];
+      int32_t* ids = history + s * stride;
+      if (token == config_.eos_id) {
+        add_finished(s, ids, step, step + 1, log_probs_[s], options.length_penalty);
+        done_[s] = 1;
+        continue;
+      }
+      ids[step] = token;
+      tokens_[s] = token;
+      if (step + 1 == max_length_[s]) {
+        add_finished(s, ids, step + 1, step + 1, log_probs_[s], options.length_penalty);
+        done_[s] = 1;
+      } else {
+        active = true;
+      }
+    }
+    if (!active) break;
+  }
+}
+
+void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
+                         const TranslateOptions& options) {
+  // The beam of a sentence shrinks as its hypotheses finish: with f finished, the best k - f
+  // continuations of the k - f live hypotheses are kept (tests/reference/README.md). Live
+  // hypotheses occupy the first rows of the sentence's k rows, best first.
+  const int64_t stride = plan_.max_target_len;
+  const int64_t k = beam;
+  for (int64_t row = 0; row < sentences * k; ++row) {
+    tokens_[row] = config_.bos_id;
+    log_probs_[row] = 0.0f;
+  }
+  int current = 0;
+  const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
+  for (int64_t step = 0; step < longest; ++step) {
+    backend.decode_step(tokens_.data(), k, step);
+    // A row's best k continuations hold every one of its candidates that can make the top k - f.
+    backend.top_k(log_probs_.data(), k, top_values_.data(), top_ids_.data());
+    const int32_t* history = history_[current].data();
+    int32_t* next_history = history_[1 - current].data();
+    bool active = false, reorder = false;
+    for (int64_t s = 0; s < sentences; ++s) {
+      const int64_t first_row = s * k;
+      for (int64_t j = 0; j < k; ++j) parents_[first_row + j] = static_cast<int32_t>(first_row + j);
+      if (done_[s]) continue;
+      // At the first step every row holds the same BOS prefix: only the first one is live.
+      const int64_t live = step == 0 ? 1 : k - finished_count_[s];
+      const int64_t width = k - finished_count_[s];
+      Candidate* c = candidates_.data();
+      for (int64_t j = 0; j < live; ++j)
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t at = (first_row + j) * k + i;
+          c[j * k + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
+        }
+      // Equal scores keep the order of (live rank, token id), as a stable sort of all live x vocab.
+      std::partial_sort(c, c + width, c + live * k, [](const Candidate& a, const Candidate& b) {
+        if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
+        if (a.parent != b.parent) return a.parent < b.parent;
+        return a.order < b.order;
+      });
+      const bool last_step = step + 1 == max_length_[s];
+      int64_t next_live = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const int64_t parent_row = first_row + c[i].parent;
+        const int32_t* prefix = history + parent_row * stride;
+        if (c[i].token == config_.eos_id) {
+          add_finished(s, prefix, step, step + 1, c[i].log_prob, options.length_penalty);
+          continue;
+        }
+        const int64_t row = first_row + next_live;
+        int32_t* ids = next_history + row * stride;
+        std::copy(prefix, prefix + step, ids);
+        ids[step] = c[i].token;
+        if (last_step) {
+          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, options.length_penalty);
+          continue;
+        }
+        parents_[row] = static_cast<int32_t>(parent_row);
+        reorder |= parent_row != row;
+        tokens_[row] = c[i].token;
+        log_probs_[row] = c[i].log_prob;
+        ++next_live;
+      }
+      if (next_live == 0)
+        done_[s] = 1;  // every beam has ended
+      else
+        active = true;
+    }
+    current = 1 - current;
+    if (!active) break;
+    if (reorder) backend.reorder_cache(parents_.data(), step);
+  }
+}
+
+void Search::write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results) {
+  for (int64_t s = 0; s < sentences; ++s) {
+    Finished* f = finished_.data() + s * max_finished_;
+    const int64_t count = finished_count_[s];
+    // Best score first; equal scores keep the order they finished in (std::stable_sort may allocate).
+    for (int64_t i = 1; i < count; ++i)
+      for (int64_t j = i; j > 0 && f[j].score > f[j - 1].score; --j) std::swap(f[j], f[j - 1]);
+    std::vector<TokenHypothesis>& hypotheses = results[s]->hypotheses;
+    const int64_t kept = std::min(n_best, count);
+    hypotheses.resize(kept);
+    for (int64_t i = 0; i < kept; ++i) {
+      TokenHypothesis& h = hypotheses[i];
+      if (h.ids.capacity() < static_cast<size_t>(plan_.max_target_len)) h.ids.reserve(plan_.max_target_len);
+      h.ids.assign(f[i].ids, f[i].ids + f[i].id_count);
+      h.score = f[i].score;
+      h.log_prob = f[i].log_prob;
+    }
+  }
+}
+
+}  // namespace xf::runtime

@@ -1,0 +1,76 @@
+#pragma once
+// Greedy and beam search on the host over a Backend. All bookkeeping is sized from the plan at
+// construction; a search allocates nothing.
+#include <cstdint>
+#include <vector>
+
+#include "xf/format/config.h"
+#include "xf/translator.h"
+
+namespace xf::runtime {
+
+class Backend;
+struct MemoryPlan;
+
+// GNMT length penalty ((5 + length) / 6)^alpha; length counts output tokens, EOS included.
+float length_penalty(int64_t length, float alpha);
+
+class Search {
+ public:
+  Search(const MemoryPlan& plan, const ModelConfig& config);
+
+  // Staging for the next batch: source ids [max_sentences, max_source_len] and lengths.
+  int32_t* source_ids() { return source_ids_.data(); }
+  int32_t* source_lengths() { return source_lengths_.data(); }
+
+  // Translates the staged batch: `sentences` sentences padded to source_len tokens (EOS
+  // included). results[i] receives sentence i's n_best hypotheses, best first; each result's
+  // storage is reused (ids capacity reserved for the plan's longest output).
+  void translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
+                 const TranslateOptions& options, TokenTranslation* const* results);
+
+  // A beam of one runs the simpler greedy loop; tests turn this off to compare the two.
+  bool use_greedy_for_beam_one = true;
+
+ private:
+  struct Candidate {
+    float log_prob;
+    int32_t token;
+    int32_t parent;  // row within the sentence's beam
+    int32_t order;   // rank within its row's top-k: breaks ties deterministically
+  };
+  struct Finished {
+    int64_t length;  // output tokens, EOS included when produced
+    float log_prob;
+    float score;
+    int32_t* ids;    // [length without EOS]
+    int64_t id_count;
+  };
+
+  void greedy(Backend& backend, int64_t sentences, const TranslateOptions& options);
+  void beam_search(Backend& backend, int64_t sentences, int64_t beam, const TranslateOptions& options);
+  void add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
+                    float log_prob, float alpha);
+  void write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results);
+
+  const MemoryPlan& plan_;
+  ModelConfig config_;
+  int64_t max_finished_ = 0;  // per sentence
+
+  std::vector<int32_t> source_ids_;      // [max_sentences, max_source_len]
+  std::vector<int32_t> source_lengths_;  // [max_sentences]
+  std::vector<int64_t> max_length_;      // [max_sentences] output limit per sentence
+  std::vector<uint8_t> done_;            // [max_sentences]
+  std::vector<int32_t> tokens_;          // [max_rows] each row's next input
+  std::vector<float> log_probs_;         // [max_rows] each row's cumulative log-probability
+  std::vector<int32_t> history_[2];      // [max_rows, max_target_len] tokens so far per row
+  std::vector<float> top_values_;        // [max_rows, max_beam]
+  std::vector<int32_t> top_ids_;         // [max_rows, max_beam]
+  std::vector<int32_t> parents_;         // [max_rows]
+  std::vector<Candidate> candidates_;    // [max_beam * max_beam]
+  std::vector<int32_t> finished_ids_;    // [max_sentences, max_finished, max_target_len]
+  std::vector<Finished> finished_;       // [max_sentences, max_finished]
+  std::vector<int64_t> finished_count_;  // [max_sentences]
+};
+
+}  // namespace xf::runtime

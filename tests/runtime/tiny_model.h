@@ -1,0 +1,43 @@
+#pragma once
+// Tiny random models for runtime and tool tests: random weights written with ModelWriter, and a
+// tiny SentencePiece model trained in the test process on generated lines.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xf/format/config.h"
+
+namespace xf::test {
+
+struct TinyModelOptions {
+  uint32_t seed = 1;
+  bool with_tokenizer = true;     // vocabulary = the tiny SentencePiece model's pieces
+  uint32_t vocab_size = 48;       // when without a tokenizer
+  uint32_t d_model = 32;
+  uint32_t num_heads = 4;
+  uint32_t d_ff = 64;
+  uint32_t layers = 2;            // encoder and decoder
+  uint32_t max_positions = 256;
+  NormPosition norm_position = NormPosition::post;
+  bool shared_embeddings = true;
+  bool tied_output = true;
+  DType matrix_dtype = DType::f32;  // 2-D tensors; 1-D ones follow unless int8 (then f32)
+  // Added to the EOS logit through the output bias (the model then has one), so that outputs
+  // end at varying lengths; 0 leaves the bias out.
+  float eos_bias = 2.0f;
+  // Values rounded to f16 before writing, so an f32 file and an f16 file hold the same numbers.
+  bool round_to_f16 = false;
+};
+
+// The tiny SentencePiece model proto (trained once per process; pad 0, unk 1, bos 2, eos 3).
+const std::string& tiny_sentencepiece_model();
+// Lines like the ones it was trained on (deterministic for a seed).
+std::vector<std::string> sample_sentences(size_t count, uint32_t seed);
+
+// Writes a model file to `path`; returns its config.
+ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& options = {});
+
+// A fresh directory under the system temp dir, removed by nobody (tests use unique names).
+std::string make_temp_dir(const std::string& label);
+
+}  // namespace xf::test

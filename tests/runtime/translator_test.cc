@@ -1,0 +1,401 @@
+// The Translator on tiny random models: greedy against a step-by-step argmax over the backend's
+// logits, beam 1 against greedy, batches against one sentence at a time, the plan's limits, and
+// the text path (empty lines, invalid UTF-8).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "memory_plan.h"
+#include "search.h"
+#include "tiny_model.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+using test::TinyModelOptions;
+
+std::shared_ptr<const Model> tiny_model(const TinyModelOptions& options, const std::string& name) {
+  static const std::string dir = test::make_temp_dir("translator");
+  const std::string path = dir + "/" + name + ".xfm";
+  test::write_tiny_model(path, options);
+  return Model::open(path);
+}
+
+std::shared_ptr<const Model> default_model() {
+  static const auto model = tiny_model({}, "default");
+  return model;
+}
+
+std::vector<std::vector<int32_t>> random_sources(size_t count, uint32_t vocab, uint32_t seed,
+                                                 size_t max_length) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> sources(count);
+  for (auto& s : sources) {
+    s.resize(1 + rng() % max_length);
+    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
+  }
+  return sources;
+}
+
+double log_softmax_at(const float* logits, int64_t vocab, int64_t index) {
+  double max = logits[0];
+  for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, logits[v]);
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(logits[v] - max);
+  return logits[index] - max - std::log(sum);
+}
+
+void expect_same_translations(const std::vector<TokenTranslation>& a,
+                              const std::vector<TokenTranslation>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].hypotheses.size(), b[i].hypotheses.size()) << "sentence " << i;
+    for (size_t k = 0; k < a[i].hypotheses.size(); ++k) {
+      EXPECT_EQ(a[i].hypotheses[k].ids, b[i].hypotheses[k].ids) << "sentence " << i << " hypothesis " << k;
+      EXPECT_NEAR(a[i].hypotheses[k].score, b[i].hypotheses[k].score,
+                  1e-5 * std::max(1.0f, std::abs(a[i].hypotheses[k].score)));
+    }
+  }
+}
+
+// Greedy decoding redone here from the backend's raw logits: argmax in double precision, one
+// sentence at a time; the Translator's greedy search (batched, through log_softmax_top_k) must
+// produce the same ids and log-probabilities.
+TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
+  auto model = default_model();
+  const ModelConfig& config = model->config();
+  TranslatorOptions topts;
+  topts.max_batch = 5;
+  topts.beam = 1;
+  Translator translator(model, topts);
+  const auto sources = random_sources(5, config.source_vocab_size, 11, 12);
+  TranslateOptions options;
+  options.beam = 1;
+  std::vector<TokenTranslation> results;
+  translator.translate_ids(sources, options, results);
+
+  TranslatorOptions single = topts;
+  single.max_batch = 1;
+  auto plan = runtime::make_memory_plan(config, single);
+  auto backend = runtime::make_cpu_backend(*model, plan, 1);
+  std::vector<float> logits(config.target_vocab_size);
+  size_t ended_by_eos = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    std::vector<int32_t> source = sources[i];
+    source.push_back(config.eos_id);
+    const int32_t length = static_cast<int32_t>(source.size());
+    backend->encode(source.data(), &length, 1, length);
+    const int64_t max_length = runtime::max_output_length(plan, options, length);
+    std::vector<int32_t> expected;
+    double log_prob = 0.0;
+    int32_t token = config.bos_id;
+    int64_t steps = 0;
+    for (int64_t step = 0; step < max_length; ++step) {
+      backend->decode_step(&token, 1, step);
+      backend->copy_logits(logits.data());
+      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      log_prob += log_softmax_at(logits.data(), config.target_vocab_size, token);
+      steps = step + 1;
+      if (token == config.eos_id) break;
+      expected.push_back(token);
+    }
+    ended_by_eos += token == config.eos_id;
+    ASSERT_EQ(results[i].hypotheses.size(), 1u);
+    const TokenHypothesis& h = results[i].hypotheses[0];
+    EXPECT_EQ(h.ids, expected) << "sentence " << i;
+    EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * std::max(1.0, std::abs(log_prob)));
+    EXPECT_NEAR(h.score, log_prob / std::pow((5.0 + steps) / 6.0, 0.6), 1e-4 * std::max(1.0, std::abs(log_prob)));
+  }
+  EXPECT_GT(ended_by_eos, 0u) << "the tiny model should end some outputs with EOS";
+}
+
+// Beam search with a beam of one, run through the beam search code (not the greedy shortcut).
+TEST(Translator, BeamOfOneEqualsGreedy) {
+  auto model = default_model();
+  const ModelConfig& config = model->config();
+  TranslatorOptions topts;
+  topts.max_batch = 6;
+  topts.beam = 1;
+  const auto plan = runtime::make_memory_plan(config, topts);
+  auto backend = runtime::make_cpu_backend(*model, plan, 1);
+  const auto sources = random_sources(6, config.source_vocab_size, 12, 15);
+  int64_t longest = 0;
+  for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
+
+  TranslateOptions options;
+  options.beam = 1;
+  std::vector<TokenTranslation> greedy(sources.size()), beam(sources.size());
+  std::vector<TokenTranslation*> greedy_out, beam_out;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    greedy_out.push_back(&greedy[i]);
+    beam_out.push_back(&beam[i]);
+  }
+  runtime::Search search(plan, config);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      int32_t* row = search.source_ids() + i * longest;
+      std::fill(row, row + longest, config.pad_id);
+      std::copy(sources[i].begin(), sources[i].end(), row);
+      row[sources[i].size()] = config.eos_id;
+      search.source_lengths()[i] = static_cast<int32_t>(sources[i].size() + 1);
+    }
+    search.use_greedy_for_beam_one = pass == 0;
+    search.translate(*backend, sources.size(), longest, 1, options,
+                     (pass == 0 ? greedy_out : beam_out).data());
+  }
+  expect_same_translations(greedy, beam);
+}
+
+// Sentences of different lengths, decoded in sorted, padded batches, give what each gives alone.
+TEST(Translator, BatchEqualsOneByOne) {
+  auto model = default_model();
+  const auto sources = random_sources(11, model->config().source_vocab_size, 13, 20);
+  for (int beam : {1, 3}) {
+    TranslatorOptions topts;
+    topts.max_batch = 4;
+    topts.beam = 3;
+    Translator translator(model, topts);
+    TranslateOptions options;
+    options.beam = beam;
+    options.n_best = beam;
+    std::vector<TokenTranslation> batched;
+    translator.translate_ids(sources, options, batched);
+    std::vector<TokenTranslation> alone(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      std::vector<TokenTranslation> one;
+      translator.translate_ids({sources[i]}, options, one);
+      alone[i] = one[0];
+    }
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    expect_same_translations(batched, alone);
+  }
+}
+
+TEST(Translator, NBestIsSortedDistinctAndScoredWithTheLengthPenalty) {
+  auto model = default_model();
+  TranslatorOptions topts;
+  topts.beam = 4;
+  Translator translator(model, topts);
+  TranslateOptions options;
+  options.n_best = 4;
+  options.length_penalty = 0.6f;
+  std::vector<TokenTranslation> results;
+  translator.translate_ids(random_sources(6, model->config().source_vocab_size, 14, 10), options, results);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.hypotheses.size(), 4u);
+    for (size_t k = 0; k < r.hypotheses.size(); ++k) {
+      const auto& h = r.hypotheses[k];
+      if (k > 0) {
+        EXPECT_GE(r.hypotheses[k - 1].score, h.score);
+      }
+      for (size_t j = 0; j < k; ++j) EXPECT_NE(r.hypotheses[j].ids, h.ids) << "duplicate hypothesis";
+      // Output of length n ended by EOS: n + 1 steps; one cut by the length limit: n steps.
+      const double lp_eos = std::pow((5.0 + h.ids.size() + 1) / 6.0, 0.6);
+      const double lp_cut = std::pow((5.0 + h.ids.size()) / 6.0, 0.6);
+      const double expected_eos = h.log_prob / lp_eos, expected_cut = h.log_prob / lp_cut;
+      EXPECT_TRUE(std::abs(h.score - expected_eos) < 1e-5 || std::abs(h.score - expected_cut) < 1e-5)
+          << h.score << " vs " << expected_eos << " / " << expected_cut;
+    }
+  }
+}
+
+TEST(Translator, MaxLengthRuleCutsOutputs) {
+  TinyModelOptions never_ends;
+  never_ends.eos_bias = -50.0f;  // EOS never wins
+  auto model = tiny_model(never_ends, "never_ends");
+  TranslatorOptions topts;
+  topts.beam = 2;
+  topts.max_source_len = 20;
+  topts.max_len_a = 1.0f;
+  topts.max_len_b = 5;
+  Translator translator(model, topts);
+  EXPECT_EQ(translator.max_target_len(), 25);
+  const auto sources = random_sources(4, model->config().source_vocab_size, 15, 12);
+  for (int beam : {1, 2}) {
+    TranslateOptions options;
+    options.beam = beam;
+    options.max_len_a = 0.0f;
+    options.max_len_b = 3;
+    std::vector<TokenTranslation> results;
+    translator.translate_ids(sources, options, results);
+    for (const auto& r : results) EXPECT_EQ(r.hypotheses[0].ids.size(), 3u);
+    // Default rule 1 * source + 50 is capped by the plan's 1 * 20 + 5.
+    options.max_len_a = 1.0f;
+    options.max_len_b = 50;
+    translator.translate_ids(sources, options, results);
+    for (size_t i = 0; i < sources.size(); ++i)
+      EXPECT_EQ(results[i].hypotheses[0].ids.size(), std::min<size_t>(sources[i].size() + 1 + 50, 25));
+  }
+}
+
+TEST(Translator, RequestsBeyondThePlanAreClearErrors) {
+  auto model = default_model();
+  TranslatorOptions topts;
+  topts.max_source_len = 8;
+  topts.beam = 2;
+  Translator translator(model, topts);
+  std::vector<TokenTranslation> results;
+  auto message_of = [&](const std::vector<std::vector<int32_t>>& sources, const TranslateOptions& o) {
+    try {
+      translator.translate_ids(sources, o, results);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::vector<int32_t> ok(7, 5), too_long(8, 5);
+  EXPECT_NE(message_of({ok, too_long}, {}).find("sentence 2: 9 tokens with EOS, more than the translator's max_source_len 8"), std::string::npos)
+      << message_of({ok, too_long}, {});
+  TranslateOptions wide;
+  wide.beam = 3;
+  EXPECT_NE(message_of({ok}, wide).find("beam 3"), std::string::npos);
+  TranslateOptions many;
+  many.n_best = 3;
+  EXPECT_NE(message_of({ok}, many).find("n_best 3"), std::string::npos);
+  const std::vector<int32_t> bad_id{5, static_cast<int32_t>(model->config().source_vocab_size)};
+  EXPECT_NE(message_of({bad_id}, {}).find("outside the source vocabulary"), std::string::npos);
+  EXPECT_NE(message_of({{5, -1}}, {}).find("token id -1"), std::string::npos);
+  // Still usable after errors.
+  EXPECT_EQ(message_of({ok}, {}), "no error");
+
+  auto options_error = [&](TranslatorOptions o) {
+    try {
+      Translator t(model, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TranslatorOptions o;
+  o.max_source_len = 1000;  // > max_positions 256
+  EXPECT_NE(options_error(o).find("max_positions"), std::string::npos);
+  o = {};
+  o.max_batch = 0;
+  EXPECT_NE(options_error(o).find("max_batch"), std::string::npos);
+  o = {};
+  o.beam = 1000;
+  EXPECT_NE(options_error(o).find("too wide"), std::string::npos);
+  o = {};
+  o.device = Device::cuda;
+  EXPECT_NE(options_error(o).find("cuda"), std::string::npos);
+}
+
+TEST(Translator, TextPathEmptyLinesAndOrder) {
+  auto model = default_model();
+  TranslatorOptions topts;
+  topts.max_batch = 3;
+  topts.beam = 2;
+  Translator translator(model, topts);
+  std::vector<std::string> lines = test::sample_sentences(7, 99);
+  lines.insert(lines.begin() + 2, "");
+  lines.push_back("");
+  const auto results = translator.translate(lines);
+  ASSERT_EQ(results.size(), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_EQ(results[i].hypotheses.size(), 1u);
+    if (lines[i].empty()) {
+      EXPECT_EQ(results[i].hypotheses[0].text, "");
+      EXPECT_TRUE(results[i].hypotheses[0].ids.empty());
+      continue;
+    }
+    // The same as the token path on the tokenizer's ids, and the text is the ids detokenized.
+    std::vector<TokenTranslation> tokens;
+    translator.translate_ids({model->encode_source(lines[i])}, {}, tokens);
+    EXPECT_EQ(results[i].hypotheses[0].ids, tokens[0].hypotheses[0].ids) << "line " << i;
+    EXPECT_EQ(results[i].hypotheses[0].text,
+              model->decode_target(tokens[0].hypotheses[0].ids.data(), tokens[0].hypotheses[0].ids.size()));
+  }
+}
+
+TEST(Translator, InvalidUtf8IsAClearError) {
+  auto model = default_model();
+  Translator translator(model, {});
+  for (const std::string bad : {"\xff", "ok \xc3", "\xed\xa0\x80", "\xc0\xaf"}) {
+    try {
+      translator.translate({"the cat", bad});
+      ADD_FAILURE() << "no error for invalid UTF-8";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("sentence 2"), std::string::npos) << message;
+      EXPECT_NE(message.find("invalid UTF-8"), std::string::npos) << message;
+    }
+  }
+  EXPECT_EQ(translator.translate({"the cat"}).size(), 1u);
+}
+
+// f16 weights are widened to f32 once at load: a file with f16 weights translates exactly like
+// an f32 file holding the same (f16-representable) values.
+TEST(Translator, HalfPrecisionWeightsMatchTheirF32Values) {
+  TinyModelOptions rounded;
+  rounded.round_to_f16 = true;
+  rounded.seed = 5;
+  auto f32_model = tiny_model(rounded, "rounded_f32");
+  rounded.matrix_dtype = DType::f16;
+  auto f16_model = tiny_model(rounded, "rounded_f16");
+  const auto sources = random_sources(5, f32_model->config().source_vocab_size, 16, 10);
+  std::vector<TokenTranslation> a, b;
+  Translator(f32_model, {}).translate_ids(sources, {}, a);
+  Translator(f16_model, {}).translate_ids(sources, {}, b);
+  expect_same_translations(a, b);
+}
+
+// int8 weights with per-row scales: logits close to the f32 model's (quantization error only).
+TEST(Translator, Int8WeightsGiveLogitsCloseToF32) {
+  TinyModelOptions options;
+  options.seed = 6;
+  auto f32_model = tiny_model(options, "q_f32");
+  options.matrix_dtype = DType::int8;
+  auto int8_model = tiny_model(options, "q_int8");
+  const ModelConfig& config = f32_model->config();
+  TranslatorOptions topts;
+  topts.max_batch = 1;
+  const auto plan = runtime::make_memory_plan(config, topts);
+  auto a = runtime::make_cpu_backend(*f32_model, plan, 1);
+  auto b = runtime::make_cpu_backend(*int8_model, plan, 1);
+  const std::vector<int32_t> source{7, 9, 11, 13, config.eos_id};
+  const int32_t length = 5;
+  std::vector<float> la(config.target_vocab_size), lb(config.target_vocab_size);
+  for (auto* backend : {a.get(), b.get()}) backend->encode(source.data(), &length, 1, length);
+  const int32_t tokens[] = {config.bos_id, 8, 12};
+  for (int step = 0; step < 3; ++step) {
+    a->decode_step(&tokens[step], 1, step);
+    b->decode_step(&tokens[step], 1, step);
+    a->copy_logits(la.data());
+    b->copy_logits(lb.data());
+    double max_abs = 0.0, max_diff = 0.0;
+    for (size_t v = 0; v < la.size(); ++v) {
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(la[v])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(la[v]) - lb[v]));
+    }
+    EXPECT_LT(max_diff, 0.05 * max_abs) << "step " << step;
+    EXPECT_GT(max_diff, 0.0) << "int8 weights should not be exact";
+  }
+}
+
+// Pre-norm with separate embeddings and an untied output projection goes through the same API.
+TEST(Translator, PreNormSeparateEmbeddingsTranslate) {
+  TinyModelOptions options;
+  options.norm_position = NormPosition::pre;
+  options.shared_embeddings = false;
+  options.tied_output = false;
+  options.seed = 9;
+  auto model = tiny_model(options, "pre_separate");
+  Translator translator(model, {});
+  const auto sources = random_sources(4, model->config().source_vocab_size, 17, 10);
+  std::vector<TokenTranslation> batched;
+  translator.translate_ids(sources, {}, batched);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    std::vector<TokenTranslation> one;
+    translator.translate_ids({sources[i]}, {}, one);
+    expect_same_translations({batched[i]}, one);
+  }
+}
+
+}  // namespace
+}  // namespace xf
