@@ -606,8 +606,33 @@ def tuning(case):
     return case["seed"], case["sharpness"], case["eos_step"], case["eos_slope"]
 
 
+def check_against_torch_modules(case):
+    """This file's attention and LayerNorm against torch's own (same layout: fused in_proj
+    [3d, d] in q, k, v order, heads split along features), on random data."""
+    c = case["config"]
+    P = random_parameters(c, 99, 1.0, 5, 0.0)
+    gen = torch.Generator().manual_seed(5)
+    B, T, d = 2, 5, c["d_model"]
+    x = torch.randn(B, T, d, generator=gen)
+    key_ok = torch.ones(B, T, dtype=torch.bool)
+    key_ok[1, 3:] = False
+    p = "encoder.layers.0."
+    ours = self_attention(x, P, p, key_ok[:, None, :].expand(-1, T, -1), c)
+    theirs, _ = torch.nn.functional.multi_head_attention_forward(
+        x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), d, c["num_heads"],
+        P[p + "self_attention.qkv.weight"], P[p + "self_attention.qkv.bias"], None, None, False,
+        0.0, P[p + "self_attention.output.weight"], P[p + "self_attention.output.bias"],
+        training=False, key_padding_mask=~key_ok, need_weights=False)
+    assert torch.allclose(ours, theirs.transpose(0, 1), rtol=0, atol=1e-12)
+    ours = layer_norm(x, P, p + "ffn_norm", c)
+    theirs = torch.nn.functional.layer_norm(x, (d,), P[p + "ffn_norm.gamma"],
+                                            P[p + "ffn_norm.beta"], c["layer_norm_epsilon"])
+    assert torch.allclose(ours, theirs, rtol=0, atol=1e-12)
+
+
 def generate(name, case):
     c = case["config"]
+    check_against_torch_modules(case)
     out = run_case(case, *tuning(case))
     if not accept(out, c):
         summarize(name, case["seed"], out, float("nan"), 1, float("nan"))
