@@ -1,0 +1,95 @@
+// Steady-state translation allocates nothing in xf's own code: after a first call, translate_ids()
+// is counted with the malloc hook (xf_alloc_counter), for greedy and beam search, at batch 1 and
+// at the plan's maximum. Allocations inside oneDNN's execute() are counted apart and reported.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tiny_model.h"
+#include "xf/alloc_counter.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+std::shared_ptr<const Model> model_with(DType dtype) {
+  static const std::string dir = test::make_temp_dir("alloc");
+  test::TinyModelOptions options;
+  options.matrix_dtype = dtype;
+  const std::string path = dir + "/" + dtype_name(dtype) + ".xfm";
+  test::write_tiny_model(path, options);
+  return Model::open(path);
+}
+
+std::vector<std::vector<int32_t>> sources(size_t count, uint32_t vocab) {
+  std::mt19937 rng(21);
+  std::vector<std::vector<int32_t>> out(count);
+  for (auto& s : out) {
+    s.resize(2 + rng() % 14);
+    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
+  }
+  return out;
+}
+
+// The hook counts at all: an allocation made on purpose while counting shows up as xf's.
+TEST(Allocation, HookCountsAllocations) {
+  alloc_counter::Scope scope;
+  auto* p = new std::vector<int>(1000);
+  delete p;
+  const auto counts = scope.stop();
+  EXPECT_GE(counts.xf, 2u);
+}
+
+struct Case {
+  DType dtype;
+  int beam;
+  int batch;  // 0: the plan's maximum
+  int threads;
+};
+
+class SteadyState : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
+  const Case c = GetParam();
+  auto model = model_with(c.dtype);
+  TranslatorOptions topts;
+  topts.max_batch = 8;
+  topts.beam = 4;
+  topts.max_source_len = 32;
+  topts.threads = c.threads;
+  Translator translator(model, topts);
+  TranslateOptions options;
+  options.beam = c.beam;
+  options.n_best = c.beam;
+  const size_t batch = c.batch == 0 ? static_cast<size_t>(topts.max_batch) : c.batch;
+  // Two batches' worth at the maximum, so that a second batch reuses the first one's memory.
+  const auto input = sources(c.batch == 0 ? 2 * batch : batch, model->config().source_vocab_size);
+  std::vector<TokenTranslation> results;
+  translator.translate_ids(input, options, results);  // first call: results take their storage
+
+  alloc_counter::Scope scope;
+  translator.translate_ids(input, options, results);
+  const auto counts = scope.stop();
+  EXPECT_EQ(counts.xf, 0u) << "heap allocations by xf during translate_ids";
+  RecordProperty("allocations_backend", std::to_string(counts.backend));
+  std::printf("[ oneDNN   ] %llu allocations inside execute() (%s, beam %d, batch %zu)\n",
+              static_cast<unsigned long long>(counts.backend), dtype_name(c.dtype), c.beam, batch);
+  ASSERT_EQ(results.size(), input.size());
+  EXPECT_EQ(results[0].hypotheses.size(), static_cast<size_t>(c.beam));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runtime, SteadyState,
+    ::testing::Values(Case{DType::f32, 1, 1, 1}, Case{DType::f32, 4, 1, 1}, Case{DType::f32, 1, 0, 1},
+                      Case{DType::f32, 4, 0, 1}, Case{DType::f32, 4, 0, 2}, Case{DType::int8, 1, 0, 1},
+                      Case{DType::int8, 4, 0, 1}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(dtype_name(info.param.dtype)) + "_beam" + std::to_string(info.param.beam) +
+             (info.param.batch == 0 ? std::string("_max_batch") : "_batch" + std::to_string(info.param.batch)) +
+             "_threads" + std::to_string(info.param.threads);
+    });
+
+}  // namespace
+}  // namespace xf

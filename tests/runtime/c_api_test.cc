@@ -1,0 +1,139 @@
+// The C API: status codes and messages instead of exceptions, and the same translations as the
+// C++ API.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tiny_model.h"
+#include "xf/translator.h"
+#include "xf/xf.h"
+
+namespace {
+
+const std::string& model_path() {
+  static const std::string path = [] {
+    const std::string p = xf::test::make_temp_dir("c_api") + "/tiny.xfm";
+    xf::test::write_tiny_model(p);
+    return p;
+  }();
+  return path;
+}
+
+TEST(CApi, OpenReportsTheFileAtFault) {
+  xf_model* model = reinterpret_cast<xf_model*>(0x1);
+  EXPECT_EQ(xf_model_open("/nonexistent/model.xfm", &model), XF_ERROR);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_NE(std::string(xf_last_error()).find("/nonexistent/model.xfm"), std::string::npos) << xf_last_error();
+  EXPECT_EQ(xf_model_open(nullptr, &model), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(xf_model_open(model_path().c_str(), nullptr), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(xf_last_error()), "");
+}
+
+TEST(CApi, TranslatesLikeTheCppApi) {
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  EXPECT_STREQ(xf_last_error(), "");
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_batch = 4;
+  topts.beam = 3;
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  xf_model_free(model);  // the translator keeps it alive
+
+  const std::vector<std::string> lines = xf::test::sample_sentences(6, 31);
+  std::vector<const char*> pointers;
+  for (const auto& l : lines) pointers.push_back(l.c_str());
+  xf_translate_options options;
+  xf_translate_options_init(&options);
+  options.n_best = 2;
+  xf_results* results = nullptr;
+  ASSERT_EQ(xf_translate(translator, pointers.data(), pointers.size(), &options, &results), XF_OK)
+      << xf_last_error();
+
+  xf::TranslatorOptions cpp_options;
+  cpp_options.max_batch = 4;
+  cpp_options.beam = 3;
+  xf::Translator cpp(xf::Model::open(model_path()), cpp_options);
+  xf::TranslateOptions cpp_translate;
+  cpp_translate.n_best = 2;
+  const auto expected = cpp.translate(lines, cpp_translate);
+
+  ASSERT_EQ(xf_results_count(results), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_EQ(xf_results_hypotheses(results, i), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(std::string(xf_results_text(results, i, k)), expected[i].hypotheses[k].text);
+      size_t length = 0;
+      const int32_t* ids = xf_results_ids(results, i, k, &length);
+      EXPECT_EQ(std::vector<int32_t>(ids, ids + length), expected[i].hypotheses[k].ids);
+      EXPECT_FLOAT_EQ(xf_results_score(results, i, k), expected[i].hypotheses[k].score);
+    }
+  }
+  EXPECT_EQ(xf_results_text(results, lines.size(), 0), nullptr);
+  EXPECT_EQ(xf_results_text(results, 0, 2), nullptr);
+  EXPECT_TRUE(std::isnan(xf_results_score(results, 0, 5)));
+  xf_results_free(results);
+
+  // Token ids: the same hypotheses as the text path on the tokenizer's ids.
+  const auto ids = cpp.model().encode_source(lines[0]);
+  const int32_t* sources[] = {ids.data()};
+  const size_t lengths[] = {ids.size()};
+  ASSERT_EQ(xf_translate_ids(translator, sources, lengths, 1, &options, &results), XF_OK) << xf_last_error();
+  size_t length = 0;
+  const int32_t* out = xf_results_ids(results, 0, 0, &length);
+  EXPECT_EQ(std::vector<int32_t>(out, out + length), expected[0].hypotheses[0].ids);
+  EXPECT_STREQ(xf_results_text(results, 0, 0), "");
+  xf_results_free(results);
+  xf_translator_free(translator);
+}
+
+TEST(CApi, ErrorsBecomeStatusCodes) {
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK);
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_source_len = 4;
+  topts.beam = 2;
+  xf_translator* translator = nullptr;
+  topts.max_batch = 0;
+  EXPECT_EQ(xf_translator_create(model, &topts, &translator), XF_ERROR);
+  EXPECT_NE(std::string(xf_last_error()).find("max_batch"), std::string::npos);
+  topts.max_batch = 2;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+
+  xf_results* results = nullptr;
+  const char* bad_utf8[] = {"the cat", "\xc3\x28"};
+  EXPECT_EQ(xf_translate(translator, bad_utf8, 2, nullptr, &results), XF_ERROR);
+  EXPECT_EQ(results, nullptr);
+  EXPECT_NE(std::string(xf_last_error()).find("invalid UTF-8"), std::string::npos) << xf_last_error();
+
+  const char* too_long[] = {"the cat sees the dog and the bird sings in the morning"};
+  EXPECT_EQ(xf_translate(translator, too_long, 1, nullptr, &results), XF_ERROR);
+  EXPECT_NE(std::string(xf_last_error()).find("max_source_len 4"), std::string::npos) << xf_last_error();
+
+  xf_translate_options options;
+  xf_translate_options_init(&options);
+  options.beam = 3;
+  const char* ok[] = {"the cat", ""};
+  EXPECT_EQ(xf_translate(translator, ok, 2, &options, &results), XF_ERROR);
+  EXPECT_NE(std::string(xf_last_error()).find("beam 3"), std::string::npos) << xf_last_error();
+
+  const char* with_null[] = {"the cat", nullptr};
+  EXPECT_EQ(xf_translate(translator, with_null, 2, nullptr, &results), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(xf_translate(nullptr, ok, 2, nullptr, &results), XF_ERROR_INVALID_ARGUMENT);
+
+  ASSERT_EQ(xf_translate(translator, ok, 2, nullptr, &results), XF_OK) << xf_last_error();
+  EXPECT_STREQ(xf_results_text(results, 1, 0), "");
+  xf_results_free(results);
+  xf_translator_free(translator);
+  xf_model_free(model);
+  // Freeing null handles is a no-op.
+  xf_results_free(nullptr);
+  xf_translator_free(nullptr);
+  xf_model_free(nullptr);
+}
+
+}  // namespace
