@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
+
+#include "xf/error.h"
 
 namespace xf {
 
@@ -77,8 +81,18 @@ void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* q
   for (size_t r = 0; r < rows; ++r) {
     const float* row = values + r * cols;
     float absmax = 0.0f;
-    for (size_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(row[c]));
-    const float scale = absmax > 0.0f ? absmax / 127.0f : 1.0f;
+    for (size_t c = 0; c < cols; ++c) {
+      if (!std::isfinite(row[c])) {
+        throw Error("cannot quantize a non-finite value to int8 (row " + std::to_string(r) +
+                    ", column " + std::to_string(c) + ")");
+      }
+      absmax = std::max(absmax, std::fabs(row[c]));
+    }
+    // For a row of tiny subnormals absmax / 127 underflows to zero; the smallest positive
+    // float is then the scale (the values become small integers, exactly representable).
+    const float scale = absmax > 0.0f
+                            ? std::max(absmax / 127.0f, std::numeric_limits<float>::denorm_min())
+                            : 1.0f;
     scales[r] = scale;
     for (size_t c = 0; c < cols; ++c) {
       const float q = std::nearbyint(row[c] / scale);

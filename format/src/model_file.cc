@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -43,7 +44,8 @@ bool checked_multiply(uint64_t a, uint64_t b, uint64_t* out) {
 }  // namespace
 
 std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; no effect on regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -128,6 +130,11 @@ void ModelFile::parse_and_validate() {
   uint32_t header_size = 0, header_crc = 0;
   std::memcpy(&header_size, bytes_, 4);
   std::memcpy(&header_crc, bytes_ + 4, 4);
+  // The FlatBuffers verifier handles buffers below 2^31 - 1 bytes only (it asserts otherwise).
+  if (header_size >= FLATBUFFERS_MAX_BUFFER_SIZE) {
+    fail("header of " + std::to_string(header_size) + " bytes exceeds the FlatBuffers limit of " +
+         std::to_string(FLATBUFFERS_MAX_BUFFER_SIZE - 1) + " bytes");
+  }
   if (kPreambleSize + uint64_t{header_size} > size_) {
     fail("truncated: the header needs " + std::to_string(kPreambleSize + uint64_t{header_size}) +
          " bytes, the file has " + std::to_string(size_));
@@ -202,6 +209,12 @@ void ModelFile::parse_and_validate() {
 
   // Tensor table: every entry in bounds, aligned, sized by its shape and dtype.
   tensors_.clear();
+  struct BlobRange {
+    uint64_t offset, length;
+    size_t tensor;     // index into tensors_
+    const char* what;  // "data" or "row scales"
+  };
+  std::vector<BlobRange> ranges;
   const uint8_t* blob = bytes_ + blob_offset_;
   for (const fb::Tensor* t : *model->tensors()) {
     const std::string name = t->name()->str();
@@ -242,9 +255,20 @@ void ModelFile::parse_and_validate() {
     check_range(t->offset(), bytes, "data");
     view.data = blob + t->offset();
     view.bytes = bytes;
+    ranges.push_back({t->offset(), bytes, tensors_.size(), "data"});
     if (view.dtype == DType::int8) {
-      check_range(t->scales_offset(), view.shape[0] * sizeof(float), "row scales");
+      const uint64_t scale_bytes = view.shape[0] * sizeof(float);
+      check_range(t->scales_offset(), scale_bytes, "row scales");
       view.row_scales = reinterpret_cast<const float*>(blob + t->scales_offset());
+      // A zero, negative or non-finite scale would silently poison every product with the row.
+      for (uint64_t r = 0; r < view.shape[0]; ++r) {
+        float scale;
+        std::memcpy(&scale, blob + t->scales_offset() + r * sizeof(float), sizeof scale);
+        if (!(std::isfinite(scale) && scale > 0.0f)) {
+          tensor_fail("row scale " + std::to_string(r) + " is not a positive finite number");
+        }
+      }
+      ranges.push_back({t->scales_offset(), scale_bytes, tensors_.size(), "row scales"});
     } else if (t->scales_offset() != 0) {
       tensor_fail("has row scales but is not int8");
     }
@@ -253,6 +277,23 @@ void ModelFile::parse_and_validate() {
       tensor_fail("tensor table is not sorted by name or has a duplicate");
     }
     tensors_.push_back(view);
+  }
+
+  // No two ranges share a byte: a writer never lays them out that way, and a tensor that
+  // aliases another is a corrupt table, not a saving.
+  std::stable_sort(ranges.begin(), ranges.end(),
+                   [](const BlobRange& a, const BlobRange& b) { return a.offset < b.offset; });
+  auto range_string = [&](const BlobRange& r) {
+    return std::string(r.what) + " [" + std::to_string(r.offset) + ", +" +
+           std::to_string(r.length) + ")";
+  };
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const BlobRange &previous = ranges[i - 1], &next = ranges[i];
+    if (next.offset < previous.offset + previous.length) {
+      fail("tensor '" + std::string(tensors_[next.tensor].name) + "': " + range_string(next) +
+           " overlaps tensor '" + std::string(tensors_[previous.tensor].name) + "' " +
+           range_string(previous));
+    }
   }
 
   // The table must be exactly the parameters the config calls for.

@@ -214,10 +214,12 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
     }
     written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
+  // Close even when fsync fails, so the descriptor never leaks.
+  const int sync_errno = ::fsync(fd) == 0 ? 0 : errno;
+  const int close_errno = ::close(fd) == 0 ? 0 : errno;
+  if (sync_errno != 0 || close_errno != 0) {
     ::unlink(temporary.c_str());
-    throw Error(path + ": cannot flush: " + std::strerror(err));
+    throw Error(path + ": cannot flush: " + std::strerror(sync_errno ? sync_errno : close_errno));
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const int err = errno;

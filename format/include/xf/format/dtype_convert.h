@@ -12,7 +12,8 @@ uint16_t float_to_bfloat16(float value);  // round to nearest even
 float bfloat16_to_float(uint16_t bits);
 
 // Symmetric per-row quantization: scale[r] = max|row r| / 127, q = round(x / scale).
-// A row of zeros gets scale 1. values is [rows, cols].
+// A row of zeros gets scale 1; a row whose max|x| / 127 underflows gets the smallest positive
+// float. values is [rows, cols]. Throws xf::Error on a NaN or infinite value.
 void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* quantized,
                         float* scales);
 

@@ -1,0 +1,224 @@
+#include "format_test_support.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <stdexcept>
+
+#include "xf/error.h"
+#include "xf/format/file_layout.h"
+#include "xf/format/parameters.h"
+#include "xf_model_generated.h"
+
+namespace xf::test {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.source_vocab_size = 12;
+  c.target_vocab_size = 12;
+  c.d_model = 8;
+  c.num_heads = 2;
+  c.d_ff = 16;
+  c.encoder_layers = 1;
+  c.decoder_layers = 1;
+  c.max_positions = 32;
+  return c;
+}
+
+namespace {
+
+// Random bits with the exponent field kept below all-ones, so every value is finite.
+uint32_t random_finite_bits(std::mt19937& rng, int exponent_shift, uint32_t exponent_mask) {
+  for (;;) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    if (((bits >> exponent_shift) & exponent_mask) != exponent_mask) return bits;
+  }
+}
+
+}  // namespace
+
+std::map<std::string, TensorBytes> random_parameters(const ModelConfig& config, DType dtype,
+                                                     uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::map<std::string, TensorBytes> out;
+  for (const ParameterSpec& spec : transformer_parameters(config)) {
+    TensorBytes t;
+    t.dtype = dtype;
+    t.shape = spec.shape;
+    uint64_t elements = 1;
+    for (uint64_t d : spec.shape) elements *= d;
+    t.data.resize(elements * dtype_size(dtype));
+    for (uint64_t i = 0; i < elements; ++i) {
+      switch (dtype) {
+        case DType::f32: {
+          const uint32_t bits = random_finite_bits(rng, 23, 0xff);
+          std::memcpy(&t.data[i * 4], &bits, 4);
+          break;
+        }
+        case DType::f16:
+        case DType::bf16: {
+          const uint16_t bits = static_cast<uint16_t>(
+              dtype == DType::f16 ? random_finite_bits(rng, 10, 0x1f)
+                                  : random_finite_bits(rng, 7, 0xff));
+          std::memcpy(&t.data[i * 2], &bits, 2);
+          break;
+        }
+        case DType::int8:
+          t.data[i] = static_cast<uint8_t>(rng());
+          break;
+      }
+    }
+    if (dtype == DType::int8) {
+      std::uniform_real_distribution<float> scale(1e-4f, 1.0f);
+      t.scales.resize(spec.shape[0]);
+      for (float& s : t.scales) s = scale(rng);
+    }
+    out.emplace(spec.name, std::move(t));
+  }
+  return out;
+}
+
+void add_parameters(ModelWriter& writer, const std::map<std::string, TensorBytes>& parameters) {
+  for (const auto& [name, t] : parameters) {
+    writer.add_tensor(name, t.dtype, t.shape, t.data.data(), t.data.size(),
+                      t.scales.empty() ? nullptr : t.scales.data());
+  }
+}
+
+std::vector<uint8_t> valid_model_bytes(const ModelConfig& config, DType dtype, uint32_t seed) {
+  ModelWriter writer(config);
+  writer.set_source_tokenizer("sentencepiece model bytes " + std::to_string(seed));
+  writer.set_metadata("source_language", "en");
+  writer.set_metadata("target_language", "fr");
+  add_parameters(writer, random_parameters(config, dtype, seed));
+  return writer.serialize();
+}
+
+HandMadeModel HandMadeModel::describe(const std::vector<uint8_t>& file_bytes) {
+  const auto file = ModelFile::from_memory(file_bytes.data(), file_bytes.size(), "describe");
+  const uint8_t* blob = file_bytes.data() + file->blob_offset();
+  HandMadeModel m;
+  m.format_version = file->format_version();
+  m.config = file->config();
+  m.source_tokenizer = std::string(file->source_tokenizer());
+  if (file->target_tokenizer().data() != file->source_tokenizer().data()) {
+    m.target_tokenizer = std::string(file->target_tokenizer());
+  }
+  m.metadata = file->metadata();
+  for (const TensorView& v : file->tensors()) {
+    TensorEntry e;
+    e.name = std::string(v.name);
+    e.dtype = static_cast<int8_t>(v.dtype);
+    e.shape.assign(v.shape.begin(), v.shape.begin() + v.rank);
+    e.offset = static_cast<const uint8_t*>(v.data) - blob;
+    e.size = v.bytes;
+    if (v.row_scales) e.scales_offset = reinterpret_cast<const uint8_t*>(v.row_scales) - blob;
+    m.tensors.push_back(std::move(e));
+  }
+  m.blob.assign(blob, file_bytes.data() + file_bytes.size());
+  m.blob_size = m.blob.size();
+  return m;
+}
+
+std::vector<uint8_t> HandMadeModel::build() const {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensor_offsets;
+  for (const TensorEntry& t : tensors) {
+    const auto name = fbb.CreateString(t.name);
+    const auto shape = fbb.CreateVector(t.shape);
+    tensor_offsets.push_back(fb::CreateTensor(fbb, name, static_cast<fb::DType>(t.dtype), shape,
+                                              t.offset, t.size, t.scales_offset));
+  }
+  std::vector<flatbuffers::Offset<fb::KeyValue>> metadata_offsets;
+  for (const auto& [key, value] : metadata) {
+    const auto k = fbb.CreateString(key);
+    const auto v = fbb.CreateString(value);
+    metadata_offsets.push_back(fb::CreateKeyValue(fbb, k, v));
+  }
+  const ModelConfig& c = config;
+  const auto fb_config = fb::CreateModelConfig(
+      fbb, c.source_vocab_size, c.target_vocab_size, c.d_model, c.num_heads, c.d_ff,
+      c.encoder_layers, c.decoder_layers, c.max_positions,
+      static_cast<fb::NormPosition>(c.norm_position), c.shared_embeddings, c.tied_output,
+      c.output_bias, c.layer_norm_epsilon, c.pad_id, c.unk_id, c.bos_id, c.eos_id);
+  auto bytes_vector = [&](const std::string& s) {
+    return s.empty() ? 0 : fbb.CreateVector(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const auto source = bytes_vector(source_tokenizer);
+  const auto target = bytes_vector(target_tokenizer);
+  const auto meta = fbb.CreateVector(metadata_offsets);
+  const auto table = fbb.CreateVector(tensor_offsets);
+  fbb.Finish(fb::CreateModel(fbb, format_version, fb_config, source, target, meta, table,
+                             blob_size),
+             fb::ModelIdentifier());
+  return assemble_model_file(fbb.GetBufferPointer(), fbb.GetSize(), blob.data(), blob.size());
+}
+
+TensorEntry& HandMadeModel::tensor(const std::string& name) {
+  for (TensorEntry& t : tensors) {
+    if (t.name == name) return t;
+  }
+  throw std::runtime_error("test bug: no tensor '" + name + "' in the hand-made model");
+}
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/xf_format_test.XXXXXX";
+  if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::vector<std::string> TempDir::entries() const {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string open_error(const std::string& path) {
+  try {
+    ModelFile::open(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string memory_error(const std::vector<uint8_t>& bytes, const std::string& label) {
+  std::unique_ptr<uint8_t[]> exact(new uint8_t[bytes.size() + (bytes.empty() ? 1 : 0)]);
+  std::copy(bytes.begin(), bytes.end(), exact.get());
+  try {
+    ModelFile::from_memory(exact.get(), bytes.size(), label);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace xf::test

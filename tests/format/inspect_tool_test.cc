@@ -1,0 +1,182 @@
+// Runs the built xf-inspect on valid and bad files: the table on stdout for a valid file;
+// exit 1 and exactly one line "xf-inspect: <the reader's message>" on stderr for a bad one.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "format_test_support.h"
+#include "xf/format/model_file.h"
+
+namespace xf::test {
+namespace {
+
+struct ToolResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ToolResult run_inspect(const std::string& arguments, const TempDir& dir) {
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string command = std::string("'") + XF_BINARY_DIR + "/bin/xf-inspect' " +
+                              arguments + " >'" + out + "' 2>'" + err + "'";
+  const int status = std::system(command.c_str());
+  ToolResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::vector<std::vector<std::string>> token_lines(const std::string& text) {
+  std::vector<std::vector<std::string>> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> tokens;
+    for (std::string w; words >> w;) tokens.push_back(w);
+    lines.push_back(tokens);
+  }
+  return lines;
+}
+
+bool has_line(const std::vector<std::vector<std::string>>& lines,
+              const std::vector<std::string>& tokens) {
+  return std::count(lines.begin(), lines.end(), tokens) == 1;
+}
+
+TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
+  TempDir dir;
+  ModelConfig config = tiny_config();
+  config.shared_embeddings = false;
+  config.target_vocab_size = 10;
+  config.output_bias = true;
+  config.norm_position = NormPosition::pre;
+  ModelWriter writer(config);
+  writer.set_source_tokenizer(std::string(27, 's'));
+  writer.set_target_tokenizer(std::string(13, 't'));
+  writer.set_metadata("source_language", "en");
+  writer.set_metadata("bleu", "41.8");
+  add_parameters(writer, random_parameters(config, DType::int8, 9));
+  const std::string path = dir.file("model.xfm");
+  writer.write(path);
+
+  const ToolResult r = run_inspect("'" + path + "'", dir);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+  const auto lines = token_lines(r.out);
+  EXPECT_TRUE(has_line(lines, {"format", "version", "1"}));
+  EXPECT_TRUE(has_line(lines, {"source_vocab_size", "12"}));
+  EXPECT_TRUE(has_line(lines, {"target_vocab_size", "10"}));
+  EXPECT_TRUE(has_line(lines, {"d_model", "8"}));
+  EXPECT_TRUE(has_line(lines, {"d_ff", "16"}));
+  EXPECT_TRUE(has_line(lines, {"norm_position", "pre"}));
+  EXPECT_TRUE(has_line(lines, {"shared_embeddings", "false"}));
+  EXPECT_TRUE(has_line(lines, {"output_bias", "true"}));
+  EXPECT_TRUE(has_line(lines, {"source_language", "en"}));
+  EXPECT_TRUE(has_line(lines, {"bleu", "41.8"}));
+  EXPECT_TRUE(has_line(lines, {"source", "27", "bytes"}));
+  EXPECT_TRUE(has_line(lines, {"target", "13", "bytes"}));
+
+  // One row per tensor: name, dtype, shape, bytes; then the total.
+  const auto model = ModelFile::open(path);
+  uint64_t total = 0, scales = 0;
+  for (const TensorView& t : model->tensors()) {
+    std::string shape = "[";
+    for (uint32_t i = 0; i < t.rank; ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    shape += "]";
+    EXPECT_TRUE(has_line(lines, {std::string(t.name), "int8", shape, std::to_string(t.bytes)}))
+        << t.name;
+    total += t.bytes;
+    scales += t.rows() * 4;
+  }
+  EXPECT_TRUE(has_line(lines, {"total:", std::to_string(model->tensors().size()), "tensors,",
+                               std::to_string(total), "bytes", "(+", std::to_string(scales),
+                               "bytes", "of", "int8", "row", "scales)"}))
+      << r.out;
+}
+
+TEST(FormatInspectTool, SharedAndMissingTokenizers) {
+  TempDir dir;
+  for (bool with_tokenizer : {true, false}) {
+    ModelWriter writer(tiny_config());
+    if (with_tokenizer) writer.set_source_tokenizer("spm");
+    add_parameters(writer, random_parameters(tiny_config(), DType::f32, 2));
+    writer.write(dir.file("model.xfm"));
+    const ToolResult r = run_inspect("'" + dir.file("model.xfm") + "'", dir);
+    EXPECT_EQ(r.exit_code, 0);
+    const auto lines = token_lines(r.out);
+    if (with_tokenizer) {
+      EXPECT_TRUE(has_line(lines, {"source", "3", "bytes"})) << r.out;
+      EXPECT_TRUE(has_line(lines, {"target", "shared", "with", "source"})) << r.out;
+    } else {
+      EXPECT_TRUE(has_line(lines, {"source", "none"})) << r.out;
+      EXPECT_TRUE(has_line(lines, {"target", "none"})) << r.out;
+      EXPECT_TRUE(has_line(lines, {"(none)"})) << "no metadata:\n" << r.out;
+    }
+  }
+}
+
+TEST(FormatInspectTool, BadFilesGiveOneLineAndExitOne) {
+  TempDir dir;
+  std::vector<uint8_t> valid = valid_model_bytes(tiny_config(), DType::f32, 3);
+  std::vector<uint8_t> wrong_identifier = valid;
+  wrong_identifier[13] = 'Y';
+  std::vector<uint8_t> corrupt_header = valid;
+  corrupt_header[40] ^= 0xff;
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {"empty.xfm", {}},
+      {"truncated.xfm", std::vector<uint8_t>(valid.begin(), valid.begin() + valid.size() / 2)},
+      {"identifier.xfm", wrong_identifier},
+      {"checksum.xfm", corrupt_header},
+  };
+  for (const auto& [name, bytes] : files) {
+    const std::string path = dir.file(name);
+    write_bytes(path, bytes);
+    const std::string problem = open_error(path);
+    ASSERT_NE(problem, "") << name;
+    const ToolResult r = run_inspect("'" + path + "'", dir);
+    EXPECT_EQ(r.exit_code, 1) << name;
+    EXPECT_EQ(r.out, "") << name;
+    EXPECT_EQ(r.err, "xf-inspect: " + problem + "\n") << name;
+  }
+  // Not a file at all.
+  const ToolResult missing = run_inspect("'" + dir.file("absent.xfm") + "'", dir);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err,
+            "xf-inspect: " + dir.file("absent.xfm") + ": cannot open: No such file or directory\n");
+  const ToolResult directory = run_inspect("'" + dir.path() + "'", dir);
+  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_EQ(directory.err, "xf-inspect: " + dir.path() + ": is a directory, not a model file\n");
+}
+
+TEST(FormatInspectTool, HelpAndBadArguments) {
+  TempDir dir;
+  const ToolResult help = run_inspect("--help", dir);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.rfind("usage: xf-inspect MODEL.xfm\n", 0), 0u) << help.out;
+  EXPECT_EQ(help.err, "");
+
+  const ToolResult none = run_inspect("", dir);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(none.err, "xf-inspect: no model file given (see --help)\n");
+  const ToolResult option = run_inspect("--verbose", dir);
+  EXPECT_EQ(option.exit_code, 1);
+  EXPECT_EQ(option.err, "xf-inspect: unknown option '--verbose' (see --help)\n");
+  const ToolResult two = run_inspect("a.xfm b.xfm", dir);
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_EQ(two.err, "xf-inspect: one model file at a time (see --help)\n");
+}
+
+}  // namespace
+}  // namespace xf::test

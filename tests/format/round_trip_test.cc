@@ -1,0 +1,259 @@
+// ModelWriter -> file -> ModelFile::open must give back every byte: config, metadata,
+// tokenizers and each tensor in each dtype, with every data pointer aligned to 256.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <tuple>
+
+#include "format_test_support.h"
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/format/model_file.h"
+#include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
+
+namespace xf::test {
+namespace {
+
+// The config variants the parameter list distinguishes.
+struct Variant {
+  const char* name;
+  bool shared_embeddings, tied_output, output_bias;
+  NormPosition norm;
+};
+const Variant kVariants[] = {
+    {"shared_tied_post", true, true, false, NormPosition::post},
+    {"separate_untied_pre_bias", false, false, true, NormPosition::pre},
+    {"separate_tied_post_bias", false, true, true, NormPosition::post},
+    {"shared_untied_pre", true, false, false, NormPosition::pre},
+};
+
+ModelConfig variant_config(const Variant& v) {
+  ModelConfig c = tiny_config();
+  c.shared_embeddings = v.shared_embeddings;
+  c.tied_output = v.tied_output;
+  c.output_bias = v.output_bias;
+  c.norm_position = v.norm;
+  if (!v.shared_embeddings) c.target_vocab_size = 10;  // unequal sizes catch swapped shapes
+  c.layer_norm_epsilon = 1e-5f;
+  c.max_positions = 40;
+  c.pad_id = 1;
+  c.unk_id = 0;
+  c.bos_id = 3;
+  c.eos_id = 2;
+  return c;
+}
+
+void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.source_vocab_size, b.source_vocab_size);
+  EXPECT_EQ(a.target_vocab_size, b.target_vocab_size);
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.num_heads, b.num_heads);
+  EXPECT_EQ(a.d_ff, b.d_ff);
+  EXPECT_EQ(a.encoder_layers, b.encoder_layers);
+  EXPECT_EQ(a.decoder_layers, b.decoder_layers);
+  EXPECT_EQ(a.max_positions, b.max_positions);
+  EXPECT_EQ(a.norm_position, b.norm_position);
+  EXPECT_EQ(a.shared_embeddings, b.shared_embeddings);
+  EXPECT_EQ(a.tied_output, b.tied_output);
+  EXPECT_EQ(a.output_bias, b.output_bias);
+  EXPECT_EQ(a.layer_norm_epsilon, b.layer_norm_epsilon);
+  EXPECT_EQ(a.pad_id, b.pad_id);
+  EXPECT_EQ(a.unk_id, b.unk_id);
+  EXPECT_EQ(a.bos_id, b.bos_id);
+  EXPECT_EQ(a.eos_id, b.eos_id);
+}
+
+// Every tensor of `file` equals `expected` byte for byte and lies aligned inside the mapping.
+void expect_tensors(const ModelFile& file, const std::map<std::string, TensorBytes>& expected) {
+  ASSERT_EQ(file.tensors().size(), expected.size());
+  for (const auto& [name, want] : expected) {
+    SCOPED_TRACE(name);
+    const TensorView* got = file.find(name);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->name, name);
+    EXPECT_EQ(got->dtype, want.dtype);
+    ASSERT_EQ(got->rank, want.shape.size());
+    for (size_t i = 0; i < want.shape.size(); ++i) EXPECT_EQ(got->shape[i], want.shape[i]);
+    ASSERT_EQ(got->bytes, want.data.size());
+    EXPECT_EQ(std::memcmp(got->data, want.data.data(), want.data.size()), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(got->data) % kBlobAlignment, 0u);
+    if (want.dtype == DType::int8) {
+      ASSERT_NE(got->row_scales, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(got->row_scales) % kBlobAlignment, 0u);
+      EXPECT_EQ(std::memcmp(got->row_scales, want.scales.data(), want.scales.size() * 4), 0);
+    } else {
+      EXPECT_EQ(got->row_scales, nullptr);
+    }
+  }
+}
+
+class FormatRoundTrip : public ::testing::TestWithParam<std::tuple<DType, Variant>> {};
+
+TEST_P(FormatRoundTrip, BitExactThroughAFile) {
+  const auto [dtype, variant] = GetParam();
+  const ModelConfig config = variant_config(variant);
+  const auto parameters = random_parameters(config, dtype, /*seed=*/17);
+  // Bytes that are not valid UTF-8 and contain zeros: tokenizers are opaque bytes.
+  const std::string source_tokenizer("\x00\xff source spm \x01", 16);
+  const std::string target_tokenizer("target spm \x80\x00", 13);
+
+  ModelWriter writer(config);
+  writer.set_source_tokenizer(source_tokenizer);
+  writer.set_target_tokenizer(target_tokenizer);
+  writer.set_metadata("target_language", "fr");
+  writer.set_metadata("bleu", "41.8");
+  writer.set_metadata("source_language", "en");
+  add_parameters(writer, parameters);
+  TempDir dir;
+  writer.write(dir.file("model.xfm"));
+
+  const auto file = ModelFile::open(dir.file("model.xfm"));
+  EXPECT_EQ(file->path(), dir.file("model.xfm"));
+  EXPECT_EQ(file->format_version(), kFormatVersion);
+  expect_same_config(file->config(), config);
+  EXPECT_EQ(file->source_tokenizer(), source_tokenizer);
+  EXPECT_EQ(file->target_tokenizer(), target_tokenizer);
+  const std::vector<std::pair<std::string, std::string>> sorted_metadata = {
+      {"bleu", "41.8"}, {"source_language", "en"}, {"target_language", "fr"}};
+  EXPECT_EQ(file->metadata(), sorted_metadata);
+  EXPECT_EQ(file->metadata_value("bleu"), "41.8");
+  EXPECT_EQ(file->metadata_value("absent", "fallback"), "fallback");
+  EXPECT_EQ(file->blob_offset() % kBlobAlignment, 0u);
+  expect_tensors(*file, parameters);
+
+  // The table is exactly the parameter list, in name order.
+  std::vector<std::string> names;
+  for (const ParameterSpec& spec : transformer_parameters(config)) names.push_back(spec.name);
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(file->tensors().size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(file->tensors()[i].name, names[i]);
+
+  // serialize() is what write() puts on disk.
+  EXPECT_EQ(read_bytes(dir.file("model.xfm")), writer.serialize());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FormatDTypes, FormatRoundTrip,
+    ::testing::Combine(::testing::Values(DType::f32, DType::f16, DType::bf16, DType::int8),
+                       ::testing::ValuesIn(kVariants)),
+    [](const auto& info) {
+      return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+             std::get<1>(info.param).name;
+    });
+
+TEST(FormatRoundTripTokenizer, SharedAndAbsentTokenizers) {
+  const ModelConfig config = tiny_config();
+  const auto parameters = random_parameters(config, DType::f32, 3);
+  TempDir dir;
+  {
+    ModelWriter writer(config);
+    writer.set_source_tokenizer("one model for both sides");
+    add_parameters(writer, parameters);
+    writer.write(dir.file("shared.xfm"));
+  }
+  {
+    ModelWriter writer(config);
+    add_parameters(writer, parameters);
+    writer.write(dir.file("none.xfm"));
+  }
+  const auto shared = ModelFile::open(dir.file("shared.xfm"));
+  EXPECT_EQ(shared->source_tokenizer(), "one model for both sides");
+  EXPECT_EQ(shared->target_tokenizer(), "one model for both sides");
+  const auto none = ModelFile::open(dir.file("none.xfm"));
+  EXPECT_TRUE(none->source_tokenizer().empty());
+  EXPECT_TRUE(none->target_tokenizer().empty());
+  EXPECT_TRUE(none->metadata().empty());
+  expect_tensors(*none, parameters);
+}
+
+// add_tensor_f32 stores what the conversion functions produce (tested on their own in
+// dtype_convert_test.cc).
+TEST(FormatRoundTripConvert, AddTensorF32ConvertsEachDType) {
+  const ModelConfig config = tiny_config();
+  const auto f32_parameters = random_parameters(config, DType::f32, 5);
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::int8}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    ModelWriter writer(config);
+    std::map<std::string, TensorBytes> expected;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const auto& [name, t] : f32_parameters) {
+      const size_t n = t.data.size() / 4;
+      std::vector<float> values(n);
+      for (float& v : values) v = normal(rng);
+      writer.add_tensor_f32(name, dtype, t.shape, values.data());
+      TensorBytes want{dtype, t.shape, std::vector<uint8_t>(n * dtype_size(dtype)), {}};
+      if (dtype == DType::f32) {
+        std::memcpy(want.data.data(), values.data(), n * 4);
+      } else if (dtype == DType::int8) {
+        want.scales.resize(t.shape[0]);
+        quantize_rows_int8(values.data(), t.shape[0], n / t.shape[0],
+                           reinterpret_cast<int8_t*>(want.data.data()), want.scales.data());
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const uint16_t bits = dtype == DType::f16 ? float_to_half(values[i])
+                                                    : float_to_bfloat16(values[i]);
+          std::memcpy(&want.data[i * 2], &bits, 2);
+        }
+      }
+      expected.emplace(name, std::move(want));
+    }
+    TempDir dir;
+    writer.write(dir.file("model.xfm"));
+    expect_tensors(*ModelFile::open(dir.file("model.xfm")), expected);
+  }
+}
+
+// The writer refuses what the reader would refuse, naming the tensor.
+TEST(FormatWriter, RefusesBadTensors) {
+  const ModelConfig config = tiny_config();
+  ModelWriter writer(config);
+  const std::vector<float> values(8 * 8, 0.5f);
+  const std::vector<float> scales(8, 1.0f);
+  auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {8, 8}, values.data(), 100); }),
+            "tensor 'w': 100 bytes given, shape [8,8] in f32 needs 256");
+  EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {}, values.data(), 4); }),
+            "tensor 'w': rank 0 outside [1, 4]");
+  EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {1, 1, 1, 1, 4}, values.data(), 16); }),
+            "tensor 'w': rank 5 outside [1, 4]");
+  EXPECT_EQ(message([&] { writer.add_tensor("w", DType::int8, {8, 8}, values.data(), 64); }),
+            "tensor 'w': row scales are required for int8 and only for int8");
+  EXPECT_EQ(message([&] {
+              writer.add_tensor("w", DType::f32, {8, 8}, values.data(), 256, scales.data());
+            }),
+            "tensor 'w': row scales are required for int8 and only for int8");
+
+  // Table-level checks happen when the file is laid out.
+  add_parameters(writer, random_parameters(config, DType::f32, 1));
+  writer.serialize();  // the refused calls above added nothing
+  writer.add_tensor("extra.weight", DType::f32, {8, 8}, values.data(), 256);
+  EXPECT_EQ(message([&] { writer.serialize(); }), "unexpected tensor 'extra.weight'");
+  ModelWriter missing(config);
+  auto parameters = random_parameters(config, DType::f32, 1);
+  parameters.erase("decoder.layers.0.ffn.outer.bias");
+  add_parameters(missing, parameters);
+  EXPECT_EQ(message([&] { missing.serialize(); }),
+            "missing tensor 'decoder.layers.0.ffn.outer.bias'");
+  missing.add_tensor("decoder.layers.0.ffn.outer.bias", DType::f32, {4, 2}, values.data(), 32);
+  EXPECT_EQ(message([&] { missing.serialize(); }),
+            "tensor 'decoder.layers.0.ffn.outer.bias' has shape [4,2], the config needs [8]");
+
+  ModelConfig bad = config;
+  bad.num_heads = 3;
+  EXPECT_EQ(message([&] { ModelWriter w(bad); }),
+            "invalid model config: num_heads 3 does not divide d_model 8");
+}
+
+}  // namespace
+}  // namespace xf::test

@@ -1,0 +1,132 @@
+// xf-inspect MODEL.xfm: prints the format version, config, metadata, tokenizers and the tensor
+// table of a flat model file. A file the reader refuses gives one line on stderr, exit 1.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "xf/error.h"
+#include "xf/format/model_file.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: xf-inspect MODEL.xfm\n"
+    "Validates a flat model file (.xfm) and prints its format version, config, metadata,\n"
+    "tokenizers and tensor table (name, dtype, shape, bytes) with the total.\n"
+    "Exit status: 0 when the file is valid, 1 when it is not (one line on stderr saying why).\n";
+
+std::string shape_string(const xf::TensorView& t) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < t.rank; ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+void print_config(const xf::ModelConfig& c) {
+  std::printf("config\n");
+  auto field = [](const char* name, const std::string& value) {
+    std::printf("  %-20s %s\n", name, value.c_str());
+  };
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  field("source_vocab_size", std::to_string(c.source_vocab_size));
+  field("target_vocab_size", std::to_string(c.target_vocab_size));
+  field("d_model", std::to_string(c.d_model));
+  field("num_heads", std::to_string(c.num_heads));
+  field("d_ff", std::to_string(c.d_ff));
+  field("encoder_layers", std::to_string(c.encoder_layers));
+  field("decoder_layers", std::to_string(c.decoder_layers));
+  field("max_positions", std::to_string(c.max_positions));
+  field("norm_position", c.norm_position == xf::NormPosition::pre ? "pre" : "post");
+  field("shared_embeddings", flag(c.shared_embeddings));
+  field("tied_output", flag(c.tied_output));
+  field("output_bias", flag(c.output_bias));
+  char epsilon[32];
+  std::snprintf(epsilon, sizeof epsilon, "%g", static_cast<double>(c.layer_norm_epsilon));
+  field("layer_norm_epsilon", epsilon);
+  field("pad_id", std::to_string(c.pad_id));
+  field("unk_id", std::to_string(c.unk_id));
+  field("bos_id", std::to_string(c.bos_id));
+  field("eos_id", std::to_string(c.eos_id));
+}
+
+void print_model(const xf::ModelFile& model) {
+  std::printf("file %s (%zu bytes)\n", model.path().c_str(), model.file_size());
+  std::printf("format version %u\n", model.format_version());
+  print_config(model.config());
+
+  std::printf("metadata\n");
+  if (model.metadata().empty()) std::printf("  (none)\n");
+  for (const auto& [key, value] : model.metadata()) {
+    std::printf("  %-20s %s\n", key.c_str(), value.c_str());
+  }
+
+  std::printf("tokenizers\n");
+  const auto source = model.source_tokenizer(), target = model.target_tokenizer();
+  if (source.empty()) {
+    std::printf("  source none\n");
+  } else {
+    std::printf("  source %zu bytes\n", source.size());
+  }
+  if (target.empty()) {
+    std::printf("  target none\n");
+  } else if (target.data() == source.data()) {
+    std::printf("  target shared with source\n");
+  } else {
+    std::printf("  target %zu bytes\n", target.size());
+  }
+
+  const auto& tensors = model.tensors();
+  size_t name_width = 4;
+  for (const auto& t : tensors) name_width = std::max(name_width, t.name.size());
+  std::printf("tensors\n");
+  std::printf("  %-*s %-5s %-14s %s\n", static_cast<int>(name_width), "name", "dtype", "shape",
+              "bytes");
+  uint64_t total_bytes = 0, total_scale_bytes = 0;
+  for (const auto& t : tensors) {
+    std::printf("  %-*.*s %-5s %-14s %zu\n", static_cast<int>(name_width),
+                static_cast<int>(t.name.size()), t.name.data(), xf::dtype_name(t.dtype),
+                shape_string(t).c_str(), t.bytes);
+    total_bytes += t.bytes;
+    if (t.row_scales) total_scale_bytes += t.rows() * sizeof(float);
+  }
+  std::printf("total: %zu tensors, %llu bytes", tensors.size(),
+              static_cast<unsigned long long>(total_bytes));
+  if (total_scale_bytes) {
+    std::printf(" (+ %llu bytes of int8 row scales)",
+                static_cast<unsigned long long>(total_scale_bytes));
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::fprintf(stderr, "xf-inspect: unknown option '%s' (see --help)\n", arg.c_str());
+      return 1;
+    }
+    if (!path.empty()) {
+      std::fprintf(stderr, "xf-inspect: one model file at a time (see --help)\n");
+      return 1;
+    }
+    path = arg;
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "xf-inspect: no model file given (see --help)\n");
+    return 1;
+  }
+  try {
+    print_model(*xf::ModelFile::open(path));
+  } catch (const xf::Error& e) {
+    std::fprintf(stderr, "xf-inspect: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
