@@ -1,0 +1,175 @@
+// xf-run and xf-bench end to end: the programs are run on files, as a user would.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tiny_model.h"
+#include "xf/translator.h"
+
+namespace {
+
+struct ProgramRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+const std::string& work_dir() {
+  static const std::string dir = xf::test::make_temp_dir("tools");
+  return dir;
+}
+
+const std::string& model_path() {
+  static const std::string path = [] {
+    const std::string p = work_dir() + "/tiny.xfm";
+    xf::test::write_tiny_model(p);
+    return p;
+  }();
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+ProgramRun run(const std::string& program, const std::string& arguments, const std::string& stdin_path = "/dev/null") {
+  const std::string out = work_dir() + "/stdout", err = work_dir() + "/stderr";
+  const std::string command = program + " " + arguments + " < " + stdin_path + " > " + out + " 2> " + err;
+  ProgramRun r;
+  const int status = std::system(command.c_str());
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+std::string write_lines(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = work_dir() + "/" + name;
+  std::ofstream f(path);
+  for (const auto& l : lines) f << l << "\n";
+  return path;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream s(text);
+  std::string line;
+  while (std::getline(s, line)) lines.push_back(line);
+  return lines;
+}
+
+size_t count_lines(const std::string& text) { return split_lines(text).size(); }
+
+TEST(XfRun, TranslatesAFileInOrderLikeTheLibrary) {
+  std::vector<std::string> lines = xf::test::sample_sentences(23, 41);
+  lines[5] = "";
+  const std::string input = write_lines("input.txt", lines);
+  const ProgramRun r = run(XF_RUN, "--model " + model_path() + " --beam 3 --max-batch 4", input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto out = split_lines(r.out);
+  ASSERT_EQ(out.size(), lines.size());
+
+  xf::TranslatorOptions options;
+  options.beam = 3;
+  options.max_batch = 4;
+  xf::Translator translator(xf::Model::open(model_path()), options);
+  const auto expected = translator.translate(lines);
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(out[i], expected[i].hypotheses[0].text) << "line " << i + 1;
+  EXPECT_EQ(out[5], "");
+}
+
+TEST(XfRun, IdsModeAndNBest) {
+  const std::string input = write_lines("ids.txt", {"5 9 12", "", "7 7 8 20 31"});
+  const ProgramRun r = run(XF_RUN, "--model " + model_path() + " --ids --beam 2 --n-best 2", input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto out = split_lines(r.out);
+  // Two hypotheses for each sentence; the empty line has just one (the empty output).
+  ASSERT_EQ(out.size(), 5u);
+  xf::TranslatorOptions options;
+  options.beam = 2;
+  xf::Translator translator(xf::Model::open(model_path()), options);
+  xf::TranslateOptions translate;
+  translate.n_best = 2;
+  std::vector<xf::TokenTranslation> expected;
+  translator.translate_ids({{5, 9, 12}, {}, {7, 7, 8, 20, 31}}, translate, expected);
+  size_t line = 0;
+  for (size_t i = 0; i < expected.size(); ++i)
+    for (const auto& h : expected[i].hypotheses) {
+      std::string ids;
+      for (size_t k = 0; k < h.ids.size(); ++k) ids += (k ? " " : "") + std::to_string(h.ids[k]);
+      EXPECT_EQ(out[line].rfind(std::to_string(i) + " ||| " + ids + " ||| ", 0), 0u) << out[line];
+      ++line;
+    }
+}
+
+TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
+  const ProgramRun help = run(XF_RUN, "--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("--model"), std::string::npos);
+
+  const ProgramRun unknown = run(XF_RUN, "--model " + model_path() + " --bogus");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_EQ(count_lines(unknown.err), 1u) << unknown.err;
+  EXPECT_NE(unknown.err.find("--bogus"), std::string::npos);
+
+  const ProgramRun bad_beam = run(XF_RUN, "--model " + model_path() + " --beam zero");
+  EXPECT_EQ(bad_beam.status, 2);
+  EXPECT_NE(bad_beam.err.find("--beam"), std::string::npos);
+
+  const ProgramRun no_model = run(XF_RUN, "--model " + work_dir() + "/missing.xfm");
+  EXPECT_EQ(no_model.status, 1);
+  EXPECT_EQ(count_lines(no_model.err), 1u) << no_model.err;
+  EXPECT_NE(no_model.err.find("missing.xfm"), std::string::npos);
+
+  const std::string bad_utf8 = write_lines("bad.txt", {"the cat", "ok", "caf\xe9"});
+  const ProgramRun utf8 = run(XF_RUN, "--model " + model_path(), bad_utf8);
+  EXPECT_EQ(utf8.status, 1);
+  EXPECT_EQ(count_lines(utf8.err), 1u) << utf8.err;
+  EXPECT_NE(utf8.err.find("line 3"), std::string::npos) << utf8.err;
+  EXPECT_NE(utf8.err.find("invalid UTF-8"), std::string::npos) << utf8.err;
+
+  const std::string long_line = write_lines("long.txt", {"the cat sees the dog and the bird"});
+  const ProgramRun too_long = run(XF_RUN, "--model " + model_path() + " --max-source-len 4", long_line);
+  EXPECT_EQ(too_long.status, 1);
+  EXPECT_NE(too_long.err.find("line 1"), std::string::npos) << too_long.err;
+  EXPECT_NE(too_long.err.find("--max-source-len 4"), std::string::npos) << too_long.err;
+
+  const std::string bad_ids = write_lines("bad_ids.txt", {"5 x 7"});
+  const ProgramRun ids = run(XF_RUN, "--model " + model_path() + " --ids", bad_ids);
+  EXPECT_EQ(ids.status, 1);
+  EXPECT_NE(ids.err.find("'x' is not a token id"), std::string::npos) << ids.err;
+}
+
+TEST(XfBench, PrintsJsonWithZeroAllocationsByXf) {
+  const std::string input = write_lines("bench.txt", xf::test::sample_sentences(10, 51));
+  const ProgramRun r = run(XF_BENCH, "--model " + model_path() + " --input " + input + " --beam 2 --batch 4 --repeat 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* key : {"\"tokens_per_s\": ", "\"sentences_per_s\": ", "\"latency_p50_ms\": ",
+                          "\"latency_p90_ms\": ", "\"peak_rss_mb\": ", "\"allocations_xf\": ",
+                          "\"allocations_backend\": "})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  EXPECT_NE(r.out.find("\"allocations_xf\": 0,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"sentences\": 20,"), std::string::npos) << r.out;
+
+  const ProgramRun text = run(XF_BENCH, "--model " + model_path() + " --input " + input);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("tokens/s"), std::string::npos);
+
+  const ProgramRun missing = run(XF_BENCH, "--model " + model_path());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("--input"), std::string::npos);
+  const ProgramRun no_file = run(XF_BENCH, "--model " + model_path() + " --input " + work_dir() + "/nope.txt");
+  EXPECT_EQ(no_file.status, 1);
+  EXPECT_NE(no_file.err.find("nope.txt"), std::string::npos);
+}
+
+}  // namespace

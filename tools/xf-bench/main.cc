@@ -1,0 +1,216 @@
+// xf-bench: translation speed, latency, memory and heap allocations on a file of sentences.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../xf-run/translator_cli.h"
+#include "xf/alloc_counter.h"
+#include "xf/error.h"
+#include "xf/format/model_file.h"
+#include "xf/translator.h"
+
+namespace {
+
+using xf::cli::UsageError;
+
+const char* const kUsage = R"(usage: xf-bench --model FILE --input FILE [options]
+
+Translates the input file (one sentence a line; token ids with --ids) in requests of --batch
+lines, in file order, after one warm-up request, and prints:
+  tokens/s        target tokens of the best hypotheses (EOS excluded) per second
+  sentences/s     input lines per second
+  latency         p50 and p90 of the per-request wall time, in ms
+  peak RSS        the process's peak resident memory (model mapping included), in MB
+  allocations     heap allocations during the timed decoding (tokenization is done before),
+                  by xf's own code and inside the backend library (oneDNN), separately
+
+%s  --input FILE          the sentences (required)
+  --ids                 the input holds space-separated token ids (no tokenizer needed)
+  --repeat N            translate the file N times (default 1)
+  --json                print one JSON object: tokens_per_s, sentences_per_s, latency_p50_ms,
+                        latency_p90_ms, peak_rss_mb, allocations_xf, allocations_backend, and
+                        the run's parameters
+  --help                print this help
+
+Exit status: 0 on success, 1 on bad input, 2 on a bad command line.
+)";
+
+struct Options {
+  xf::cli::TranslatorCli cli;
+  std::string input_path;
+  bool ids = false;
+  bool json = false;
+  int repeat = 1;
+};
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (options.cli.parse(argc, argv, i)) continue;
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--input") options.input_path = value();
+    else if (arg == "--ids") options.ids = true;
+    else if (arg == "--json") options.json = true;
+    else if (arg == "--repeat") options.repeat = static_cast<int>(xf::cli::parse_integer(arg, value(), 1, 1000000));
+    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+  }
+  if (options.cli.model_path.empty()) throw UsageError{"--model is required (try --help)"};
+  if (options.input_path.empty()) throw UsageError{"--input is required (try --help)"};
+  return options;
+}
+
+std::vector<std::vector<int32_t>> read_sources(const Options& options, const xf::Model& model,
+                                               int max_source_len) {
+  std::ifstream in(options.input_path);
+  if (!in) throw xf::Error(options.input_path + ": cannot open");
+  std::vector<std::vector<int32_t>> sources;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string where = options.input_path + ":" + std::to_string(sources.size() + 1);
+    std::vector<int32_t> ids;
+    try {
+      if (options.ids) {
+        size_t pos = 0;
+        while (pos < line.size()) {
+          size_t used = 0;
+          const long id = std::stol(line.substr(pos), &used);
+          if (id < 0 || id >= static_cast<long>(model.config().source_vocab_size)) throw std::out_of_range("id");
+          ids.push_back(static_cast<int32_t>(id));
+          pos += used;
+          while (pos < line.size() && line[pos] == ' ') ++pos;
+        }
+      } else {
+        ids = model.encode_source(line);
+      }
+    } catch (const xf::Error& e) {
+      throw xf::Error(where + ": " + e.what());
+    } catch (const std::exception&) {
+      throw xf::Error(where + ": not a line of token ids within the vocabulary");
+    }
+    if (static_cast<int64_t>(ids.size()) + 1 > max_source_len)
+      throw xf::Error(where + ": " + std::to_string(ids.size() + 1) +
+                      " tokens with EOS, more than --max-source-len " + std::to_string(max_source_len));
+    sources.push_back(std::move(ids));
+  }
+  if (sources.empty()) throw xf::Error(options.input_path + ": no sentences");
+  return sources;
+}
+
+double percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  const double rank = p * (values.size() - 1);
+  const size_t low = static_cast<size_t>(rank);
+  const size_t high = std::min(low + 1, values.size() - 1);
+  return values[low] + (values[high] - values[low]) * (rank - low);
+}
+
+int run(Options options) {
+  auto model = xf::Model::open(options.cli.model_path);
+  if (!options.ids && !model->has_tokenizer())
+    throw xf::Error(options.cli.model_path + ": the model has no tokenizer; use --ids");
+  options.cli.finish(model.get());
+  const auto sources = read_sources(options, *model, options.cli.translator.max_source_len);
+  xf::Translator translator(model, options.cli.translator);
+
+  const size_t batch = static_cast<size_t>(options.cli.translator.max_batch);
+  std::vector<std::vector<std::vector<int32_t>>> requests;
+  for (size_t first = 0; first < sources.size(); first += batch)
+    requests.emplace_back(sources.begin() + first, sources.begin() + std::min(first + batch, sources.size()));
+
+  // Warm-up: the first call sizes the results' storage. A short last request keeps its own
+  // results, so that requests of both sizes reuse storage in the timed loop.
+  std::vector<xf::TokenTranslation> full_results, last_results;
+  translator.translate_ids(requests.front(), options.cli.translate, full_results);
+  if (requests.back().size() != requests.front().size())
+    translator.translate_ids(requests.back(), options.cli.translate, last_results);
+
+  std::vector<double> latencies_ms;
+  latencies_ms.reserve(requests.size() * options.repeat);
+  uint64_t tokens = 0, sentences = 0;
+  using Clock = std::chrono::steady_clock;
+  xf::alloc_counter::start();
+  const auto start = Clock::now();
+  for (int r = 0; r < options.repeat; ++r) {
+    for (const auto& request : requests) {
+      auto& results = request.size() == requests.front().size() ? full_results : last_results;
+      const auto t0 = Clock::now();
+      translator.translate_ids(request, options.cli.translate, results);
+      latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      for (size_t i = 0; i < request.size(); ++i) tokens += results[i].hypotheses[0].ids.size();
+      sentences += request.size();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const xf::alloc_counter::Counts allocations = xf::alloc_counter::stop();
+
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss_mb = usage.ru_maxrss / 1024.0;
+  const double p50 = percentile(latencies_ms, 0.5), p90 = percentile(latencies_ms, 0.9);
+  const auto& t = options.cli.translator;
+  const std::string dtype = xf::dtype_name(model->file().tensors().front().dtype);
+  if (options.json) {
+    std::printf(
+        "{\"tokens_per_s\": %.3f, \"sentences_per_s\": %.3f, \"latency_p50_ms\": %.3f, "
+        "\"latency_p90_ms\": %.3f, \"peak_rss_mb\": %.1f, \"allocations_xf\": %llu, "
+        "\"allocations_backend\": %llu, \"sentences\": %llu, \"tokens\": %llu, \"seconds\": %.4f, "
+        "\"beam\": %d, \"batch\": %d, \"threads\": %d, \"device\": \"%s\", \"model_dtype\": \"%s\", "
+        "\"model_mb\": %.1f, \"arena_mb\": %.1f}\n",
+        tokens / seconds, sentences / seconds, p50, p90, peak_rss_mb,
+        static_cast<unsigned long long>(allocations.xf), static_cast<unsigned long long>(allocations.backend),
+        static_cast<unsigned long long>(sentences), static_cast<unsigned long long>(tokens), seconds, t.beam,
+        t.max_batch, t.threads, xf::device_name(t.device), dtype.c_str(),
+        model->file().file_size() / 1048576.0, translator.arena_bytes() / 1048576.0);
+  } else {
+    std::printf("model        %s (%s, %.1f MB)\n", options.cli.model_path.c_str(), dtype.c_str(),
+                model->file().file_size() / 1048576.0);
+    std::printf("settings     device %s, beam %d, batch %d, threads %d, arena %.1f MB\n",
+                xf::device_name(t.device), t.beam, t.max_batch, t.threads, translator.arena_bytes() / 1048576.0);
+    std::printf("sentences    %llu in %.3f s\n", static_cast<unsigned long long>(sentences), seconds);
+    std::printf("tokens/s     %.1f\n", tokens / seconds);
+    std::printf("sentences/s  %.2f\n", sentences / seconds);
+    std::printf("latency      p50 %.2f ms, p90 %.2f ms (per request of up to %zu sentences)\n", p50, p90, batch);
+    std::printf("peak RSS     %.1f MB\n", peak_rss_mb);
+    std::printf("allocations  %llu by xf, %llu inside the backend (oneDNN)\n",
+                static_cast<unsigned long long>(allocations.xf),
+                static_cast<unsigned long long>(allocations.backend));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf(kUsage, xf::cli::translator_options_help());
+      return 0;
+    }
+  Options options;
+  try {
+    options = parse_options(argc, argv);
+    options.cli.finish(nullptr);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "xf-bench: %s\n", e.message.c_str());
+    return xf::cli::kExitUsageError;
+  }
+  try {
+    return run(options);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "xf-bench: %s\n", e.message.c_str());
+    return xf::cli::kExitUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xf-bench: %s\n", e.what());
+    return xf::cli::kExitInputError;
+  }
+}

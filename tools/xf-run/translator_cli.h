@@ -1,0 +1,108 @@
+#pragma once
+// Command-line options shared by xf-run and xf-bench: the model, the translator's plan and the
+// decoding options. Header-only; each tool includes it.
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "xf/translator.h"
+
+namespace xf::cli {
+
+constexpr int kExitInputError = 1;  // bad input: model, text, limits
+constexpr int kExitUsageError = 2;  // bad command line
+
+struct UsageError {
+  std::string message;
+};
+
+inline long parse_integer(const std::string& option, const std::string& value, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long number = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || number < min || number > max)
+    throw UsageError{option + " expects an integer from " + std::to_string(min) + " to " +
+                     std::to_string(max) + ", got '" + value + "'"};
+  return number;
+}
+
+inline float parse_number(const std::string& option, const std::string& value) {
+  char* end = nullptr;
+  const float number = std::strtof(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(number >= 0.0f && number < 1e6f))
+    throw UsageError{option + " expects a non-negative number, got '" + value + "'"};
+  return number;
+}
+
+struct TranslatorCli {
+  std::string model_path;
+  TranslatorOptions translator;
+  TranslateOptions translate;
+  bool max_source_len_given = false;
+
+  // Consumes argv[i] (and its value) when it is one of the shared options; returns false
+  // otherwise. Throws UsageError on a bad value.
+  bool parse(int argc, char** argv, int& i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--model") {
+      model_path = value();
+    } else if (arg == "--device") {
+      const std::string name = value();
+      if (name != "cpu" && name != "cuda") throw UsageError{"--device expects cpu or cuda, got '" + name + "'"};
+      translator.device = parse_device(name);
+    } else if (arg == "--beam") {
+      translator.beam = static_cast<int>(parse_integer(arg, value(), 1, 64));
+    } else if (arg == "--n-best") {
+      translate.n_best = static_cast<int>(parse_integer(arg, value(), 1, 64));
+    } else if (arg == "--max-batch" || arg == "--batch") {
+      translator.max_batch = static_cast<int>(parse_integer(arg, value(), 1, 4096));
+    } else if (arg == "--threads") {
+      translator.threads = static_cast<int>(parse_integer(arg, value(), 1, 256));
+    } else if (arg == "--max-source-len") {
+      translator.max_source_len = static_cast<int>(parse_integer(arg, value(), 1, 1 << 20));
+      max_source_len_given = true;
+    } else if (arg == "--length-penalty") {
+      translate.length_penalty = parse_number(arg, value());
+    } else if (arg == "--max-len-a") {
+      translate.max_len_a = translator.max_len_a = parse_number(arg, value());
+    } else if (arg == "--max-len-b") {
+      translate.max_len_b = translator.max_len_b = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // After parsing: checks what is required and fits the plan to the model.
+  void finish(const Model* model) {
+    if (translate.n_best > translator.beam)
+      throw UsageError{"--n-best " + std::to_string(translate.n_best) + " exceeds --beam " +
+                       std::to_string(translator.beam)};
+    translate.beam = translator.beam;
+    if (model != nullptr && !max_source_len_given)
+      translator.max_source_len = static_cast<int>(
+          std::min<uint32_t>(static_cast<uint32_t>(translator.max_source_len), model->config().max_positions));
+  }
+};
+
+// The help text of the shared options.
+inline const char* translator_options_help() {
+  return R"(  --model FILE          the .xfm model (required)
+  --device cpu|cuda     where to run (default cpu)
+  --beam N              beam size; 1 is greedy search (default 4)
+  --n-best N            hypotheses per sentence, <= beam (default 1)
+  --max-batch N         sentences decoded together (default 32; --batch is the same)
+  --threads N           CPU threads (default 1)
+  --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
+                        max_positions); a longer line is an error
+  --length-penalty A    GNMT length penalty alpha (default 0.6)
+  --max-len-a A, --max-len-b B
+                        longest output: A * source tokens + B (default 1 * source + 50)
+)";
+}
+
+}  // namespace xf::cli
