@@ -75,26 +75,30 @@ void attention(const float* q, HeadStrides q_strides, const float* k, HeadStride
   const int64_t rows = shape.batch * shape.heads * shape.query_len;
   // One task per (batch, head, query): decode steps (query_len 1) still have batch * heads
   // tasks to share out.
+  auto attend_row = [&](int64_t row, float* scores) {
+    const int64_t i = row % shape.query_len;
+    const int64_t h = (row / shape.query_len) % shape.heads;
+    const int64_t b = row / (shape.query_len * shape.heads);
+    int64_t visible = shape.key_len;
+    if (key_lengths != nullptr) visible = std::min<int64_t>(visible, key_lengths[b]);
+    if (causal_offset >= 0) visible = std::min(visible, i + causal_offset + 1);
+    attend_one_query(q + b * q_strides.batch + h * q_strides.head + i * q_strides.position,
+                     k + b * k_strides.batch + h * k_strides.head, k_strides.position,
+                     v + b * v_strides.batch + h * v_strides.head, v_strides.position, visible,
+                     shape.head_dim, scale, scores,
+                     out + b * out_strides.batch + h * out_strides.head + i * out_strides.position,
+                     probabilities != nullptr ? probabilities + row * shape.key_len : nullptr,
+                     shape.key_len);
+  };
+  if (threads <= 1 || rows <= 1) {  // no one-thread parallel region (see parallel_cpu.h)
+    for (int64_t row = 0; row < rows; ++row) attend_row(row, scratch);
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
     float* scores = scratch + static_cast<int64_t>(omp_get_thread_num()) * shape.key_len;
 #pragma omp for schedule(static)
-    for (int64_t row = 0; row < rows; ++row) {
-      const int64_t i = row % shape.query_len;
-      const int64_t h = (row / shape.query_len) % shape.heads;
-      const int64_t b = row / (shape.query_len * shape.heads);
-      int64_t visible = shape.key_len;
-      if (key_lengths != nullptr) visible = std::min<int64_t>(visible, key_lengths[b]);
-      if (causal_offset >= 0) visible = std::min(visible, i + causal_offset + 1);
-      attend_one_query(q + b * q_strides.batch + h * q_strides.head + i * q_strides.position,
-                       k + b * k_strides.batch + h * k_strides.head, k_strides.position,
-                       v + b * v_strides.batch + h * v_strides.head, v_strides.position, visible,
-                       shape.head_dim, scale, scores,
-                       out + b * out_strides.batch + h * out_strides.head +
-                           i * out_strides.position,
-                       probabilities != nullptr ? probabilities + row * shape.key_len : nullptr,
-                       shape.key_len);
-    }
+    for (int64_t row = 0; row < rows; ++row) attend_row(row, scores);
   }
 }
 

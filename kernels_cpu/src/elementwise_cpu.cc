@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "parallel_cpu.h"
 #include "simd_cpu.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
@@ -11,6 +12,10 @@
 
 namespace xf::cpu {
 namespace {
+
+// Elementwise work below this many floats runs on the calling thread: waking the other
+// threads costs a few microseconds, more than the loop itself.
+constexpr int64_t kMinSharedWork = 16384;
 
 XF_VECTORIZED void dequantize_int8_row(const int8_t* values, float scale, int64_t cols,
                                        float* out) {
@@ -154,21 +159,23 @@ void load_row(const WeightMatrix& weights, int64_t row, float* out) {
 }
 
 float quantize_int8_per_tensor(const float* x, int64_t count, int8_t* quantized, int threads) {
-  float absmax = 0.0f;
   // Chunks of at least 16k values: below that, waking threads costs more than it saves.
-  const int64_t chunk = std::max<int64_t>(16384, (count + threads - 1) / std::max(threads, 1));
-  const int64_t chunks = (count + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(threads) reduction(max : absmax) if (chunks > 1)
-  for (int64_t i = 0; i < chunks; ++i) {
+  constexpr int kMaxChunks = 256;
+  const int64_t parts = std::min(std::max(threads, 1), kMaxChunks);
+  const int64_t chunk = std::max<int64_t>(16384, (count + parts - 1) / parts);
+  const int64_t chunks = (count + chunk - 1) / chunk;  // <= parts
+  float chunk_absmax[kMaxChunks];
+  detail::parallel_for(chunks, threads, true, [&](int64_t i) {
     const int64_t begin = i * chunk;
-    absmax = std::max(absmax, absmax_of(x + begin, std::min(chunk, count - begin)));
-  }
+    chunk_absmax[i] = absmax_of(x + begin, std::min(chunk, count - begin));
+  });
+  float absmax = 0.0f;
+  for (int64_t i = 0; i < chunks; ++i) absmax = std::max(absmax, chunk_absmax[i]);
   const float scale = absmax > 0.0f ? absmax / 127.0f : 1.0f;
-#pragma omp parallel for num_threads(threads) if (chunks > 1)
-  for (int64_t i = 0; i < chunks; ++i) {
+  detail::parallel_for(chunks, threads, true, [&](int64_t i) {
     const int64_t begin = i * chunk;
     quantize_with_scale(x + begin, std::min(chunk, count - begin), scale, quantized + begin);
-  }
+  });
   return scale;
 }
 
@@ -185,8 +192,7 @@ void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positio
   const int64_t dim = table.cols;
   // The sinusoid is written into out, then the scaled table row is added to it (f32 rows
   // directly, other dtypes widened piece by piece into a stack buffer).
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
+  detail::parallel_for(count, threads, true, [&](int64_t i) {
     float* out_row = out + i * dim;
     write_sinusoid(positions[i], dim, out_row);
     if (table.dtype == DType::f32) {
@@ -207,42 +213,39 @@ void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positio
         scale_add(widened, scale, width, out_row + begin);
       }
     }
-  }
+  });
 }
 
 void add_bias_residual_layer_norm(const float* x, const float* bias, const float* residual,
                                   const float* gamma, const float* beta, float epsilon,
                                   int64_t rows, int64_t dim, float* out, float* mean, float* rstd,
                                   int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  detail::parallel_for(rows, threads, rows * dim > kMinSharedWork, [&](int64_t r) {
     layer_norm_row(x + r * dim, bias, residual != nullptr ? residual + r * dim : nullptr, gamma,
                    beta, epsilon, dim, out + r * dim, mean != nullptr ? mean + r : nullptr,
                    rstd != nullptr ? rstd + r : nullptr);
-  }
+  });
 }
 
 void add_bias_residual(float* x, const float* bias, const float* residual, int64_t rows,
                        int64_t dim, int threads) {
   if (bias == nullptr && residual == nullptr) return;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  detail::parallel_for(rows, threads, rows * dim > kMinSharedWork, [&](int64_t r) {
     add_bias_residual_row(x + r * dim, bias, residual != nullptr ? residual + r * dim : nullptr,
                           dim);
-  }
+  });
 }
 
 void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) bias_relu_row(x + r * dim, bias, dim);
+  detail::parallel_for(rows, threads, rows * dim > kMinSharedWork,
+                       [&](int64_t r) { bias_relu_row(x + r * dim, bias, dim); });
 }
 
 void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count,
                  int64_t row_len, float* dst, int64_t dst_stride, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (count * row_len > 16384)
-  for (int64_t i = 0; i < count; ++i) {
+  detail::parallel_for(count, threads, count * row_len > kMinSharedWork, [&](int64_t i) {
     std::memcpy(dst + i * dst_stride, src + indices[i] * src_stride, row_len * sizeof(float));
-  }
+  });
 }
 
 }  // namespace xf::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "parallel_cpu.h"
 #include "simd_cpu.h"
 #include "xf/kernels_cpu/kernels.h"
 
@@ -72,8 +73,7 @@ void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t ro
                        int64_t vocab, int64_t k, float* top_values, int32_t* top_indices,
                        int threads) {
   if (k <= 0) return;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  detail::parallel_for(rows, threads, true, [&](int64_t r) {
     const float* row = logits + r * vocab;
     float* values = top_values + r * k;
     int32_t* indices = top_indices + r * k;
@@ -82,16 +82,15 @@ void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t ro
     const float log_sum = log_sum_exp_shifted(row, vocab, max);
     const float offset = row_offsets != nullptr ? row_offsets[r] : 0.0f;
     for (int64_t i = 0; i < k; ++i) values[i] = ((values[i] - max) - log_sum) + offset;
-  }
+  });
 }
 
 void log_softmax(float* logits, int64_t rows, int64_t vocab, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  detail::parallel_for(rows, threads, true, [&](int64_t r) {
     float* row = logits + r * vocab;
     const float max = max_of(row, vocab);
     subtract_two(row, vocab, max, log_sum_exp_shifted(row, vocab, max));
-  }
+  });
 }
 
 }  // namespace xf::cpu

@@ -1,0 +1,364 @@
+// Row kernels (load_row, quantization, embed, LayerNorm, bias/residual, ReLU, gather) against
+// double-precision references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "random_inputs.h"
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/kernels_cpu/kernels.h"
+
+namespace xf::cpu {
+namespace {
+
+// Value of an IEEE-style binary float with the given field widths, decoded from its bits with
+// ldexp (independent of the bit tricks in format/ and kernels_cpu/).
+double decode_binary_float(uint32_t bits, int exponent_bits, int mantissa_bits) {
+  const uint32_t mantissa = bits & ((1u << mantissa_bits) - 1);
+  const uint32_t exponent = (bits >> mantissa_bits) & ((1u << exponent_bits) - 1);
+  const bool negative = (bits >> (mantissa_bits + exponent_bits)) & 1u;
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  double value;
+  if (exponent == (1u << exponent_bits) - 1) {
+    value = mantissa == 0 ? std::numeric_limits<double>::infinity()
+                          : std::numeric_limits<double>::quiet_NaN();
+  } else if (exponent == 0) {
+    value = std::ldexp(static_cast<double>(mantissa), 1 - bias - mantissa_bits);
+  } else {
+    value = std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa), -mantissa_bits),
+                       static_cast<int>(exponent) - bias);
+  }
+  return negative ? -value : value;
+}
+
+void expect_same_value(float got, double expected, const std::string& what) {
+  if (std::isnan(expected)) {
+    EXPECT_TRUE(std::isnan(got)) << what;
+  } else {
+    EXPECT_EQ(static_cast<double>(got), expected) << what;
+  }
+}
+
+TEST(LoadRow, F32CopiesTheRow) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 5, cols = 37;
+  const std::vector<float> values = random.uniform(rows * cols, -3.0f, 3.0f);
+  const WeightMatrix weights{DType::f32, values.data(), nullptr, rows, cols};
+  std::vector<float> out(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_row(weights, r, out.data());
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(out[c], values[r * cols + c]);
+  }
+}
+
+TEST(LoadRow, F16WidensEveryBitPattern) {
+  // All 65536 half values as one [256, 256] matrix: normals, subnormals, zeros, inf, NaN.
+  std::vector<uint16_t> bits(65536);
+  for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  const WeightMatrix weights{DType::f16, bits.data(), nullptr, 256, 256};
+  std::vector<float> out(256);
+  for (int64_t r = 0; r < 256; ++r) {
+    load_row(weights, r, out.data());
+    for (int64_t c = 0; c < 256; ++c) {
+      const uint32_t pattern = static_cast<uint32_t>(r * 256 + c);
+      expect_same_value(out[c], decode_binary_float(pattern, 5, 10),
+                        "f16 bits " + std::to_string(pattern));
+    }
+  }
+}
+
+TEST(LoadRow, Bf16WidensEveryBitPattern) {
+  std::vector<uint16_t> bits(65536);
+  for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  const WeightMatrix weights{DType::bf16, bits.data(), nullptr, 512, 128};
+  std::vector<float> out(128);
+  for (int64_t r = 0; r < 512; ++r) {
+    load_row(weights, r, out.data());
+    for (int64_t c = 0; c < 128; ++c) {
+      const uint32_t pattern = static_cast<uint32_t>(r * 128 + c);
+      expect_same_value(out[c], decode_binary_float(pattern, 8, 7),
+                        "bf16 bits " + std::to_string(pattern));
+    }
+  }
+}
+
+TEST(LoadRow, Int8DequantizesWithTheRowScale) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 4, cols = 300;
+  std::vector<int8_t> values(rows * cols);
+  for (int8_t& v : values) v = static_cast<int8_t>(random.integer(-127, 127));
+  const std::vector<float> scales = random.uniform(rows, 1e-3f, 0.1f);
+  const WeightMatrix weights{DType::int8, values.data(), scales.data(), rows, cols};
+  std::vector<float> out(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_row(weights, r, out.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      const double expected = static_cast<double>(values[r * cols + c]) * scales[r];
+      EXPECT_NEAR(out[c], expected, std::fabs(expected) * 1e-7) << r << "," << c;
+    }
+  }
+}
+
+TEST(QuantizeInt8PerTensor, RoundsToNearestWithTheAbsmaxScale) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  for (int64_t count : {1, 13, 100000}) {  // 100000: several parallel chunks
+    std::vector<float> x = random.uniform(count, -4.0f, 4.0f);
+    std::vector<int8_t> quantized(count);
+    const float scale = quantize_int8_per_tensor(x.data(), count, quantized.data(), 2);
+    double absmax = 0.0;
+    for (float v : x) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+    EXPECT_NEAR(scale, absmax / 127.0, absmax / 127.0 * 1e-7);
+    for (int64_t i = 0; i < count; ++i) {
+      const double exact = x[i] / static_cast<double>(scale);
+      // Nearest integer, with slack only for x / scale rounding in float at exact halves.
+      ASSERT_LE(std::fabs(quantized[i] - exact), 0.5 + 1e-5) << "x " << x[i] << " at " << i;
+      ASSERT_LE(std::abs(static_cast<int>(quantized[i])), 127);
+    }
+    // The same rule as the format's per-row quantizer applied to one row.
+    std::vector<int8_t> by_rows(count);
+    float row_scale = 0.0f;
+    quantize_rows_int8(x.data(), 1, count, by_rows.data(), &row_scale);
+    EXPECT_EQ(row_scale, scale);
+    EXPECT_EQ(by_rows, quantized);
+  }
+}
+
+TEST(QuantizeInt8PerTensor, ZerosGetScaleOne) {
+  std::vector<float> x(50, 0.0f);
+  std::vector<int8_t> quantized(50, 7);
+  EXPECT_EQ(quantize_int8_per_tensor(x.data(), 50, quantized.data(), 2), 1.0f);
+  for (int8_t q : quantized) EXPECT_EQ(q, 0);
+}
+
+// out[i, c] = scale * table[id, c] + PE(position, c), in double.
+std::vector<double> reference_embed(const std::vector<double>& table, int64_t dim,
+                                    const std::vector<int32_t>& ids,
+                                    const std::vector<int32_t>& positions, double scale) {
+  std::vector<double> out(ids.size() * dim);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t c = 0; c < dim; ++c) {
+      const int64_t pair = c / 2;
+      const double angle = positions[i] / std::pow(10000.0, 2.0 * pair / dim);
+      const double sinusoid = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      out[i * dim + c] = scale * table[ids[i] * dim + c] + sinusoid;
+    }
+  }
+  return out;
+}
+
+void check_embed(DType dtype, int64_t vocab, int64_t dim, int threads,
+                 test::RandomInputs& random) {
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " dim " + std::to_string(dim));
+  const std::vector<float> values = random.uniform(vocab * dim, -0.2f, 0.2f);
+  std::vector<double> widened(vocab * dim);  // the table's values as stored, exactly
+  std::vector<uint16_t> narrow(vocab * dim);
+  std::vector<int8_t> quantized(vocab * dim);
+  std::vector<float> row_scales(vocab);
+  WeightMatrix table{dtype, values.data(), nullptr, vocab, dim};
+  if (dtype == DType::f16) {
+    for (size_t i = 0; i < values.size(); ++i) narrow[i] = float_to_half(values[i]);
+    for (size_t i = 0; i < values.size(); ++i) widened[i] = decode_binary_float(narrow[i], 5, 10);
+    table.data = narrow.data();
+  } else if (dtype == DType::int8) {
+    quantize_rows_int8(values.data(), vocab, dim, quantized.data(), row_scales.data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      widened[i] = static_cast<double>(quantized[i]) * row_scales[i / dim];
+    }
+    table.data = quantized.data();
+    table.row_scales = row_scales.data();
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) widened[i] = values[i];
+  }
+  const int64_t count = 23;
+  std::vector<int32_t> ids(count), positions(count);
+  for (int64_t i = 0; i < count; ++i) {
+    ids[i] = static_cast<int32_t>(random.integer(0, vocab - 1));
+    positions[i] = static_cast<int32_t>(random.integer(0, 1000));
+  }
+  positions[0] = 0;
+  const float scale = std::sqrt(static_cast<float>(dim));
+  std::vector<float> out(count * dim);
+  embed(table, ids.data(), positions.data(), count, scale, out.data(), threads);
+  const std::vector<double> expected = reference_embed(widened, dim, ids, positions, scale);
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(out[i], expected[i], 1e-5 * (1.0 + std::fabs(expected[i]))) << "element " << i;
+  }
+}
+
+TEST(Embed, ScalesTheRowAndAddsSinusoids) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  for (DType dtype : {DType::f32, DType::f16, DType::int8}) {
+    check_embed(dtype, 50, 64, 2, random);
+    check_embed(dtype, 11, 7, 1, random);    // odd dim: the last column is a sine
+    check_embed(dtype, 9, 600, 2, random);   // wider than the widening buffer
+  }
+}
+
+TEST(Embed, RejectsIdsOutsideTheTable) {
+  const std::vector<float> table(4 * 8, 0.0f);
+  const WeightMatrix weights{DType::f32, table.data(), nullptr, 4, 8};
+  std::vector<float> out(8);
+  const int32_t position = 0;
+  for (int32_t id : {-1, 4}) {
+    EXPECT_THROW(embed(weights, &id, &position, 1, 1.0f, out.data(), 1), Error) << id;
+  }
+  const int32_t id = 0, negative = -1;
+  EXPECT_THROW(embed(weights, &id, &negative, 1, 1.0f, out.data(), 1), Error);
+}
+
+enum class Alias { none, x, residual };
+
+void check_layer_norm(int64_t rows, int64_t dim, bool with_bias, bool with_residual,
+                      Alias alias, test::RandomInputs& random) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " bias " +
+               std::to_string(with_bias) + " residual " + std::to_string(with_residual) +
+               " alias " + std::to_string(static_cast<int>(alias)));
+  // An offset of 3 makes a one-pass variance lose digits; the kernel must not.
+  std::vector<float> x = random.uniform(rows * dim, 2.0f, 4.0f);
+  std::vector<float> residual = random.uniform(rows * dim, -1.0f, 1.0f);
+  const std::vector<float> bias = random.uniform(dim, -0.5f, 0.5f);
+  const std::vector<float> gamma = random.uniform(dim, 0.5f, 1.5f);
+  const std::vector<float> beta = random.uniform(dim, -0.5f, 0.5f);
+  const float epsilon = 1e-5f;
+
+  std::vector<double> expected(rows * dim), expected_mean(rows), expected_rstd(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> v(dim);
+    double sum = 0.0;
+    for (int64_t c = 0; c < dim; ++c) {
+      v[c] = static_cast<double>(x[r * dim + c]) + (with_bias ? bias[c] : 0.0) +
+             (with_residual ? residual[r * dim + c] : 0.0);
+      sum += v[c];
+    }
+    const double mean = sum / dim;
+    double squares = 0.0;
+    for (int64_t c = 0; c < dim; ++c) squares += (v[c] - mean) * (v[c] - mean);
+    const double rstd = 1.0 / std::sqrt(squares / dim + epsilon);
+    for (int64_t c = 0; c < dim; ++c) {
+      expected[r * dim + c] = (v[c] - mean) * rstd * gamma[c] + beta[c];
+    }
+    expected_mean[r] = mean;
+    expected_rstd[r] = rstd;
+  }
+
+  std::vector<float> separate_out(rows * dim, std::numeric_limits<float>::quiet_NaN());
+  float* out = alias == Alias::x ? x.data()
+               : alias == Alias::residual ? residual.data()
+                                          : separate_out.data();
+  if (alias == Alias::residual && !with_residual) return;
+  std::vector<float> mean(rows), rstd(rows);
+  add_bias_residual_layer_norm(x.data(), with_bias ? bias.data() : nullptr,
+                               with_residual ? residual.data() : nullptr, gamma.data(),
+                               beta.data(), epsilon, rows, dim, out, mean.data(), rstd.data(), 2);
+  for (int64_t i = 0; i < rows * dim; ++i) {
+    ASSERT_NEAR(out[i], expected[i], 1e-5 * (1.0 + std::fabs(expected[i]))) << "element " << i;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_NEAR(mean[r], expected_mean[r], 1e-5 * std::fabs(expected_mean[r])) << "row " << r;
+    EXPECT_NEAR(rstd[r], expected_rstd[r], 1e-5 * expected_rstd[r]) << "row " << r;
+  }
+}
+
+TEST(AddBiasResidualLayerNorm, MatchesReferenceForEveryInputCombination) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  for (bool with_bias : {false, true}) {
+    for (bool with_residual : {false, true}) {
+      check_layer_norm(7, 512, with_bias, with_residual, Alias::none, random);
+      check_layer_norm(3, 37, with_bias, with_residual, Alias::none, random);
+    }
+  }
+}
+
+TEST(AddBiasResidualLayerNorm, OutputMayAliasAnInput) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  check_layer_norm(5, 64, true, true, Alias::x, random);
+  check_layer_norm(5, 64, true, true, Alias::residual, random);
+  check_layer_norm(5, 64, false, false, Alias::x, random);
+}
+
+TEST(AddBiasResidualLayerNorm, MeanAndRstdAreOptional) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 3, dim = 16;
+  const std::vector<float> x = random.uniform(rows * dim, -1.0f, 1.0f);
+  const std::vector<float> gamma(dim, 1.0f), beta(dim, 0.0f);
+  std::vector<float> with_stats(rows * dim), without_stats(rows * dim), mean(rows), rstd(rows);
+  add_bias_residual_layer_norm(x.data(), nullptr, nullptr, gamma.data(), beta.data(), 1e-6f, rows,
+                               dim, with_stats.data(), mean.data(), rstd.data(), 1);
+  add_bias_residual_layer_norm(x.data(), nullptr, nullptr, gamma.data(), beta.data(), 1e-6f, rows,
+                               dim, without_stats.data(), nullptr, nullptr, 1);
+  EXPECT_EQ(with_stats, without_stats);
+}
+
+TEST(AddBiasResidual, AddsWhateverIsGiven) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 9, dim = 70;
+  const std::vector<float> x = random.uniform(rows * dim, -2.0f, 2.0f);
+  const std::vector<float> bias = random.uniform(dim, -1.0f, 1.0f);
+  const std::vector<float> residual = random.uniform(rows * dim, -2.0f, 2.0f);
+  for (bool with_bias : {false, true}) {
+    for (bool with_residual : {false, true}) {
+      std::vector<float> out = x;
+      add_bias_residual(out.data(), with_bias ? bias.data() : nullptr,
+                        with_residual ? residual.data() : nullptr, rows, dim, 2);
+      for (int64_t i = 0; i < rows * dim; ++i) {
+        const double b = with_bias ? bias[i % dim] : 0.0;
+        const double r = with_residual ? residual[i] : 0.0;
+        const double expected = static_cast<double>(x[i]) + b + r;
+        ASSERT_NEAR(out[i], expected, 1e-6 * (std::fabs(x[i]) + std::fabs(b) + std::fabs(r)))
+            << "element " << i << " bias " << with_bias << " residual " << with_residual;
+      }
+    }
+  }
+}
+
+TEST(BiasRelu, ClampsNegativesAfterTheBias) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 6, dim = 2048;
+  const std::vector<float> x = random.uniform(rows * dim, -1.0f, 1.0f);
+  const std::vector<float> bias = random.uniform(dim, -0.5f, 0.5f);
+  for (bool with_bias : {true, false}) {
+    std::vector<float> out = x;
+    bias_relu(out.data(), with_bias ? bias.data() : nullptr, rows, dim, 2);
+    for (int64_t i = 0; i < rows * dim; ++i) {
+      const double b = with_bias ? bias[i % dim] : 0.0;
+      const double expected = std::max(0.0, static_cast<double>(x[i]) + b);
+      ASSERT_NEAR(out[i], expected, 1e-6 * (std::fabs(x[i]) + std::fabs(b))) << "element " << i;
+    }
+  }
+}
+
+TEST(GatherRows, CopiesTheIndexedRowsWithStrides) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t src_rows = 8, row_len = 33, src_stride = 40, dst_stride = 35, count = 12;
+  const std::vector<float> src = random.uniform(src_rows * src_stride, -1.0f, 1.0f);
+  std::vector<int32_t> indices(count);
+  for (int32_t& index : indices) index = static_cast<int32_t>(random.integer(0, src_rows - 1));
+  indices[1] = indices[0];  // a beam may be chosen twice
+  const float untouched = -7.0f;
+  std::vector<float> dst(count * dst_stride, untouched);
+  gather_rows(src.data(), src_stride, indices.data(), count, row_len, dst.data(), dst_stride, 2);
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t c = 0; c < dst_stride; ++c) {
+      const float expected = c < row_len ? src[indices[i] * src_stride + c] : untouched;
+      ASSERT_EQ(dst[i * dst_stride + c], expected) << "row " << i << " column " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xf::cpu

@@ -1,0 +1,252 @@
+// StaticMatmul (f32, int8) and gemm against double-precision references.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "random_inputs.h"
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/kernels_cpu/matmul.h"
+
+namespace xf::cpu {
+namespace {
+
+// Caller-provided memory, 64-byte aligned as run() requires.
+class Workspace {
+ public:
+  explicit Workspace(size_t bytes) : storage_(bytes + 64) {}
+  void* data() {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(storage_.data());
+    return storage_.data() + ((64 - address % 64) % 64);
+  }
+
+ private:
+  std::vector<char> storage_;
+};
+
+// Tolerance for one f32 dot product of length K: rounding errors of the K partial sums add up
+// like a random walk, so about sqrt(K) roundings of eps times the typical partial sum, itself
+// about sqrt(sum_k (x_k w_k)^2). Four times that, as a margin; an error in the product (a wrong
+// layout, a missed bias) is orders of magnitude larger.
+double dot_tolerance(int64_t k, double sum_of_squared_terms) {
+  return 4.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k) * sum_of_squared_terms) + 1e-30;
+}
+
+void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bias,
+               test::RandomInputs& random) {
+  SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+               " bias " + std::to_string(with_bias) + " packing " +
+               std::to_string(engine.weight_packing()));
+  const std::vector<float> weights = random.uniform(n * k, -1.0f, 1.0f);  // [n, k]
+  const std::vector<float> x = random.uniform(m * k, -1.0f, 1.0f);        // [m, k]
+  const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+  StaticMatmul matmul(engine, m, WeightMatrix{DType::f32, weights.data(), nullptr, n, k},
+                      with_bias);
+  EXPECT_EQ(matmul.m(), m);
+  EXPECT_EQ(matmul.n(), n);
+  EXPECT_EQ(matmul.k(), k);
+  Workspace workspace(matmul.workspace_bytes());
+  std::vector<float> y(m * n, std::nanf(""));
+  matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = with_bias ? bias[j] : 0.0, squares = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double term = static_cast<double>(x[i * k + c]) * weights[j * k + c];
+        sum += term;
+        squares += term * term;
+      }
+      ASSERT_NEAR(y[i * n + j], sum, dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum))
+          << "row " << i << " column " << j;
+    }
+  }
+}
+
+TEST(StaticMatmul, F32MatchesReference) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  for (bool packing : {true, false}) {
+    engine.set_weight_packing(packing);
+    for (int64_t m : {1, 3, 17, 64}) {
+      for (bool with_bias : {false, true}) {
+        check_f32(engine, m, 33, 19, with_bias, random);
+        check_f32(engine, m, 512, 512, with_bias, random);
+      }
+    }
+    check_f32(engine, 5, 100, 2048, true, random);
+  }
+}
+
+TEST(StaticMatmul, PackedWeightsAreSharedAcrossRowCounts) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const int64_t n = 256, k = 128;
+  const std::vector<float> weights = random.uniform(n * k, -1.0f, 1.0f);
+  const WeightMatrix matrix{DType::f32, weights.data(), nullptr, n, k};
+  std::vector<StaticMatmul> matmuls;
+  matmuls.emplace_back(engine, 1, matrix, false);
+  const size_t one_copy = engine.packed_weight_bytes();
+  EXPECT_GE(one_copy, n * k * sizeof(float));
+  for (int64_t m : {2, 7, 32, 128}) matmuls.emplace_back(engine, m, matrix, false);
+  EXPECT_EQ(engine.packed_weight_bytes(), one_copy);
+  matmuls.clear();
+  EXPECT_EQ(engine.packed_weight_bytes(), 0u);  // the last user frees the copy
+}
+
+TEST(StaticMatmul, RejectsF16AndBf16Weights) {
+  const std::vector<uint16_t> weights(4 * 4, 0);
+  CpuEngine engine(1);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    try {
+      StaticMatmul matmul(engine, 2, WeightMatrix{dtype, weights.data(), nullptr, 4, 4}, false);
+      ADD_FAILURE() << "no error for " << dtype_name(dtype);
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(dtype_name(dtype)), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
+TEST(StaticMatmul, RunWithoutTheBiasItWasMadeWithIsAnError) {
+  const std::vector<float> weights(4 * 4, 1.0f), x(4, 1.0f);
+  std::vector<float> y(4);
+  CpuEngine engine(1);
+  StaticMatmul matmul(engine, 1, WeightMatrix{DType::f32, weights.data(), nullptr, 4, 4}, true);
+  Workspace workspace(matmul.workspace_bytes());
+  EXPECT_THROW(matmul.run(x.data(), nullptr, y.data(), workspace.data()), Error);
+}
+
+struct Int8Case {
+  std::vector<float> weights;       // [n, k] the f32 matrix before quantization
+  std::vector<int8_t> quantized;    // [n, k]
+  std::vector<float> row_scales;    // [n]
+};
+
+Int8Case make_int8_weights(int64_t n, int64_t k, test::RandomInputs& random) {
+  Int8Case c;
+  c.weights = random.uniform(n * k, -1.0f, 1.0f);
+  // Rows of different magnitudes, so that the per-row scales matter.
+  for (int64_t j = 0; j < n; ++j) {
+    const float row_magnitude = static_cast<float>(random.integer(1, 100)) / 10.0f;
+    for (int64_t c2 = 0; c2 < k; ++c2) c.weights[j * k + c2] *= row_magnitude;
+  }
+  c.quantized.resize(n * k);
+  c.row_scales.resize(n);
+  quantize_rows_int8(c.weights.data(), n, k, c.quantized.data(), c.row_scales.data());
+  return c;
+}
+
+void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bias,
+                test::RandomInputs& random) {
+  SCOPED_TRACE("int8 m " + std::to_string(m) + " n " + std::to_string(n) + " k " +
+               std::to_string(k) + " bias " + std::to_string(with_bias));
+  const Int8Case w = make_int8_weights(n, k, random);
+  const std::vector<float> x = random.uniform(m * k, -2.0f, 2.0f);
+  const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+  StaticMatmul matmul(engine, m,
+                      WeightMatrix{DType::int8, w.quantized.data(), w.row_scales.data(), n, k},
+                      with_bias);
+  Workspace workspace(matmul.workspace_bytes());
+  std::vector<float> y(m * n, std::nanf(""));
+  matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
+
+  // x as the kernel quantizes it (quantize_int8_per_tensor has its own test).
+  std::vector<int8_t> x_quantized(m * k);
+  const float x_scale = quantize_int8_per_tensor(x.data(), m * k, x_quantized.data(), 1);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      // 1. Exact: the integer product is exact in int32; what remains is rounding the scaled
+      // result and the bias, a few eps of their magnitudes.
+      int64_t integer_dot = 0;
+      double exact = 0.0, quantization_bound = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        integer_dot += static_cast<int64_t>(x_quantized[i * k + c]) * w.quantized[j * k + c];
+        exact += static_cast<double>(x[i * k + c]) * w.weights[j * k + c];
+        // |x w - x~ w~| <= |x| |w - w~| + |x - x~| |w~|, each difference at most half a step.
+        quantization_bound += std::fabs(x[i * k + c]) * 0.5 * w.row_scales[j] +
+                              0.5 * x_scale * std::fabs(w.quantized[j * k + c] * w.row_scales[j]);
+      }
+      const double scaled = static_cast<double>(integer_dot) * x_scale * w.row_scales[j];
+      const double b = with_bias ? bias[j] : 0.0;
+      ASSERT_NEAR(y[i * n + j], scaled + b, 4.0 * FLT_EPSILON * (std::fabs(scaled) + std::fabs(b)))
+          << "vs dequantized reference, row " << i << " column " << j;
+      // 2. Loose: within the quantization error of the exact f32 product.
+      ASSERT_NEAR(y[i * n + j], exact + b,
+                  quantization_bound + 4.0 * FLT_EPSILON * (std::fabs(scaled) + std::fabs(b)))
+          << "vs f32 product, row " << i << " column " << j;
+    }
+  }
+}
+
+TEST(StaticMatmul, Int8MatchesReference) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  for (int64_t m : {1, 3, 17, 64}) {
+    for (bool with_bias : {false, true}) {
+      check_int8(engine, m, 33, 19, with_bias, random);
+      check_int8(engine, m, 512, 512, with_bias, random);
+    }
+  }
+  check_int8(engine, 4, 64, 2048, true, random);
+}
+
+TEST(StaticMatmul, Int8OfZeroInputIsTheBias) {
+  CpuEngine engine(1);
+  const int64_t m = 2, n = 3, k = 5;
+  std::vector<int8_t> weights(n * k, 9);
+  const std::vector<float> scales(n, 0.5f), x(m * k, 0.0f), bias{1.0f, -2.0f, 3.0f};
+  StaticMatmul matmul(engine, m, WeightMatrix{DType::int8, weights.data(), scales.data(), n, k},
+                      true);
+  Workspace workspace(matmul.workspace_bytes());
+  std::vector<float> y(m * n);
+  matmul.run(x.data(), bias.data(), y.data(), workspace.data());
+  for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(y[i], bias[i % n]);
+}
+
+TEST(Gemm, AllTransposeCombinationsWithStrides) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t m = 7, n = 13, k = 300;
+  const float alpha = 0.75f, beta = -0.5f;
+  for (bool transpose_a : {false, true}) {
+    for (bool transpose_b : {false, true}) {
+      SCOPED_TRACE("transpose_a " + std::to_string(transpose_a) + " transpose_b " +
+                   std::to_string(transpose_b));
+      // Row-major with padded leading dimensions: A is [m, k] or [k, m], B [k, n] or [n, k].
+      const int64_t lda = (transpose_a ? m : k) + 3, ldb = (transpose_b ? k : n) + 2, ldc = n + 5;
+      const std::vector<float> a = random.uniform((transpose_a ? k : m) * lda, -1.0f, 1.0f);
+      const std::vector<float> b = random.uniform((transpose_b ? n : k) * ldb, -1.0f, 1.0f);
+      const std::vector<float> c_before = random.uniform(m * ldc, -1.0f, 1.0f);
+      std::vector<float> c = c_before;
+      gemm(transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(),
+           ldc);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0.0, squares = 0.0;
+          for (int64_t p = 0; p < k; ++p) {
+            const double term = static_cast<double>(transpose_a ? a[p * lda + i] : a[i * lda + p]) *
+                                (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
+            sum += term;
+            squares += term * term;
+          }
+          const double expected = alpha * sum + beta * c_before[i * ldc + j];
+          ASSERT_NEAR(c[i * ldc + j], expected,
+                      alpha * dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(expected))
+              << "row " << i << " column " << j;
+        }
+        // Padding columns of C are left alone.
+        for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c_before[i * ldc + j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xf::cpu
