@@ -24,7 +24,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN_DIR = os.path.join(HERE, "golden")
 FORMAT_VERSION = 1  # of the golden text files, see README.md
 
-LABEL_SMOOTHING = 0.1
 LENGTH_PENALTY_ALPHA = 0.6
 BEAM_SIZE = 4
 N_BEST = 2
@@ -38,6 +37,9 @@ DECISION_MARGIN = 1e-3
 def f32(x):
     """Rounds to the nearest float32 so the f32 model file holds exactly these values."""
     return float(np.float32(x))
+
+
+LABEL_SMOOTHING = f32(0.1)  # float32-rounded, like the trainer's option (exact comparisons)
 
 
 # ----------------------------------------------------------------------------------------------
