@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The CUDA checks in one call, for a session that has a GPU machine (issue 5).
+#
+#   scripts/gpu_check.sh prepare   on the development machine (Debian 12, network to its apt
+#                                  registry): downloads the .deb files of the libraries xf builds
+#                                  with into build-gpu-debs/ (git-ignored), because the GPU
+#                                  machine's image has CUDA, CMake and Python but no oneDNN,
+#                                  FlatBuffers, SentencePiece or GoogleTest, and no network.
+#   scripts/gpu_check.sh           on the GPU machine (device tool: carry ["build-gpu-debs"]):
+#                                  unpacks those packages, configures build-gpu/ with
+#                                  XF_CUDA=ON and CMAKE_CUDA_ARCHITECTURES (default 90), builds,
+#                                  runs `ctest -R cuda` (a skipped CUDA test counts as a failure
+#                                  there: a GPU is present), then the CUDA benchmarks that exist.
+#
+# Logs go to $OUT when set (the device tool brings that folder back), else build-gpu/logs.
+# Environment: XF_CUDA_ARCHS (default 90), XF_JOBS (default: all cores).
+# Exit status: non-zero when configuring, building or any CUDA test failed; benchmark failures
+# are reported in the summary but do not change it.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+debs="$root/build-gpu-debs"
+
+# Packages (and what they need that a CUDA image lacks) for the top-level find_package calls.
+packages=(
+  libdnnl-dev libdnnl2 ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers opencl-c-headers
+  opencl-clhpp-headers
+  libflatbuffers-dev libflatbuffers2 flatbuffers-compiler flatbuffers-compiler-dev
+  libsentencepiece-dev libsentencepiece0
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
+  pkgconf pkgconf-bin libpkgconf3 pkg-config
+)
+
+if [ "${1:-}" = "prepare" ]; then
+  mkdir -p "$debs"
+  (cd "$debs" && apt-get download "${packages[@]}") || {
+    echo "gpu_check: apt-get download failed (run 'apt-get update' first?)" >&2
+    exit 1
+  }
+  du -sh "$debs" >&2
+  echo "gpu_check: now run 'bash scripts/gpu_check.sh' on the GPU machine with carry [\"build-gpu-debs\"]" >&2
+  exit 0
+fi
+
+build="$root/build-gpu"
+logs="${OUT:-$build/logs}"
+mkdir -p "$logs"
+archs="${XF_CUDA_ARCHS:-90}"
+jobs="${XF_JOBS:-$(nproc 2>/dev/null || echo 4)}"
+summary="$logs/summary.txt"
+: >"$summary"
+note() { echo "gpu_check: $*" | tee -a "$summary" >&2; }
+
+{
+  nvidia-smi || true
+  nvcc --version || /usr/local/cuda/bin/nvcc --version || true
+  cmake --version || true
+} >"$logs/machine.txt" 2>&1
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+
+# Unpack only what this machine does not have (dpkg -x into / registers nothing with dpkg).
+if compgen -G "$debs/*.deb" >/dev/null; then
+  for deb in "$debs"/*.deb; do
+    name=$(dpkg-deb -f "$deb" Package)
+    if dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q "install ok installed"; then
+      continue
+    fi
+    dpkg -x "$deb" / || note "could not unpack $deb"
+  done
+  ldconfig
+  note "unpacked the packages from build-gpu-debs/ that this machine lacked"
+else
+  note "no build-gpu-debs/: assuming the build dependencies are installed (see 'prepare')"
+fi
+
+cuda_compiler=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$cuda_compiler" -DCMAKE_CUDA_ARCHITECTURES="$archs" \
+    >"$logs/configure.log" 2>&1; then
+  note "configure FAILED (configure.log)"
+  tail -30 "$logs/configure.log" >&2
+  exit 1
+fi
+note "configured for sm $archs"
+
+# The CUDA tests, then every benchmark-like tool that exists (absent targets are skipped).
+targets=(xf_cuda_kernels_tests)
+for optional in xf-bench cuda_kernels_bench; do
+  if cmake --build "$build" --target help 2>/dev/null | grep -q "$optional"; then
+    targets+=("$optional")
+  fi
+done
+if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
+  note "build FAILED (build.log)"
+  grep -E "error|Error" "$logs/build.log" | head -30 >&2
+  exit 1
+fi
+note "built ${targets[*]}"
+
+status=0
+(cd "$build" && ctest -R cuda --output-on-failure --timeout 600) >"$logs/ctest_cuda.log" 2>&1 || status=1
+grep -E "tests passed|tests failed" "$logs/ctest_cuda.log" | tee -a "$summary" >&2
+if grep -q "(Skipped)" "$logs/ctest_cuda.log"; then
+  note "CUDA tests were SKIPPED on a GPU machine: treated as a failure"
+  grep "(Skipped)" "$logs/ctest_cuda.log" | head -5 >&2
+  status=1
+fi
+[ "$status" -eq 0 ] && note "CUDA tests: PASSED" || note "CUDA tests: FAILED (ctest_cuda.log)"
+
+# Kernel microbenchmarks, when the program exists.
+if [ -x "$build/bin/cuda_kernels_bench" ]; then
+  if "$build/bin/cuda_kernels_bench" >"$logs/cuda_kernels_bench.txt" 2>&1; then
+    note "cuda_kernels_bench: done (cuda_kernels_bench.txt)"
+  else
+    note "cuda_kernels_bench: FAILED (cuda_kernels_bench.txt)"
+  fi
+fi
+
+# Issue 5's end-to-end figures: a base-size random model (d_model 512, 6+6 layers), batch 1
+# greedy and batch 32 beam 4, f32 and f16, when xf-bench knows --device.
+bench="$build/bin/xf-bench"
+if [ -x "$bench" ] && "$bench" --help 2>&1 | grep -q -- "--device"; then
+  models="$build/bench-models"
+  mkdir -p "$models"
+  for dtype in f32 f16; do
+    model="$models/base-$dtype.xfm"
+    if [ ! -f "$model" ] && ! python3 scripts/bench/make_random_xfm.py --out "$model" \
+        --d-model 512 --heads 8 --d-ff 2048 --layers 6 --vocab 32000 --dtype "$dtype" --seed 1 \
+        >>"$logs/xf_bench.txt" 2>&1; then
+      note "xf-bench: could not make the $dtype model (xf_bench.txt)"
+      continue
+    fi
+    for setting in "1 1" "32 4"; do
+      set -- $setting
+      echo "== xf-bench --device cuda $dtype batch $1 beam $2" >>"$logs/xf_bench.txt"
+      # Random token ids as input (the random model has no tokenizer).
+      input="$models/ids.txt"
+      [ -f "$input" ] || python3 -c "
+import random; random.seed(1)
+for _ in range(512): print(' '.join(str(random.randrange(4, 32000)) for _ in range(random.randint(8, 40))))
+" >"$input"
+      if "$bench" --model "$model" --input "$input" --device cuda --ids --max-batch "$1" \
+          --beam "$2" >>"$logs/xf_bench.txt" 2>&1; then
+        note "xf-bench $dtype batch $1 beam $2: done (xf_bench.txt)"
+      else
+        note "xf-bench $dtype batch $1 beam $2: FAILED (xf_bench.txt)"
+      fi
+    done
+  done
+else
+  note "xf-bench with --device is not there yet: no end-to-end CUDA figures"
+fi
+
+exit "$status"
