@@ -1,0 +1,481 @@
+// The training loop: data, model, optimizer, validation, checkpoints, logs.
+#include "xf/trainer/train_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "xf/error.h"
+#include "xf/format/model_writer.h"
+#include "xf/metrics.h"
+#include "xf/trainer/checkpoint.h"
+#include "xf/trainer/data.h"
+#include "xf/trainer/optimizer.h"
+#include "xf/trainer/transformer.h"
+
+namespace xf::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kMetricsCsv = "metrics.csv";
+constexpr const char* kMetricsPng = "metrics.png";
+constexpr const char* kMetricsHeader =
+    "kind,step,epoch,loss,ppl,lr,tokens_per_second,bleu,elapsed_seconds\n";
+
+CorpusLanguages corpus_languages(const TrainOptions& options) {
+  CorpusLanguages languages;
+  languages.source = options.source_language;
+  languages.target = options.target_language;
+  size_t comma = options.tsv_columns.find(',');
+  languages.tsv_first = options.tsv_columns.substr(0, comma);
+  languages.tsv_second = options.tsv_columns.substr(comma + 1);
+  return languages;
+}
+
+// Dropout masks of step s depend on (seed, s) only, so a resumed run draws the same masks.
+uint64_t dropout_seed_for_step(uint64_t rng_seed, int64_t step) {
+  SplitMix64 mix(rng_seed ^ (static_cast<uint64_t>(step) * 0xd1b54a32d192ed03ull));
+  return mix.next();
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  long s = static_cast<long>(seconds + 0.5);
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%ldm%02lds", s / 60, s % 60);
+  }
+  return buffer;
+}
+
+// The CSV keeps only rows up to `step` (a resumed run rewrites what came after its checkpoint).
+void truncate_metrics_csv(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string kept = kMetricsHeader, line;
+  if (in) {
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      size_t comma = line.find(',');
+      if (comma == std::string::npos) continue;
+      int64_t row_step = std::atoll(line.c_str() + comma + 1);
+      if (row_step <= step) kept += line + "\n";
+    }
+  }
+  write_file_atomically(path, kept.data(), kept.size());
+}
+
+struct ValidationSet {
+  TokenizedCorpus corpus;                          // all dev pairs, for the loss
+  std::vector<std::vector<int32_t>> bleu_sources;  // distinct sources, with EOS
+  std::vector<std::vector<std::string>> bleu_references;  // every target of that source
+};
+
+ValidationSet load_validation_set(const TrainOptions& options, const Tokenizer& tokenizer,
+                                  const CorpusLanguages& languages) {
+  ValidationSet set;
+  std::vector<TextPair> pairs = read_parallel_corpus(options.dev_path, languages);
+  TokenizedCorpus all = tokenize_corpus(pairs, tokenizer);
+  // Pairs the model or a batch cannot take are left out of the loss.
+  const size_t longest = static_cast<size_t>(
+      std::min<int64_t>(options.max_positions - 1, options.batch_tokens - 1));
+  set.corpus = filter_by_length(all, longest);
+  // BLEU against every reference of a source (the dev set repeats sources with other
+  // translations), over the first N distinct sources.
+  std::unordered_map<std::string, size_t> index_of_source;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const size_t source_length = all.source_length(i);
+    if (source_length == 0 || source_length + 1 >= options.max_positions) continue;
+    auto found = index_of_source.find(pairs[i].source);
+    if (found != index_of_source.end()) {
+      set.bleu_references[found->second].push_back(pairs[i].target);
+      continue;
+    }
+    if (static_cast<int64_t>(set.bleu_sources.size()) >= options.valid_bleu_sentences) continue;
+    index_of_source[pairs[i].source] = set.bleu_sources.size();
+    std::vector<int32_t> ids(all.source(i), all.source(i) + all.source_length(i));
+    ids.push_back(kEosId);
+    set.bleu_sources.push_back(std::move(ids));
+    set.bleu_references.push_back({pairs[i].target});
+  }
+  return set;
+}
+
+struct ValidationResult {
+  double loss = 0;  // NLL per target token
+  double bleu = 0;
+};
+
+ValidationResult validate(TransformerModel& model, const ValidationSet& set,
+                          const Tokenizer& tokenizer, const TrainOptions& options) {
+  ValidationResult result;
+  const ModelConfig& config = model.config();
+  double nll = 0;
+  int64_t tokens = 0;
+  for (const auto& indices :
+       plan_batches(set.corpus, static_cast<size_t>(options.batch_tokens), 0, 0, /*shuffle=*/false)) {
+    std::vector<std::vector<int32_t>> sources, targets;
+    for (uint32_t i : indices) {
+      sources.emplace_back(set.corpus.source(i), set.corpus.source(i) + set.corpus.source_length(i));
+      targets.emplace_back(set.corpus.target(i), set.corpus.target(i) + set.corpus.target_length(i));
+    }
+    LossSums sums = model.evaluate(make_batch(config, sources, targets));
+    nll += sums.nll_sum;
+    tokens += sums.token_count;
+  }
+  result.loss = tokens > 0 ? nll / tokens : 0;
+  if (!set.bleu_sources.empty()) {
+    std::vector<std::string> hypotheses;
+    const size_t chunk = 32;
+    for (size_t start = 0; start < set.bleu_sources.size(); start += chunk) {
+      std::vector<std::vector<int32_t>> sources(
+          set.bleu_sources.begin() + start,
+          set.bleu_sources.begin() + std::min(set.bleu_sources.size(), start + chunk));
+      int64_t longest = 0;
+      for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size());
+      int64_t max_len = std::min<int64_t>(longest + 50, config.max_positions - 1);
+      for (const auto& ids : model.greedy_decode(sources, max_len)) {
+        hypotheses.push_back(tokenizer.decode(ids));
+      }
+    }
+    result.bleu = metrics::corpus_bleu(hypotheses, set.bleu_references).score;
+  }
+  return result;
+}
+
+// A loss curve, its moving average and the validation points, as a PNG.
+void write_plot(const std::string& csv_path, const std::string& png_path) {
+  std::ifstream in(csv_path);
+  std::string line;
+  std::getline(in, line);
+  PlotSeries train, smooth, valid;
+  train.red = 170, train.green = 200, train.blue = 235;
+  smooth.red = 20, smooth.green = 80, smooth.blue = 200;
+  valid.red = 220, valid.green = 60, valid.blue = 30;
+  valid.points = true;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream row(line);
+    std::string field;
+    while (std::getline(row, field, ',')) fields.push_back(field);
+    if (fields.size() < 4) continue;
+    double step = std::atof(fields[1].c_str()), loss = std::atof(fields[3].c_str());
+    if (fields[0] == "train") {
+      train.x.push_back(step);
+      train.y.push_back(loss);
+    } else if (fields[0] == "valid") {
+      valid.x.push_back(step);
+      valid.y.push_back(loss);
+    }
+  }
+  const size_t window = std::max<size_t>(1, train.y.size() / 50);
+  double sum = 0;
+  for (size_t i = 0; i < train.y.size(); ++i) {
+    sum += train.y[i];
+    if (i >= window) sum -= train.y[i - window];
+    smooth.x.push_back(train.x[i]);
+    smooth.y.push_back(sum / std::min(i + 1, window));
+  }
+  std::string png = render_line_plot_png({train, smooth, valid}, 900, 500);
+  write_file_atomically(png_path, png.data(), png.size());
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
+                          const std::atomic<bool>* stop_requested) {
+  const auto run_start = Clock::now();
+  if (options.device == "cuda") {
+    throw Error("--device cuda: xf-train was built without CUDA training support (use --device cpu)");
+  }
+  const CorpusLanguages languages = corpus_languages(options);
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) throw Error(options.out_dir + ": cannot create the run directory: " + ec.message());
+  const std::string out = options.out_dir + "/";
+
+  // ---- Resume point or fresh start -----------------------------------------------------------
+  std::unique_ptr<Checkpoint> resumed;
+  if (options.resume) {
+    auto checkpoints = list_checkpoints(options.out_dir);
+    if (checkpoints.empty()) throw Error("--resume: no step-* checkpoint in " + options.out_dir);
+    resumed = std::make_unique<Checkpoint>(read_checkpoint(checkpoints.back()));
+    progress << "resuming from " << checkpoints.back() << "\n";
+  }
+
+  // ---- Tokenizer -----------------------------------------------------------------------------
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (resumed) {
+    tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::from_model_proto(resumed->tokenizer_model, options.out_dir + " checkpoint"));
+  } else if (!options.spm_path.empty()) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(options.spm_path));
+  } else {
+    progress << "training SentencePiece (" << options.spm_type << ", vocabulary " << options.vocab_size
+             << ") on " << options.train_path << "\n";
+    SentencePieceTrainOptions spm;
+    spm.vocab_size = options.vocab_size;
+    spm.model_type = options.spm_type;
+    spm.threads = options.threads;
+    tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::train(read_parallel_corpus(options.train_path, languages), spm));
+  }
+  write_file_atomically(out + "sentencepiece.model", tokenizer->model_proto().data(),
+                        tokenizer->model_proto().size());
+
+  // ---- Data ----------------------------------------------------------------------------------
+  LengthFilterStats filter_stats;
+  TokenizedCorpus corpus =
+      filter_by_length(load_corpus(options.train_path, languages, *tokenizer, options.out_dir),
+                       static_cast<size_t>(options.max_length), &filter_stats);
+  progress << "training pairs: " << filter_stats.kept << " kept, " << filter_stats.dropped_long
+           << " longer than " << options.max_length << " tokens and " << filter_stats.dropped_empty
+           << " empty dropped\n";
+  std::unique_ptr<ValidationSet> dev;
+  if (!options.dev_path.empty()) {
+    dev = std::make_unique<ValidationSet>(load_validation_set(options, *tokenizer, languages));
+  }
+
+  // ---- Model and optimizer -------------------------------------------------------------------
+  ModelConfig config;
+  if (resumed) {
+    config = resumed->config;
+  } else {
+    config.source_vocab_size = config.target_vocab_size =
+        static_cast<uint32_t>(tokenizer->vocab_size());
+    config.d_model = options.d_model;
+    config.num_heads = options.heads;
+    config.d_ff = options.d_ff;
+    config.encoder_layers = options.encoder_layers;
+    config.decoder_layers = options.decoder_layers;
+    config.max_positions = options.max_positions;
+    config.norm_position = options.norm;
+    config.pad_id = kPadId;
+    config.unk_id = kUnkId;
+    config.bos_id = kBosId;
+    config.eos_id = kEosId;
+    validate_config(config);
+  }
+  TrainingOptions training;
+  training.dropout = options.dropout;
+  training.attention_dropout = options.attention_dropout;
+  training.label_smoothing = options.label_smoothing;
+  TransformerModel model(config, training, options.threads);
+  Adam adam(model.parameter_count(), AdamOptions{}, options.threads);
+  TrainingProgress state;
+  if (resumed) {
+    if (resumed->parameters.size() != model.parameter_count()) {
+      throw Error("checkpoint parameter count does not match the model");
+    }
+    std::copy(resumed->parameters.begin(), resumed->parameters.end(), model.parameters());
+    adam.set_state(resumed->adam);
+    state = resumed->progress;
+    resumed.reset();  // free its copy of the parameters
+  } else {
+    model.initialize(options.seed);
+    state.data.seed = options.seed;
+    state.rng_seed = options.seed;
+  }
+  const LearningRateSchedule schedule{options.lr_scale, static_cast<int64_t>(config.d_model),
+                                      options.warmup};
+  BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data);
+  const std::map<std::string, std::string> saved_options = train_options_to_map(options);
+  progress << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
+           << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
+           << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
+           << " parameters; " << batches.batches_per_epoch() << " batches per epoch\n";
+
+  // ---- Logs ----------------------------------------------------------------------------------
+  const std::string csv_path = out + kMetricsCsv;
+  truncate_metrics_csv(csv_path, state.step);
+  std::ofstream csv(csv_path, std::ios::app);
+  if (!csv) throw Error(csv_path + ": cannot open for appending");
+
+  TrainSummary summary;
+  summary.first_step = state.step;
+  auto make_checkpoint = [&]() {
+    Checkpoint c;
+    c.config = config;
+    c.options = saved_options;
+    c.parameters.assign(model.parameters(), model.parameters() + model.parameter_count());
+    c.adam = adam.state();
+    c.progress = state;
+    c.tokenizer_model = tokenizer->model_proto();
+    return c;
+  };
+  int64_t last_saved_step = -1, last_validated_step = -1;
+  auto save = [&]() {
+    state.data = batches.position();
+    summary.last_checkpoint = save_checkpoint(options.out_dir, make_checkpoint(), options.keep);
+    last_saved_step = state.step;
+  };
+  auto epoch_fraction = [&]() {
+    DataPosition p = batches.position();
+    return static_cast<double>(p.epoch) +
+           static_cast<double>(p.batch_index) / static_cast<double>(batches.batches_per_epoch());
+  };
+  auto run_validation = [&]() {
+    if (!dev) return;
+    ValidationResult v = validate(model, *dev, *tokenizer, options);
+    last_validated_step = state.step;
+    state.last_valid_loss = v.loss;
+    state.last_valid_bleu = v.bleu;
+    bool improved = !state.has_best || (options.best_by == "bleu" ? v.bleu > state.best_valid_bleu
+                                                                   : v.loss < state.best_valid_loss);
+    if (improved) {
+      state.has_best = true;
+      state.best_valid_loss = v.loss;
+      state.best_valid_bleu = v.bleu;
+      state.validations_without_improvement = 0;
+      state.data = batches.position();
+      save_best_checkpoint(options.out_dir, make_checkpoint());
+    } else {
+      ++state.validations_without_improvement;
+    }
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "valid step %lld | loss %.4f | ppl %.2f | bleu %.2f%s\n",
+                  static_cast<long long>(state.step), v.loss, std::exp(v.loss), v.bleu,
+                  improved ? " | best" : "");
+    progress << line << std::flush;
+    csv << "valid," << state.step << "," << epoch_fraction() << "," << v.loss << ","
+        << std::exp(v.loss) << ",," << "," << v.bleu << "," << state.elapsed_seconds << "\n";
+    csv.flush();
+  };
+
+  // ---- Loop ----------------------------------------------------------------------------------
+  const double elapsed_before = state.elapsed_seconds;
+  auto interval_start = Clock::now();
+  int64_t interval_tokens = 0;
+  double interval_loss = 0, interval_nll = 0;
+  int64_t interval_scored = 0;
+  const int64_t steps_per_epoch = static_cast<int64_t>(batches.batches_per_epoch());
+  auto completed_epochs = [&]() {
+    DataPosition p = batches.position();
+    return static_cast<int64_t>(p.epoch) + (static_cast<int64_t>(p.batch_index) >= steps_per_epoch ? 1 : 0);
+  };
+  auto finished = [&]() {
+    if (options.max_steps > 0 && state.step >= options.max_steps) return true;
+    if (options.epochs > 0 && completed_epochs() >= options.epochs) return true;
+    double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60;
+    return options.max_minutes > 0 && minutes >= options.max_minutes;
+  };
+  const int64_t target_steps =
+      options.max_steps > 0 ? options.max_steps
+                            : (options.epochs > 0 ? options.epochs * steps_per_epoch : 0);
+
+  while (!finished()) {
+    const BatchIndices& indices = batches.next();
+    std::vector<std::vector<int32_t>> sources, targets;
+    sources.reserve(indices.size());
+    targets.reserve(indices.size());
+    for (uint32_t i : indices) {
+      sources.emplace_back(corpus.source(i), corpus.source(i) + corpus.source_length(i));
+      targets.emplace_back(corpus.target(i), corpus.target(i) + corpus.target_length(i));
+    }
+    Batch batch = make_batch(config, sources, targets);
+    model.zero_gradients();
+    LossSums sums = model.forward_backward(batch, dropout_seed_for_step(state.rng_seed, state.step + 1));
+    double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));
+    if (options.clip_norm > 0) {
+      double norm = gradient_norm(model.gradients(), model.parameter_count(), gradient_scale,
+                                  options.threads);
+      gradient_scale *= clip_factor(norm, options.clip_norm);
+    }
+    const double lr = schedule.at(state.step + 1);
+    adam.step(model.parameters(), model.gradients(), lr, gradient_scale);
+    ++state.step;
+    state.data = batches.position();
+    const int64_t batch_tokens = batch.source_tokens + batch.target_tokens;
+    state.tokens_seen += batch_tokens;
+    state.elapsed_seconds =
+        elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+
+    const double loss = sums.loss_sum / std::max<int64_t>(1, sums.token_count);
+    const double ppl = std::exp(sums.nll_sum / std::max<int64_t>(1, sums.token_count));
+    if (!std::isfinite(loss)) {
+      throw Error("training diverged at step " + std::to_string(state.step) +
+                  " (loss is not finite); lower --lr-scale or set --clip-norm");
+    }
+    summary.step_losses.push_back(loss);
+    interval_tokens += batch_tokens;
+    interval_loss += sums.loss_sum;
+    interval_nll += sums.nll_sum;
+    interval_scored += sums.token_count;
+
+    if (state.step % options.log_every == 0 || state.step == 1) {
+      double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      double tokens_per_second = seconds > 0 ? interval_tokens / seconds : 0;
+      double step_seconds = (state.elapsed_seconds - elapsed_before) /
+                            std::max<int64_t>(1, state.step - summary.first_step);
+      double eta = target_steps > 0 ? (target_steps - state.step) * step_seconds : -1;
+      if (options.max_minutes > 0) {
+        double left = options.max_minutes * 60 -
+                      std::chrono::duration<double>(Clock::now() - run_start).count();
+        eta = eta < 0 ? left : std::min(eta, left);
+      }
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "step %lld | epoch %.2f | loss %.4f | ppl %.2f | lr %.3g | %.0f tok/s | ETA %s\n",
+                    static_cast<long long>(state.step), epoch_fraction(),
+                    interval_loss / std::max<int64_t>(1, interval_scored),
+                    std::exp(interval_nll / std::max<int64_t>(1, interval_scored)), lr,
+                    tokens_per_second, eta < 0 ? "-" : format_duration(eta).c_str());
+      progress << line << std::flush;
+      interval_start = Clock::now();
+      interval_tokens = 0;
+      interval_loss = interval_nll = 0;
+      interval_scored = 0;
+      csv << "train," << state.step << "," << epoch_fraction() << "," << loss << "," << ppl << ","
+          << lr << "," << tokens_per_second << ",," << state.elapsed_seconds << "\n";
+    } else {
+      csv << "train," << state.step << "," << epoch_fraction() << "," << loss << "," << ppl << ","
+          << lr << ",,," << state.elapsed_seconds << "\n";
+    }
+
+    if (options.valid_every > 0 && state.step % options.valid_every == 0) {
+      run_validation();
+      if (options.early_stop > 0 && state.validations_without_improvement >= options.early_stop) {
+        progress << "early stop: " << options.early_stop << " validations without improvement\n";
+        summary.early_stopped = true;
+        break;
+      }
+    }
+    if (options.save_every > 0 && state.step % options.save_every == 0) save();
+    if (stop_requested && stop_requested->load()) {
+      summary.interrupted = true;
+      break;
+    }
+  }
+
+  // ---- End: last validation, last checkpoint, plot -------------------------------------------
+  if (!summary.interrupted && last_validated_step != state.step && state.step > summary.first_step) {
+    run_validation();
+  }
+  if (last_saved_step != state.step) save();
+  if (summary.interrupted) {
+    progress << "interrupted at step " << state.step << "; checkpoint saved to "
+             << summary.last_checkpoint << "\n";
+  }
+  csv.close();
+  write_plot(csv_path, out + kMetricsPng);
+
+  summary.final_step = state.step;
+  summary.last_valid_loss = state.last_valid_loss;
+  summary.last_valid_bleu = state.last_valid_bleu;
+  summary.best_valid_loss = state.best_valid_loss;
+  summary.best_valid_bleu = state.best_valid_bleu;
+  summary.seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  return summary;
+}
+
+}  // namespace xf::trainer
