@@ -1,7 +1,5 @@
 #include "xf/trainer/optimizer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>

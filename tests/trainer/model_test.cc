@@ -1,0 +1,252 @@
+// The whole Transformer: finite-difference gradients in double precision for every parameter of
+// tiny models (post- and pre-norm, shared or separate embeddings, output bias, dropout on), the
+// float model against the double one, padding, determinism, and overfitting a few sentences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gradient_check.h"
+#include "xf/error.h"
+#include "xf/trainer/optimizer.h"
+#include "xf/trainer/transformer.h"
+
+namespace xf::trainer {
+namespace {
+
+ModelConfig tiny_config(uint32_t vocab = 13) {
+  ModelConfig c;
+  c.source_vocab_size = c.target_vocab_size = vocab;
+  c.d_model = 8;
+  c.num_heads = 2;
+  c.d_ff = 12;
+  c.encoder_layers = 2;
+  c.decoder_layers = 2;
+  c.max_positions = 64;
+  return c;
+}
+
+// Three sentence pairs of different lengths (ids 4.. are ordinary tokens).
+Batch tiny_batch(const ModelConfig& c) {
+  return make_batch(c, {{4, 5, 6, 7}, {8, 9}, {10, 11, 12, 4, 5}},
+                    {{6, 5, 4}, {9, 8, 7, 12}, {12}});
+}
+
+struct GradientCase {
+  const char* name;
+  NormPosition norm;
+  bool shared;       // shared embeddings and tied output
+  bool output_bias;
+  float attention_dropout;
+};
+
+class ModelGradient : public ::testing::TestWithParam<GradientCase> {};
+
+TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
+  const GradientCase g = GetParam();
+  ModelConfig config = tiny_config();
+  config.norm_position = g.norm;
+  config.shared_embeddings = g.shared;
+  config.tied_output = g.shared;
+  config.output_bias = g.output_bias;
+  TrainingOptions options;  // dropout 0.1, label smoothing 0.1
+  options.attention_dropout = g.attention_dropout;
+  BasicTransformerModel<double> model(config, options, 1);
+  model.initialize(7);
+  // Gamma and bias away from their initial 1 / 0 so every term of the backward pass matters.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> jitter(-0.2, 0.2);
+  for (size_t i = 0; i < model.parameter_count(); ++i) model.parameters()[i] += jitter(rng);
+  const Batch batch = tiny_batch(config);
+  const uint64_t dropout_seed = 99;  // the same masks in every pass
+
+  model.zero_gradients();
+  model.forward_backward(batch, dropout_seed);
+  const std::vector<double> analytic(model.gradients(),
+                                     model.gradients() + model.parameter_count());
+  auto loss = [&] { return model.forward_backward(batch, dropout_seed).loss_sum; };
+  for (const ParameterSlot& slot : model.slots()) {
+    testing::expect_gradient(loss, model.parameters() + slot.offset, slot.size,
+                             analytic.data() + slot.offset, slot.spec.name, 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, ModelGradient,
+    ::testing::Values(GradientCase{"post_norm_shared", NormPosition::post, true, false, 0.0f},
+                      GradientCase{"pre_norm_shared", NormPosition::pre, true, false, 0.0f},
+                      GradientCase{"post_norm_separate_bias", NormPosition::post, false, true,
+                                   0.0f},
+                      GradientCase{"pre_norm_attention_dropout", NormPosition::pre, false, true,
+                                   0.2f}),
+    [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
+
+TEST(Model, FloatAgreesWithDouble) {
+  for (NormPosition norm : {NormPosition::post, NormPosition::pre}) {
+    ModelConfig config = tiny_config(30);
+    config.d_model = 32;
+    config.num_heads = 4;
+    config.d_ff = 64;
+    config.norm_position = norm;
+    const TrainingOptions options;
+    BasicTransformerModel<double> reference(config, options, 2);
+    TransformerModel model(config, options, 2);
+    reference.initialize(3);
+    for (size_t i = 0; i < model.parameter_count(); ++i)
+      model.parameters()[i] = static_cast<float>(reference.parameters()[i]);
+    const Batch batch = make_batch(config, {{4, 5, 6, 7, 8, 9}, {20, 21}, {29, 28, 27}},
+                                   {{6, 5, 4, 11}, {9, 8, 7, 12, 13, 14}, {12}});
+    reference.zero_gradients();
+    model.zero_gradients();
+    const LossSums expected = reference.forward_backward(batch, 5);
+    const LossSums actual = model.forward_backward(batch, 5);
+    EXPECT_EQ(actual.token_count, expected.token_count);
+    EXPECT_NEAR(actual.loss_sum, expected.loss_sum, 1e-5 * std::abs(expected.loss_sum));
+    EXPECT_NEAR(actual.nll_sum, expected.nll_sum, 1e-5 * std::abs(expected.nll_sum));
+    double max_gradient = 0;
+    for (size_t i = 0; i < model.parameter_count(); ++i)
+      max_gradient = std::max(max_gradient, std::abs(reference.gradients()[i]));
+    int failures = 0;
+    for (size_t i = 0; i < model.parameter_count(); ++i)
+      if (std::abs(model.gradients()[i] - reference.gradients()[i]) > 1e-4 * max_gradient &&
+          ++failures <= 5)
+        ADD_FAILURE() << "gradient " << i << ": float " << model.gradients()[i] << ", double "
+                      << reference.gradients()[i];
+    EXPECT_EQ(failures, 0);
+  }
+}
+
+TEST(Model, PaddingDoesNotLeak) {
+  // Without dropout, a padded batch scores each sentence as if it were alone, and its
+  // gradient is the sum of the sentences' gradients.
+  ModelConfig config = tiny_config();
+  TrainingOptions options;
+  options.dropout = 0;
+  BasicTransformerModel<double> model(config, options, 1);
+  model.initialize(5);
+  const std::vector<std::vector<int32_t>> sources = {{4, 5, 6, 7, 8}, {9}};
+  const std::vector<std::vector<int32_t>> targets = {{10}, {11, 12, 4, 5}};
+  model.zero_gradients();
+  const LossSums together = model.forward_backward(make_batch(config, sources, targets), 1);
+  const std::vector<double> batch_gradient(model.gradients(),
+                                           model.gradients() + model.parameter_count());
+  model.zero_gradients();
+  LossSums alone_sum;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const LossSums alone = model.forward_backward(make_batch(config, {sources[i]}, {targets[i]}), 1);
+    alone_sum.loss_sum += alone.loss_sum;
+    alone_sum.token_count += alone.token_count;
+  }
+  EXPECT_EQ(together.token_count, 7);  // (1 + EOS) + (4 + EOS)
+  EXPECT_EQ(alone_sum.token_count, 7);
+  EXPECT_NEAR(together.loss_sum, alone_sum.loss_sum, 1e-10);
+  for (size_t i = 0; i < model.parameter_count(); ++i)
+    ASSERT_NEAR(batch_gradient[i], model.gradients()[i], 1e-10) << "parameter element " << i;
+  // evaluate() is the same forward pass without dropout (dropout is off here).
+  EXPECT_NEAR(model.evaluate(make_batch(config, sources, targets)).loss_sum, together.loss_sum,
+              1e-10);
+}
+
+TEST(Model, LayoutFollowsTheParameterList) {
+  const ModelConfig config = tiny_config();
+  TransformerModel model(config, TrainingOptions{}, 1);
+  const auto specs = transformer_parameters(config);
+  ASSERT_EQ(model.slots().size(), specs.size());
+  size_t offset = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(model.slots()[i].spec.name, specs[i].name);
+    EXPECT_EQ(model.slots()[i].offset, offset);
+    offset += model.slots()[i].size;
+  }
+  EXPECT_EQ(model.parameter_count(), offset);
+  EXPECT_THROW(model.slot("no.such.tensor"), Error);
+  model.initialize(1);
+  const float* gamma = model.parameters() + model.slot("encoder.layers.0.ffn_norm.gamma").offset;
+  const float* bias = model.parameters() + model.slot("decoder.layers.1.ffn.inner.bias").offset;
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(gamma[j], 1.0f);
+  for (int j = 0; j < 12; ++j) EXPECT_EQ(bias[j], 0.0f);
+  const ParameterSlot& qkv = model.slot("encoder.layers.0.self_attention.qkv.weight");
+  const double limit = std::sqrt(6.0 / (24 + 8));
+  double max_abs = 0;
+  for (size_t i = 0; i < qkv.size; ++i)
+    max_abs = std::max(max_abs, double(std::abs(model.parameters()[qkv.offset + i])));
+  EXPECT_LE(max_abs, limit);
+  EXPECT_GT(max_abs, 0.5 * limit);
+}
+
+TEST(Model, RejectsBadBatches) {
+  const ModelConfig config = tiny_config();
+  TransformerModel model(config, TrainingOptions{}, 1);
+  Batch batch = tiny_batch(config);
+  batch.source_ids[0] = 13;  // outside the vocabulary
+  EXPECT_THROW(model.forward_backward(batch, 1), Error);
+  batch = tiny_batch(config);
+  batch.target_lengths[1] = 0;
+  EXPECT_THROW(model.evaluate(batch), Error);
+  TrainingOptions bad;
+  bad.dropout = 1.0f;
+  EXPECT_THROW(TransformerModel(config, bad, 1), Error);
+}
+
+std::vector<double> train_losses(int steps, int threads) {
+  ModelConfig config = tiny_config(20);
+  config.d_model = 16;
+  config.num_heads = 2;
+  config.d_ff = 32;
+  TransformerModel model(config, TrainingOptions{}, threads);
+  model.initialize(123);
+  Adam adam(model.parameter_count(), AdamOptions{}, threads);
+  const Batch batch = make_batch(config, {{4, 5, 6}, {7, 8, 9, 10}}, {{6, 5, 4}, {10, 9, 8, 7}});
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    model.zero_gradients();
+    const LossSums sums = model.forward_backward(batch, 1000 + step);
+    losses.push_back(sums.loss_sum);
+    adam.step(model.parameters(), model.gradients(), 1e-3, 1.0 / sums.token_count);
+  }
+  return losses;
+}
+
+TEST(Model, SameSeedSameLosses) {
+  const auto first = train_losses(4, 2);
+  const auto second = train_losses(4, 2);
+  EXPECT_EQ(first, second);  // bit for bit
+  EXPECT_NE(first[0], first[3]);  // and training does move
+}
+
+TEST(Model, OverfitsAFewSentences) {
+  // Reverse six short sequences. No dropout or smoothing, so the loss can approach zero and
+  // greedy decoding must then reproduce every target.
+  ModelConfig config = tiny_config(16);
+  config.d_model = 32;
+  config.num_heads = 4;
+  config.d_ff = 64;
+  TrainingOptions options;
+  options.dropout = 0;
+  options.label_smoothing = 0;
+  TransformerModel model(config, options, 1);
+  model.initialize(2024);
+  Adam adam(model.parameter_count(), AdamOptions{}, 1);
+  const std::vector<std::vector<int32_t>> sources = {
+      {4, 5, 6}, {7, 8, 9, 10}, {11, 12}, {13, 14, 15, 4, 5}, {6, 9, 12}, {15, 11, 7, 8}};
+  std::vector<std::vector<int32_t>> targets;
+  for (const auto& s : sources) targets.emplace_back(s.rbegin(), s.rend());
+  const Batch batch = make_batch(config, sources, targets);
+  double first = 0, last = 0;
+  for (int step = 1; step <= 300; ++step) {
+    model.zero_gradients();
+    const LossSums sums = model.forward_backward(batch, step);
+    if (step == 1) first = sums.loss_sum / sums.token_count;
+    last = sums.loss_sum / sums.token_count;
+    adam.step(model.parameters(), model.gradients(), 3e-3, 1.0 / sums.token_count);
+  }
+  EXPECT_GT(first, 2.0);  // about log(16) at the start
+  EXPECT_LT(last, 0.05 * first);
+  std::vector<std::vector<int32_t>> with_eos = sources;
+  for (auto& s : with_eos) s.push_back(config.eos_id);
+  EXPECT_EQ(model.greedy_decode(with_eos, 10), targets);
+}
+
+}  // namespace
+}  // namespace xf::trainer
