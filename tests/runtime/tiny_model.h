@@ -20,7 +20,7 @@ struct TinyModelOptions {
   uint32_t max_positions = 256;
   NormPosition norm_position = NormPosition::post;
   bool shared_embeddings = true;
-  bool tied_output = true;
+  bool tied_output = false;  // random tied models tend to repeat their input token (BOS)
   DType matrix_dtype = DType::f32;  // 2-D tensors; 1-D ones follow unless int8 (then f32)
   // Added to the EOS logit through the output bias (the model then has one), so that outputs
   // end at varying lengths; 0 leaves the bias out.

@@ -1,0 +1,43 @@
+# Installs the xf_sdk component into a temporary prefix, builds examples/embed against it with
+# find_package(xf), and checks that it translates a sentence exactly as xf-run does.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, MODEL, XF_RUN.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed (${status}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+
+run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix --component xf_sdk)
+foreach(installed include/xf/translator.h include/xf/xf.h lib/cmake/xf/xfConfig.cmake)
+  if(NOT EXISTS ${WORK_DIR}/prefix/${installed})
+    message(FATAL_ERROR "not installed: ${installed}")
+  endif()
+endforeach()
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/embed -B ${WORK_DIR}/build
+  -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+
+set(sentence "the dog runs to the river")
+execute_process(COMMAND ${WORK_DIR}/build/embed ${MODEL} ${sentence}
+  RESULT_VARIABLE status OUTPUT_VARIABLE embedded ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "embed failed (${status}): ${err}")
+endif()
+file(WRITE ${WORK_DIR}/input.txt "${sentence}\n")
+execute_process(COMMAND ${XF_RUN} --model ${MODEL} INPUT_FILE ${WORK_DIR}/input.txt
+  RESULT_VARIABLE status OUTPUT_VARIABLE expected ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "xf-run failed (${status}): ${err}")
+endif()
+string(STRIP "${embedded}" stripped)
+if(stripped STREQUAL "")
+  message(FATAL_ERROR "embed printed an empty translation: the comparison would prove little")
+endif()
+if(NOT embedded STREQUAL expected)
+  message(FATAL_ERROR "embed printed '${embedded}', xf-run '${expected}'")
+endif()
+message(STATUS "embed and xf-run agree: ${embedded}")
