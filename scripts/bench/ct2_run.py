@@ -5,20 +5,24 @@ Translate stdin to stdout, one line each, in order (like xf-run):
 
     ct2_run.py --model CT2_DIR [--ids] [--beam 4] [--max-batch 32] [--threads 2] < in > out
 
-Benchmark (like xf-bench; JSON keys as `xf-bench --json`, those that apply):
+Benchmark (xf-bench's procedure and JSON keys, those that apply; no allocation counts):
 
     ct2_run.py --model CT2_DIR --bench --input FILE [--beam 4 --max-batch 32 --threads 2]
-               [--ids] [--repeat R] [--min-seconds S] [--json]
+               [--ids] [--repeat R] [--json]
+
+  tokens/s     target tokens of the best hypotheses (EOS excluded) per second
+  latency      p50 and p90 of the per-request wall time (one translate_batch call), in ms
+  peak RSS     of the whole Python process
 
 Decoding follows xf's defaults: length penalty 0.6 (note: CTranslate2 divides the log-prob by
 length^penalty, xf by ((5+length)/6)^penalty, so beam outputs may differ while greedy outputs
-must not), and the longest output is (source tokens + EOS) + 50 tokens, EOS included. CTranslate2
-takes one max_decoding_length per call, so sentences are sorted by length and split into batches
-of --max-batch here, as xf does, and each call gets the limit of its longest sentence.
+must not) and a longest output of (source tokens + EOS) + 50 tokens, EOS included. CTranslate2
+takes one max_decoding_length per call: each request of --max-batch lines (in input order, as
+xf-bench cuts them) gets the limit of its longest sentence.
 
 Text mode tokenizes with the SentencePiece model saved beside the CTranslate2 model
 (sentencepiece.model); --ids reads and writes space-separated token ids (the vocabulary order is
-xf's id order).
+xf's id order). One CTranslate2 worker (inter_threads 1) with --threads intra-op threads.
 """
 import argparse
 import json
@@ -45,6 +49,8 @@ class Ct2Runner:
         self.translator = ctranslate2.Translator(
             args.model, device="cpu", compute_type="default", inter_threads=1,
             intra_threads=args.threads)
+        self.version = ctranslate2.__version__
+        self.compute_type = self.translator.compute_type
         self.tokens = load_vocabulary(args.model)
         self.token_ids = {t: i for i, t in enumerate(self.tokens)}
         self.sp = None
@@ -70,30 +76,22 @@ class Ct2Runner:
             return self.sp.decode(ids)
         return " ".join(str(i) for i in ids)
 
-    def translate_batches(self, sources, on_batch=None, count_all=False):
-        """sources: token lists. Returns output token lists in input order. on_batch(seconds,
-        batch_size) is called after each CTranslate2 call. count_all: return what CTranslate2
-        generated, not cut at each sentence's own length limit (the benchmark counts it all)."""
+    def translate_request(self, request):
+        """One CTranslate2 call for a request of up to --max-batch token lists; returns the best
+        hypothesis of each (EOS excluded). The call's max_decoding_length is the limit of the
+        request's longest sentence: (tokens + EOS) + max_len_b."""
         a = self.args
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        outputs = [None] * len(sources)
-        for start in range(0, len(order), a.max_batch):
-            chunk = order[start:start + a.max_batch]
-            batch = [sources[i] for i in chunk]
-            longest = max(len(s) for s in batch) + 1  # + EOS
-            t0 = time.perf_counter()
-            results = self.translator.translate_batch(
-                batch, max_batch_size=a.max_batch, beam_size=a.beam, num_hypotheses=1,
-                length_penalty=a.length_penalty, max_decoding_length=longest + a.max_len_b,
-                return_scores=False)
-            if on_batch is not None:
-                on_batch(time.perf_counter() - t0, len(chunk))
-            for i, r in zip(chunk, results):
-                # A shorter sentence of the batch may have run past its own limit; its first
-                # tokens do not depend on the limit, so cut it there (greedy: exactly xf's rule).
-                limit = len(sources[i]) + 1 + a.max_len_b
-                outputs[i] = r.hypotheses[0] if count_all else r.hypotheses[0][:limit]
-        return outputs
+        longest = max(len(s) for s in request) + 1
+        results = self.translator.translate_batch(
+            request, max_batch_size=a.max_batch, beam_size=a.beam, num_hypotheses=1,
+            length_penalty=a.length_penalty, max_decoding_length=longest + a.max_len_b,
+            return_scores=False)
+        return [r.hypotheses[0] for r in results]
+
+    def requests(self, sources):
+        """Requests of --max-batch sentences in input order, as xf-bench makes them."""
+        step = self.args.max_batch
+        return [sources[i:i + step] for i in range(0, len(sources), step)]
 
 
 def read_lines(stream):
@@ -103,8 +101,12 @@ def read_lines(stream):
 def run_translate(runner):
     lines = read_lines(sys.stdin)
     sources = [runner.encode(line) for line in lines]
-    for tokens in runner.translate_batches(sources):
-        sys.stdout.write(runner.decode(tokens) + "\n")
+    for request in runner.requests(sources):
+        for source, tokens in zip(request, runner.translate_request(request)):
+            # Another sentence of the request may have allowed a longer output than this one's
+            # own limit; greedy tokens do not depend on the limit, so cutting at it gives xf's.
+            tokens = tokens[:len(source) + 1 + runner.args.max_len_b]
+            sys.stdout.write(runner.decode(tokens) + "\n")
 
 
 def percentile(values, q):
@@ -117,46 +119,43 @@ def percentile(values, q):
 
 
 def run_bench(runner):
+    """xf-bench's procedure: tokenize first (untimed), requests of --max-batch lines in file
+    order, one warm-up request, then every request --repeat times, each timed alone."""
     a = runner.args
     with open(a.input, encoding="utf-8") as f:
         lines = read_lines(f)
     if not lines:
         raise SystemExit("ct2_run: %s has no lines" % a.input)
-    # Warm-up: one pass over the first batch (CTranslate2 allocates its caches lazily).
-    runner.translate_batches([runner.encode(line) for line in lines[:a.max_batch]])
+    requests = runner.requests([runner.encode(line) for line in lines])
+    runner.translate_request(requests[0])
 
-    latencies = []  # seconds per CTranslate2 call (one batch)
-    output_tokens = sentences = passes = 0
+    latencies = []  # seconds per request
+    tokens = sentences = 0
     start = time.perf_counter()
-    while True:
-        # Tokenization and detokenization are inside the timed pass, as in a translation service.
-        sources = [runner.encode(line) for line in lines]
-        outputs = runner.translate_batches(sources, lambda s, n: latencies.append(s), count_all=True)
-        for tokens in outputs:
-            runner.decode(tokens)
-            output_tokens += len(tokens)
-        sentences += len(lines)
-        passes += 1
-        elapsed = time.perf_counter() - start
-        if passes >= a.repeat and elapsed >= a.min_seconds:
-            break
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    for _ in range(a.repeat):
+        for request in requests:
+            t0 = time.perf_counter()
+            outputs = runner.translate_request(request)
+            latencies.append(time.perf_counter() - t0)
+            # Everything CTranslate2 generated counts, also past a sentence's own length limit.
+            tokens += sum(len(o) for o in outputs)
+            sentences += len(request)
+    seconds = time.perf_counter() - start
     figures = {
-        "engine": "ctranslate2",
-        "model": a.model,
-        "input": a.input,
-        "sentences": sentences,
-        "passes": passes,
-        "beam": a.beam,
-        "max_batch": a.max_batch,
-        "threads": a.threads,
-        "seconds": elapsed,
-        "output_tokens": output_tokens,
-        "tokens_per_s": output_tokens / elapsed,
-        "sentences_per_s": sentences / elapsed,
+        "engine": "ctranslate2 " + runner.version,
+        "tokens_per_s": tokens / seconds,
+        "sentences_per_s": sentences / seconds,
         "latency_p50_ms": 1000.0 * percentile(latencies, 0.5),
         "latency_p90_ms": 1000.0 * percentile(latencies, 0.9),
-        "peak_rss_mb": peak_rss_mb,
+        # The whole Python process: interpreter, numpy, sentencepiece and CTranslate2 included.
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "sentences": sentences,
+        "tokens": tokens,
+        "seconds": seconds,
+        "beam": a.beam,
+        "batch": a.max_batch,
+        "threads": a.threads,
+        "compute_type": runner.compute_type,
     }
     if a.json:
         print(json.dumps(figures, sort_keys=True))
@@ -176,8 +175,7 @@ def main():
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--bench", action="store_true")
     p.add_argument("--input", help="sentences for --bench")
-    p.add_argument("--repeat", type=int, default=1, help="--bench: passes over the input, at least")
-    p.add_argument("--min-seconds", type=float, default=0.0, help="--bench: run at least this long")
+    p.add_argument("--repeat", type=int, default=1, help="--bench: passes over the input")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     if args.bench and not args.input:

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Training speed of xf's Transformer in PyTorch on the CPU: the baseline of issue 4's goal.
+
+    pytorch_train_speed.py [--train /work/shared/data/enfr/train.tsv] [--spm SPM.model]
+                           [--d-model 256 --layers 3 --heads 4 --d-ff 1024 --vocab 8000]
+                           [--batch-tokens 4096] [--threads 2] [--warmup-steps 3 --steps 20]
+                           [--json]
+
+The model is xf's (tests/reference/README.md): post-norm encoder-decoder, one embedding table
+shared by source, target and the output projection, embeddings scaled by sqrt(d_model) plus
+interleaved sinusoidal positions, dropout 0.1 on embedding sums and sub-layer outputs, ReLU FFN,
+label-smoothed (0.1) cross-entropy over non-PAD targets, Adam (0.9, 0.98, 1e-9) with the
+warmup / inverse-square-root schedule. It is built from torch.nn's TransformerEncoderLayer and
+TransformerDecoderLayer (norm_first=False, no final norms) -- what a PyTorch user would write.
+
+The data are those xf-train sees: pairs of train.tsv tokenized with a shared SentencePiece model
+(--spm, e.g. the sentencepiece.model xf-train wrote; otherwise one of --vocab pieces is trained
+here on --spm-lines lines), source + EOS and BOS + target, batches cut the way xf's
+plan_batches() cuts them (sorted by length, rows * max(source, target length) <= batch tokens,
+batch order shuffled).
+
+tokens/s counts source tokens (with EOS) plus target tokens (n + 1 per sentence), padding
+excluded -- the figure xf-train's progress line prints. Each step (forward, backward, Adam) is
+timed after --warmup-steps untimed steps; the figure is the timed tokens over the timed seconds.
+"""
+import argparse
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def train_sentencepiece(sentences, vocab_size):
+    import sentencepiece as spm
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=proto, vocab_size=vocab_size,
+        model_type="unigram", character_coverage=1.0, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+        num_threads=2, minloglevel=2, hard_vocab_limit=False)
+    return spm.SentencePieceProcessor(model_proto=proto.getvalue())
+
+
+def load_pairs(path, count, rng):
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    pairs = [p for p in lines if len(p) == 2 and p[0] and p[1]]
+    if len(pairs) > count:
+        pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), count, replace=False))]
+    return pairs
+
+
+def plan_batches(lengths, batch_tokens, rng):
+    """lengths: [(source + 1, target + 1)]. xf's rule: sort by length with random tie-breaks,
+    cut greedily so rows * max(longest source, longest target) <= batch_tokens, shuffle."""
+    keys = rng.random(len(lengths))
+    order = sorted(range(len(lengths)), key=lambda i: (max(lengths[i]), lengths[i], keys[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        width = max(longest, max(lengths[i]))
+        if current and (len(current) + 1) * width > batch_tokens:
+            batches.append(current)
+            current, width = [], max(lengths[i])
+        current.append(i)
+        longest = width
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def build_model(torch, args, vocab):
+    nn = torch.nn
+
+    class XfTransformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = args.d_model
+            self.embedding = nn.Embedding(vocab, d)
+            nn.init.normal_(self.embedding.weight, 0.0, d ** -0.5)
+            position = torch.arange(args.max_positions, dtype=torch.float64)[:, None]
+            two_j = torch.arange(0, d, 2, dtype=torch.float64)[None, :]
+            angle = position / torch.pow(torch.tensor(10000.0, dtype=torch.float64), two_j / d)
+            pe = torch.zeros(args.max_positions, d, dtype=torch.float64)
+            pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+            self.register_buffer("positions", pe.float())
+            self.dropout = nn.Dropout(args.dropout)
+            self.encoder = nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(d, args.heads, args.d_ff, args.dropout, "relu",
+                                           batch_first=True, norm_first=False, layer_norm_eps=1e-6),
+                args.layers, norm=None, enable_nested_tensor=False)
+            self.decoder = nn.TransformerDecoder(
+                nn.TransformerDecoderLayer(d, args.heads, args.d_ff, args.dropout, "relu",
+                                           batch_first=True, norm_first=False, layer_norm_eps=1e-6),
+                args.layers, norm=None)
+            self.scale = math.sqrt(d)
+
+        def embed(self, ids):
+            return self.dropout(self.embedding(ids) * self.scale + self.positions[:ids.shape[1]])
+
+        def forward(self, source, target_in):
+            source_pad = source == 0                                  # [B, S]
+            target_pad = target_in == 0                               # [B, T]
+            T = target_in.shape[1]
+            causal = torch.ones(T, T, dtype=torch.bool).triu(1)     # [T, T], True: masked
+            memory = self.encoder(self.embed(source), src_key_padding_mask=source_pad)
+            hidden = self.decoder(self.embed(target_in), memory, tgt_mask=causal, tgt_is_causal=True,
+                                  tgt_key_padding_mask=target_pad,
+                                  memory_key_padding_mask=source_pad)
+            return hidden @ self.embedding.weight.T                   # [B, T, V] (tied)
+
+    return XfTransformer()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--train", default="/work/shared/data/enfr/train.tsv")
+    p.add_argument("--pairs", type=int, default=40000, help="pairs sampled from --train")
+    p.add_argument("--spm", help="SentencePiece model (default: train one here)")
+    p.add_argument("--spm-lines", type=int, default=40000)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--max-positions", type=int, default=256)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    pairs = load_pairs(args.train, args.pairs, rng)
+    if args.spm:
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=args.spm)
+    else:
+        sentences = [side for pair in pairs[:args.spm_lines] for side in pair]
+        sp = train_sentencepiece(sentences, args.vocab)
+    vocab = sp.get_piece_size()
+    if (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) != (0, 1, 2, 3):
+        raise SystemExit("the SentencePiece model must have pad 0, unk 1, bos 2, eos 3")
+    limit = args.max_positions - 1
+    tokenized = [(s, t) for s, t in ((sp.encode(a), sp.encode(b)) for a, b in pairs)
+                 if 0 < len(s) <= limit and 0 < len(t) <= limit]
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in tokenized]
+    batches = plan_batches(lengths, args.batch_tokens, rng)
+    needed = args.warmup_steps + args.steps
+    if len(batches) < needed:
+        raise SystemExit("only %d batches; sample more --pairs" % len(batches))
+
+    def make_batch(indices):
+        B = len(indices)
+        S = max(lengths[i][0] for i in indices)
+        T = max(lengths[i][1] for i in indices)
+        source = torch.zeros(B, S, dtype=torch.long)
+        target_in = torch.zeros(B, T, dtype=torch.long)
+        target_out = torch.zeros(B, T, dtype=torch.long)
+        for row, i in enumerate(indices):
+            s, t = tokenized[i]
+            source[row, :len(s) + 1] = torch.tensor(s + [3])
+            target_in[row, :len(t) + 1] = torch.tensor([2] + t)
+            target_out[row, :len(t) + 1] = torch.tensor(t + [3])
+        tokens = sum(lengths[i][0] + lengths[i][1] for i in indices)
+        return source, target_in, target_out, tokens
+
+    model = build_model(torch, args, vocab)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    warmup = 4000
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: args.d_model ** -0.5 * min((step + 1) ** -0.5,
+                                                           (step + 1) * warmup ** -1.5))
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=args.label_smoothing,
+                                        reduction="sum")
+
+    timed_tokens, timed_seconds, step_seconds, losses = 0, 0.0, [], []
+    for step in range(needed):
+        # Batch assembly is inside the timed step, as it is in xf-train's interval.
+        t0 = time.perf_counter()
+        source, target_in, target_out, tokens = make_batch(batches[step])
+        logits = model(source, target_in)
+        scored = int((target_out != 0).sum())
+        loss = loss_fn(logits.reshape(-1, vocab), target_out.reshape(-1)) / scored
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        seconds = time.perf_counter() - t0
+        losses.append(loss.item())
+        if step >= args.warmup_steps:
+            timed_tokens += tokens
+            timed_seconds += seconds
+            step_seconds.append(seconds)
+
+    parameters = sum(p.numel() for p in model.parameters())
+    figures = {
+        "engine": "pytorch",
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "parameters": parameters,
+        "vocab": vocab,
+        "d_model": args.d_model,
+        "layers": args.layers,
+        "heads": args.heads,
+        "d_ff": args.d_ff,
+        "batch_tokens": args.batch_tokens,
+        "timed_steps": args.steps,
+        "timed_tokens": timed_tokens,
+        "timed_seconds": timed_seconds,
+        "tokens_per_s": timed_tokens / timed_seconds,
+        "step_ms_median": 1000.0 * float(np.median(step_seconds)),
+        "mean_rows_per_batch": float(np.mean([len(batches[s]) for s in range(needed)])),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+    }
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    else:
+        for key in sorted(figures):
+            print("%-20s %s" % (key, figures[key]))
+
+
+if __name__ == "__main__":
+    main()
