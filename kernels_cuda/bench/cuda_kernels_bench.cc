@@ -158,8 +158,9 @@ void bench_dtype(const char* dtype, const Options& o, cublasHandle_t cublas,
   });
   time_kernel("cached_attention", dtype, dims({rows, heads, o.step + 1, head_dim}), stream, iterations,
               [&] {
-                xf::cuda::cached_attention(a, k_cache, v_cache, rows, heads, max_len, head_dim,
-                                           o.step, c, attention_workspace, stream);
+                xf::cuda::cached_attention(a, 3 * d_model, k_cache, v_cache, split.strides[1],
+                                           rows, heads, head_dim, max_len, o.step, c, d_model,
+                                           attention_workspace, stream);
               });
   XF_CUDA_CHECK(cudaMemsetAsync(lengths, 0x7f, rows * sizeof(int32_t), stream));  // no padding
   const xf::cuda::AttentionShape cross{rows, heads, 1, src, head_dim};

@@ -146,9 +146,11 @@ struct CachedPartials {
 // Grid: (chunks, heads, rows); dynamic shared memory: [head_dim + kCachedChunk] floats.
 // With one chunk the block writes the normalized output itself; otherwise its partials.
 template <typename T>
-__global__ void cached_attention_kernel(const T* q, const T* k_cache, const T* v_cache,
-                                        int64_t max_len, int64_t head_dim, int64_t key_count,
-                                        T* out, CachedPartials partials, float scale) {
+__global__ void cached_attention_kernel(const T* q, int64_t q_row_stride, const T* k_cache,
+                                        const T* v_cache, HeadStrides cache_strides,
+                                        int64_t head_dim, int64_t key_count, T* out,
+                                        int64_t out_row_stride, CachedPartials partials,
+                                        float scale) {
   extern __shared__ float shared[];
   float* query = shared;              // [head_dim]
   float* scores = shared + head_dim;  // [kCachedChunk]
@@ -158,23 +160,24 @@ __global__ void cached_attention_kernel(const T* q, const T* k_cache, const T* v
   const int64_t h = blockIdx.y;
   const int64_t heads = gridDim.y;
   const int64_t row = blockIdx.z;
-  const int64_t d_model = heads * head_dim;
   const int64_t begin = chunk * kCachedChunk;
   const int64_t count = min(kCachedChunk, key_count - begin);
-  const int64_t cache_offset = ((row * heads + h) * max_len + begin) * head_dim;
+  const int64_t cache_offset =
+      row * cache_strides.batch + h * cache_strides.head + begin * cache_strides.position;
 
-  load_scaled_query(q + row * d_model + h * head_dim, head_dim, scale, query);
+  load_scaled_query(q + row * q_row_stride + h * head_dim, head_dim, scale, query);
   float max = 0.0f;
   float sum = 0.0f;
-  exp_scores(query, k_cache + cache_offset, head_dim, count, head_dim, scores, scratch, &max, &sum);
+  exp_scores(query, k_cache + cache_offset, cache_strides.position, count, head_dim, scores,
+             scratch, &max, &sum);
   if (chunks == 1) {
-    weighted_sum_values(scores, v_cache + cache_offset, head_dim, count, head_dim, 1.0f / sum,
-                        out + row * d_model + h * head_dim);
+    weighted_sum_values(scores, v_cache + cache_offset, cache_strides.position, count, head_dim,
+                        1.0f / sum, out + row * out_row_stride + h * head_dim);
     return;
   }
   const int64_t partial = (row * heads + h) * chunks + chunk;
-  weighted_sum_values(scores, v_cache + cache_offset, head_dim, count, head_dim, 1.0f,
-                      partials.output + partial * head_dim);
+  weighted_sum_values(scores, v_cache + cache_offset, cache_strides.position, count, head_dim,
+                      1.0f, partials.output + partial * head_dim);
   if (threadIdx.x == 0) {
     partials.max[partial] = max;
     partials.sum[partial] = sum;
@@ -184,7 +187,7 @@ __global__ void cached_attention_kernel(const T* q, const T* k_cache, const T* v
 // Grid: (heads, rows). Rescales each chunk's partials to the global max and normalizes.
 template <typename T>
 __global__ void merge_cached_partials_kernel(CachedPartials partials, int64_t chunks,
-                                             int64_t head_dim, T* out) {
+                                             int64_t head_dim, T* out, int64_t out_row_stride) {
   const int64_t h = blockIdx.x;
   const int64_t heads = gridDim.x;
   const int64_t row = blockIdx.y;
@@ -198,7 +201,7 @@ __global__ void merge_cached_partials_kernel(CachedPartials partials, int64_t ch
     float value = 0.0f;
     for (int64_t c = 0; c < chunks; ++c)
       value += partials.output[(first + c) * head_dim + d] * expf(partials.max[first + c] - max);
-    out[(row * heads + h) * head_dim + d] = from_float<T>(value * inverse_sum);
+    out[row * out_row_stride + h * head_dim + d] = from_float<T>(value * inverse_sum);
   }
 }
 
@@ -210,12 +213,15 @@ CachedPartials cached_partials(void* workspace, int64_t rows, int64_t heads, int
 }
 
 template <typename T>
-void cached_attention_impl(const T* q, const T* k_cache, const T* v_cache, int64_t rows,
-                           int64_t heads, int64_t max_len, int64_t head_dim, int64_t step, T* out,
-                           void* workspace, cudaStream_t stream) {
+void cached_attention_impl(const T* q, int64_t q_row_stride, const T* k_cache, const T* v_cache,
+                           HeadStrides cache_strides, int64_t rows, int64_t heads,
+                           int64_t head_dim, int64_t max_len, int64_t step, T* out,
+                           int64_t out_row_stride, void* workspace, cudaStream_t stream) {
   const char* name = "cached_attention";
   require(rows >= 0 && heads > 0 && heads <= 65535 && rows <= 65535, name, "bad rows or heads");
   require(head_dim > 0 && head_dim <= kMaxHeadDim, name, "head_dim outside [1, 1024]");
+  require(q_row_stride >= heads * head_dim && out_row_stride >= heads * head_dim, name,
+          "a row stride is smaller than heads * head_dim");
   require(step >= 0 && step < max_len, name,
           "step " + std::to_string(step) + " is outside the cache of " + std::to_string(max_len) +
               " positions");
@@ -231,13 +237,14 @@ void cached_attention_impl(const T* q, const T* k_cache, const T* v_cache, int64
                   static_cast<unsigned>(rows));
   const size_t shared_bytes = (head_dim + kCachedChunk) * sizeof(float);
   cached_attention_kernel<<<grid, kAttentionThreads, shared_bytes, stream>>>(
-      q, k_cache, v_cache, max_len, head_dim, key_count, out, partials,
+      q, q_row_stride, k_cache, v_cache, cache_strides, head_dim, key_count, out, out_row_stride,
+      partials,
       1.0f / std::sqrt(static_cast<float>(head_dim)));
   XF_CUDA_CHECK_LAUNCH("cached_attention_kernel");
   if (chunks > 1) {
     const unsigned threads = static_cast<unsigned>(std::min<int64_t>(ceil_div(head_dim, 32) * 32, 256));
     merge_cached_partials_kernel<<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(rows)),
-                                   threads, 0, stream>>>(partials, chunks, head_dim, out);
+                                   threads, 0, stream>>>(partials, chunks, head_dim, out, out_row_stride);
     XF_CUDA_CHECK_LAUNCH("merge_cached_partials_kernel");
   }
 }
@@ -268,17 +275,19 @@ size_t cached_attention_workspace_bytes(int64_t rows, int64_t heads, int64_t hea
   return static_cast<size_t>(rows * heads * chunks * (head_dim + 2)) * sizeof(float);
 }
 
-void cached_attention(const float* q, const float* k_cache, const float* v_cache, int64_t rows,
-                      int64_t heads, int64_t max_len, int64_t head_dim, int64_t step, float* out,
-                      void* workspace, cudaStream_t stream) {
-  cached_attention_impl(q, k_cache, v_cache, rows, heads, max_len, head_dim, step, out, workspace,
-                        stream);
+void cached_attention(const float* q, int64_t q_row_stride, const float* k_cache,
+                      const float* v_cache, HeadStrides cache_strides, int64_t rows, int64_t heads,
+                      int64_t head_dim, int64_t max_len, int64_t step, float* out,
+                      int64_t out_row_stride, void* workspace, cudaStream_t stream) {
+  cached_attention_impl(q, q_row_stride, k_cache, v_cache, cache_strides, rows, heads, head_dim,
+                        max_len, step, out, out_row_stride, workspace, stream);
 }
-void cached_attention(const half* q, const half* k_cache, const half* v_cache, int64_t rows,
-                      int64_t heads, int64_t max_len, int64_t head_dim, int64_t step, half* out,
-                      void* workspace, cudaStream_t stream) {
-  cached_attention_impl(q, k_cache, v_cache, rows, heads, max_len, head_dim, step, out, workspace,
-                        stream);
+void cached_attention(const half* q, int64_t q_row_stride, const half* k_cache,
+                      const half* v_cache, HeadStrides cache_strides, int64_t rows, int64_t heads,
+                      int64_t head_dim, int64_t max_len, int64_t step, half* out,
+                      int64_t out_row_stride, void* workspace, cudaStream_t stream) {
+  cached_attention_impl(q, q_row_stride, k_cache, v_cache, cache_strides, rows, heads, head_dim,
+                        max_len, step, out, out_row_stride, workspace, stream);
 }
 
 }  // namespace xf::cuda

@@ -157,23 +157,31 @@ TEST(cuda_attention, EncoderWithPaddingF16) {
   expect_close(to_float(out.download()), ref.out, 1.0, kF16Tolerance);
 }
 
-// One decoder step: queries [rows, d_model] against cache positions 0..step.
+enum class CacheLayout { head_major, position_major };
+
+// One decoder step: queries read from fused QKV rows [rows, 3*d_model] against cache positions
+// 0..step, in either cache layout; the output rows [rows, d_model].
 template <typename T>
-void check_cached_attention(int64_t max_len, int64_t step, double tolerance) {
+void check_cached_attention(int64_t max_len, int64_t step, CacheLayout layout, double tolerance) {
   RandomInputs random;
   SCOPED_TRACE(random.describe());
-  SCOPED_TRACE("max_len " + std::to_string(max_len) + " step " + std::to_string(step));
+  SCOPED_TRACE("max_len " + std::to_string(max_len) + " step " + std::to_string(step) +
+               (layout == CacheLayout::head_major ? " head-major" : " position-major"));
   const int64_t rows = 6, heads = 4, head_dim = 64, d_model = heads * head_dim;
-  std::vector<float> q = random.uniform(rows * d_model, -1.0f, 1.0f);
+  std::vector<float> q = random.uniform(rows * 3 * d_model, -1.0f, 1.0f);
   std::vector<float> k = random.uniform(rows * heads * max_len * head_dim, -1.0f, 1.0f);
   std::vector<float> v = random.uniform(k.size(), -1.0f, 1.0f);
-  // Cache positions after `step` hold garbage that must not be read.
-  const HeadStrides cache_strides = cuda::contiguous_head_strides(heads, max_len, head_dim);
+  const HeadStrides cache_strides =
+      layout == CacheLayout::head_major
+          ? cuda::contiguous_head_strides(heads, max_len, head_dim)
+          : HeadStrides{max_len * d_model, head_dim, d_model};
+  // Cache positions after `step` hold values that would dominate the result if read.
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t p = step + 1; p < max_len; ++p)
         for (int64_t d = 0; d < head_dim; ++d) {
-          const int64_t at = r * cache_strides.batch + h * cache_strides.head + p * head_dim + d;
+          const int64_t at = r * cache_strides.batch + h * cache_strides.head +
+                             p * cache_strides.position + d;
           k[at] = 1e4f;
           v[at] = 1e4f;
         }
@@ -185,12 +193,13 @@ void check_cached_attention(int64_t max_len, int64_t step, double tolerance) {
     q_t = q, k_t = k, v_t = v;
   }
   DeviceBuffer<T> q_d(q_t), k_d(k_t), v_d(v_t), out(rows * d_model);
-  const size_t workspace_bytes = cuda::cached_attention_workspace_bytes(rows, heads, head_dim, max_len);
+  const size_t workspace_bytes =
+      cuda::cached_attention_workspace_bytes(rows, heads, head_dim, max_len);
   DeviceBuffer<char> workspace(std::max<size_t>(workspace_bytes, 1));
-  cuda::cached_attention(q_d.get(), k_d.get(), v_d.get(), rows, heads, max_len, head_dim, step,
-                         out.get(), workspace.get(), nullptr);
+  cuda::cached_attention(q_d.get(), 3 * d_model, k_d.get(), v_d.get(), cache_strides, rows, heads,
+                         head_dim, max_len, step, out.get(), d_model, workspace.get(), nullptr);
   const AttentionShape s{rows, heads, 1, max_len, head_dim};
-  const HeadStrides q_strides{d_model, head_dim, d_model};
+  const HeadStrides q_strides{3 * d_model, head_dim, 3 * d_model};
   const Reference ref = reference_attention({&q, q_strides}, {&k, cache_strides},
                                             {&v, cache_strides}, s, nullptr, step);
   std::vector<float> got;
@@ -204,21 +213,25 @@ void check_cached_attention(int64_t max_len, int64_t step, double tolerance) {
 
 TEST(cuda_cached_attention, ShortCacheInOneBlockF32) {
   XF_SKIP_WITHOUT_GPU();
-  check_cached_attention<float>(40, 0, kF32Tolerance);
-  check_cached_attention<float>(40, 17, kF32Tolerance);
-  check_cached_attention<float>(256, 255, kF32Tolerance);
+  for (const CacheLayout layout : {CacheLayout::head_major, CacheLayout::position_major}) {
+    check_cached_attention<float>(40, 0, layout, kF32Tolerance);
+    check_cached_attention<float>(40, 17, layout, kF32Tolerance);
+    check_cached_attention<float>(256, 255, layout, kF32Tolerance);
+  }
 }
 
 TEST(cuda_cached_attention, LongCacheSplitIntoChunksF32) {
   XF_SKIP_WITHOUT_GPU();
-  check_cached_attention<float>(700, 256, kF32Tolerance);  // two chunks, the second of one key
-  check_cached_attention<float>(700, 650, kF32Tolerance);  // three chunks
+  for (const CacheLayout layout : {CacheLayout::head_major, CacheLayout::position_major}) {
+    check_cached_attention<float>(700, 256, layout, kF32Tolerance);  // 2 chunks, the last 1 key
+    check_cached_attention<float>(700, 650, layout, kF32Tolerance);  // three chunks
+  }
 }
 
 TEST(cuda_cached_attention, ShortAndLongCacheF16) {
   XF_SKIP_WITHOUT_GPU();
-  check_cached_attention<half>(64, 30, kF16Tolerance);
-  check_cached_attention<half>(600, 599, kF16Tolerance);
+  check_cached_attention<half>(64, 30, CacheLayout::head_major, kF16Tolerance);
+  check_cached_attention<half>(600, 599, CacheLayout::position_major, kF16Tolerance);
 }
 
 }  // namespace

@@ -54,8 +54,9 @@ TEST(cuda_host, BadArgumentsThrowBeforeLaunch) {
   });
   EXPECT_CONTAINS(top_k, "k 17");
   const std::string cached = message_of([] {
-    cuda::cached_attention(static_cast<const float*>(nullptr), nullptr, nullptr, 1, 8, 40, 64, 40,
-                           nullptr, nullptr, nullptr);
+    cuda::cached_attention(static_cast<const float*>(nullptr), 512, nullptr, nullptr,
+                           cuda::contiguous_head_strides(8, 40, 64), 1, 8, 64, 40, 40, nullptr,
+                           512, nullptr, nullptr);
   });
   EXPECT_CONTAINS(cached, "step 40 is outside the cache of 40 positions");
   const std::string attention = message_of([] {

@@ -116,15 +116,22 @@ int64_t max_attention_key_len();
 
 // One decoder step's self-attention over the K/V cache: each of `rows` (= batch*beam) queries
 // attends to cache positions 0..step.
-// q, out: [rows, heads * head_dim]; k_cache, v_cache: [rows, heads, max_len, head_dim].
+// q: rows of q_row_stride elements, head h at h*head_dim (the fused QKV output has stride
+// 3*d_model); out: rows of out_row_stride elements, likewise. k_cache, v_cache: a
+// [rows, heads, max_len, head_dim] view with cache_strides, so both the head-major layout
+// (contiguous_head_strides(heads, max_len, head_dim)) and the position-major one
+// [rows, max_len, d_model] ({max_len*d_model, head_dim, d_model}) work.
 // Splits the keys over several blocks per (row, head) when the cache is long, then merges.
-// workspace: cached_attention_workspace_bytes(rows, heads, head_dim, max_len) bytes.
-void cached_attention(const float* q, const float* k_cache, const float* v_cache, int64_t rows,
-                      int64_t heads, int64_t max_len, int64_t head_dim, int64_t step, float* out,
-                      void* workspace, cudaStream_t stream);
-void cached_attention(const half* q, const half* k_cache, const half* v_cache, int64_t rows,
-                      int64_t heads, int64_t max_len, int64_t head_dim, int64_t step, half* out,
-                      void* workspace, cudaStream_t stream);
+// workspace: cached_attention_workspace_bytes(rows, heads, head_dim, max_len) bytes (0 when
+// max_len fits one block; may be null then).
+void cached_attention(const float* q, int64_t q_row_stride, const float* k_cache,
+                      const float* v_cache, HeadStrides cache_strides, int64_t rows, int64_t heads,
+                      int64_t head_dim, int64_t max_len, int64_t step, float* out,
+                      int64_t out_row_stride, void* workspace, cudaStream_t stream);
+void cached_attention(const half* q, int64_t q_row_stride, const half* k_cache,
+                      const half* v_cache, HeadStrides cache_strides, int64_t rows, int64_t heads,
+                      int64_t head_dim, int64_t max_len, int64_t step, half* out,
+                      int64_t out_row_stride, void* workspace, cudaStream_t stream);
 size_t cached_attention_workspace_bytes(int64_t rows, int64_t heads, int64_t head_dim,
                                         int64_t max_len);
 
