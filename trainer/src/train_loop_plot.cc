@@ -1,30 +1,15 @@
-// A tiny PNG writer (stored deflate blocks, CRC-32 and Adler-32 computed here) and a line plot
+// A tiny PNG writer (stored deflate blocks, Adler-32 here, CRC-32 from the format library) and a line plot
 // of the training metrics, so xf-train draws its curves without zlib or Python.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 
 #include "xf/error.h"
+#include "xf/format/file_layout.h"  // xf::crc32, the PNG chunk checksum too
 #include "xf/trainer/train_loop.h"
 
 namespace xf::trainer {
 namespace {
-
-uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc = 0) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t n = 0; n < 256; ++n) {
-      uint32_t c = n;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[n] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
 
 uint32_t adler32(const uint8_t* data, size_t size) {
   uint32_t a = 1, b = 0;
@@ -46,7 +31,7 @@ void put_chunk(std::string& png, const char type[4], const std::string& data) {
   put_u32_be(png, static_cast<uint32_t>(data.size()));
   std::string typed = std::string(type, 4) + data;
   png += typed;
-  put_u32_be(png, crc32(reinterpret_cast<const uint8_t*>(typed.data()), typed.size()));
+  put_u32_be(png, xf::crc32(typed.data(), typed.size()));
 }
 
 }  // namespace

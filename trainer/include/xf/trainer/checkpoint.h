@@ -69,6 +69,26 @@ std::string save_checkpoint(const std::string& run_directory, const Checkpoint& 
 // Replaces <run>/best with `checkpoint`, atomically.
 std::string save_best_checkpoint(const std::string& run_directory, const Checkpoint& checkpoint);
 
+// ---- Conversion to a flat model file (xf-convert) ---------------------------------------------
+
+// The element-wise mean of the checkpoints' parameters (accumulated in double), with the config,
+// tokenizer, options and progress of the newest one. Throws xf::Error naming the checkpoint whose
+// config or tokenizer differs from the first one.
+Checkpoint average_checkpoints(const std::vector<Checkpoint>& checkpoints,
+                               const std::vector<std::string>& labels);
+
+// The metadata xf-convert writes: languages, the training summary (steps, data, scores, wall
+// time, options) and `extra` (KEY=VALUE pairs given on the command line, they win).
+std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
+                                                  const std::vector<std::string>& sources,
+                                                  const std::map<std::string, std::string>& extra);
+
+// Writes the parameters in `dtype` with the tokenizer and the metadata through xf::ModelWriter.
+// Matrices (rank >= 2) take `dtype`; 1-D tensors (biases, LayerNorm gains) stay f32: they are a
+// negligible share of the bytes, and int8 per-row scales would give one scale per element.
+void write_model_file(const Checkpoint& checkpoint, DType dtype,
+                      const std::map<std::string, std::string>& metadata, const std::string& path);
+
 // Reads a key=value text file ("#" comments and blank lines ignored). Throws naming file:line.
 std::map<std::string, std::string> read_key_values(const std::string& path);
 // The same over text; errors name `label` and lines counted from first_line_number.

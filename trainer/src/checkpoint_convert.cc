@@ -1,0 +1,103 @@
+// Checkpoints -> flat model file: averaging, metadata, writing through xf::ModelWriter.
+#include <cstdio>
+
+#include "xf/error.h"
+#include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
+#include "xf/trainer/checkpoint.h"
+
+namespace xf::trainer {
+
+Checkpoint average_checkpoints(const std::vector<Checkpoint>& checkpoints,
+                               const std::vector<std::string>& labels) {
+  if (checkpoints.empty()) throw Error("no checkpoint to average");
+  if (labels.size() != checkpoints.size()) throw Error("average_checkpoints: one label per checkpoint");
+  const Checkpoint& first = checkpoints.front();
+  const auto first_config = config_to_key_values(first.config);
+  size_t newest = 0;
+  for (size_t i = 1; i < checkpoints.size(); ++i) {
+    if (config_to_key_values(checkpoints[i].config) != first_config) {
+      throw Error(labels[i] + ": model config differs from " + labels[0] + "; cannot average");
+    }
+    if (checkpoints[i].tokenizer_model != first.tokenizer_model) {
+      throw Error(labels[i] + ": SentencePiece model differs from " + labels[0] + "; cannot average");
+    }
+    if (checkpoints[i].parameters.size() != first.parameters.size()) {
+      throw Error(labels[i] + ": parameter count differs from " + labels[0]);
+    }
+    if (checkpoints[i].progress.step > checkpoints[newest].progress.step) newest = i;
+  }
+  Checkpoint averaged = checkpoints[newest];
+  averaged.adam = AdamState{};  // moments are meaningless for an average
+  if (checkpoints.size() == 1) return averaged;
+  const size_t n = first.parameters.size();
+  std::vector<double> sum(n, 0.0);
+  for (const auto& c : checkpoints) {
+    for (size_t i = 0; i < n; ++i) sum[i] += c.parameters[i];
+  }
+  const double count = static_cast<double>(checkpoints.size());
+  for (size_t i = 0; i < n; ++i) averaged.parameters[i] = static_cast<float>(sum[i] / count);
+  return averaged;
+}
+
+std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
+                                                  const std::vector<std::string>& sources,
+                                                  const std::map<std::string, std::string>& extra) {
+  auto option = [&](const char* name, const char* fallback) {
+    auto it = checkpoint.options.find(name);
+    return it == checkpoint.options.end() ? std::string(fallback) : it->second;
+  };
+  auto number = [](double value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.4f", value);
+    return std::string(buffer);
+  };
+  std::map<std::string, std::string> metadata;
+  metadata["source_language"] = option("src-lang", "");
+  metadata["target_language"] = option("tgt-lang", "");
+  metadata["created_by"] = "xf-convert";
+  metadata["training.steps"] = std::to_string(checkpoint.progress.step);
+  metadata["training.tokens_seen"] = std::to_string(checkpoint.progress.tokens_seen);
+  metadata["training.wall_seconds"] = number(checkpoint.progress.elapsed_seconds);
+  metadata["training.data"] = option("train", "");
+  metadata["training.dev"] = option("dev", "");
+  std::string list;
+  for (const auto& s : sources) list += (list.empty() ? "" : " ") + s;
+  metadata["training.checkpoints"] = list;
+  metadata["training.averaged"] = std::to_string(sources.size());
+  if (checkpoint.progress.has_best || checkpoint.progress.last_valid_loss != 0) {
+    metadata["training.valid_loss"] = number(checkpoint.progress.last_valid_loss);
+    metadata["training.valid_bleu"] = number(checkpoint.progress.last_valid_bleu);
+  }
+  std::string options;
+  for (const auto& [key, value] : checkpoint.options) {
+    options += (options.empty() ? "" : " ") + ("--" + key + "=" + value);
+  }
+  metadata["training.options"] = options;
+  for (const auto& [key, value] : extra) metadata[key] = value;
+  return metadata;
+}
+
+void write_model_file(const Checkpoint& checkpoint, DType dtype,
+                      const std::map<std::string, std::string>& metadata, const std::string& path) {
+  ModelWriter writer(checkpoint.config);
+  writer.set_source_tokenizer(checkpoint.tokenizer_model);
+  for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(checkpoint.config)) {
+    size_t count = 1;
+    for (uint64_t d : spec.shape) count *= d;
+    if (offset + count > checkpoint.parameters.size()) {
+      throw Error("checkpoint has fewer parameters than its config lists");
+    }
+    DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
+    writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, checkpoint.parameters.data() + offset);
+    offset += count;
+  }
+  if (offset != checkpoint.parameters.size()) {
+    throw Error("checkpoint has more parameters than its config lists");
+  }
+  writer.write(path);
+}
+
+}  // namespace xf::trainer
