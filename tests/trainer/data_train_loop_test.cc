@@ -1,0 +1,325 @@
+// xf-train's engine: option parsing and checking, determinism, exact resume (N steps straight ==
+// k steps, stop, resume to N), a clean stop on request, checkpoint averaging into a .xfm, and
+// the PNG writer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+
+#include "xf/error.h"
+#include "xf/format/model_file.h"
+#include "xf/format/parameters.h"
+#include "xf/trainer/checkpoint.h"
+#include "xf/trainer/train_loop.h"
+
+namespace xf::trainer {
+namespace {
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string test_dir(const std::string& name) {
+  std::string dir = std::string(XF_BINARY_DIR) + "/data_train_loop_test/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A reverse-the-letters corpus: "abc<TAB>cba".
+std::string write_reverse_corpus(const std::string& dir, int pairs, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> length(3, 6), letter(0, 5);
+  std::string path = dir + "/train.tsv";
+  std::ofstream out(path);
+  for (int i = 0; i < pairs; ++i) {
+    std::string s;
+    for (int k = length(rng); k > 0; --k) s.push_back(static_cast<char>('a' + letter(rng)));
+    out << s << "\t" << std::string(s.rbegin(), s.rend()) << "\n";
+  }
+  return path;
+}
+
+std::map<std::string, std::string> tiny_run(const std::string& train, const std::string& out) {
+  return {{"train", train},        {"out", out},           {"spm-type", "char"},
+          {"vocab-size", "20"},    {"layers", "1"},        {"d-model", "16"},
+          {"heads", "2"},          {"d-ff", "32"},         {"dropout", "0.1"},
+          {"batch-tokens", "60"},  {"warmup", "10"},       {"threads", "1"},
+          {"log-every", "1000"},   {"valid-every", "0"},   {"save-every", "0"},
+          {"max-length", "20"},    {"max-positions", "32"}, {"seed", "5"}};
+}
+
+TEST(DataTrainLoop, ArgumentsAndOptionErrorsAreOneLine) {
+  EXPECT_EQ(error_of([] { parse_train_arguments({"--frobnicate", "3"}); }),
+            "unknown option --frobnicate (see --help)");
+  EXPECT_EQ(error_of([] { parse_train_arguments({"--train"}); }), "--train needs a value");
+  EXPECT_EQ(error_of([] { parse_train_arguments({"stray"}); }),
+            "unexpected argument 'stray' (options start with --; see --help)");
+  EXPECT_EQ(error_of([] { parse_train_arguments({"--resume=1"}); }), "--resume takes no value");
+  auto parsed = parse_train_arguments({"--train", "a.tsv", "--out=run", "--resume"});
+  EXPECT_EQ(parsed.at("train"), "a.tsv");
+  EXPECT_EQ(parsed.at("out"), "run");
+  EXPECT_EQ(parsed.at("resume"), "1");
+
+  std::map<std::string, std::string> base = {{"train", "a.tsv"}, {"out", "run"}};
+  auto with = [&](const std::string& key, const std::string& value) {
+    auto values = base;
+    values[key] = value;
+    return error_of([&] { train_options_from_map(values); });
+  };
+  EXPECT_EQ(with("d-model", "abc"), "--d-model: 'abc' is not an integer");
+  EXPECT_EQ(with("d-model", "12x"), "--d-model: '12x' is not an integer");
+  EXPECT_EQ(with("heads", "7"), "--heads 7 does not divide --d-model 512");
+  EXPECT_EQ(with("norm", "middle"), "--norm: 'middle' is not one of pre|post");
+  EXPECT_EQ(with("device", "tpu"), "--device: 'tpu' is not one of cpu|cuda");
+  EXPECT_EQ(with("dropout", "1.5"), "--dropout: 1.5 is out of range");
+  EXPECT_EQ(with("tgt-lang", "en"), "--src-lang and --tgt-lang are both 'en'");
+  EXPECT_EQ(with("batch-tokens", "50"), "--batch-tokens 50 cannot hold one pair of --max-length 100");
+  EXPECT_EQ(error_of([] { train_options_from_map({{"out", "x"}}); }), "--train FILE is required");
+  EXPECT_EQ(error_of([] { train_options_from_map({{"train", "x"}}); }), "--out DIR is required");
+}
+
+TEST(DataTrainLoop, LayersSetsBothAndSpecificCountsWin) {
+  auto options = train_options_from_map(
+      {{"train", "t"}, {"out", "o"}, {"layers", "3"}, {"decoder-layers", "2"}});
+  EXPECT_EQ(options.encoder_layers, 3u);
+  EXPECT_EQ(options.decoder_layers, 2u);
+  // The saved form reproduces the options.
+  auto again = train_options_from_map(train_options_to_map(options));
+  EXPECT_EQ(train_options_to_map(again), train_options_to_map(options));
+  EXPECT_EQ(again.decoder_layers, 2u);
+}
+
+TEST(DataTrainLoop, CudaWithoutCudaIsAClearError) {
+  std::string dir = test_dir("cuda");
+  auto values = tiny_run(write_reverse_corpus(dir, 20, 1), dir + "/run");
+  values["device"] = "cuda";
+  std::ostringstream log;
+  EXPECT_NE(error_of([&] { run_training(train_options_from_map(values), log); }).find("without CUDA"),
+            std::string::npos);
+}
+
+TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
+  std::string dir = test_dir("resume");
+  std::string train = write_reverse_corpus(dir, 120, 2);
+  const int total_steps = 14, first_part = 6;
+  std::ostringstream log;
+
+  auto straight_values = tiny_run(train, dir + "/straight");
+  straight_values["max-steps"] = std::to_string(total_steps);
+  TrainSummary straight = run_training(train_options_from_map(straight_values), log);
+  ASSERT_EQ(straight.step_losses.size(), static_cast<size_t>(total_steps));
+
+  // Same seed, same run: determinism.
+  auto again_values = tiny_run(train, dir + "/again");
+  again_values["max-steps"] = std::to_string(total_steps);
+  TrainSummary again = run_training(train_options_from_map(again_values), log);
+  EXPECT_EQ(again.step_losses, straight.step_losses);
+
+  // k steps, stop, resume to N. The run crosses an epoch boundary (120 pairs, ~8 batches).
+  auto part_values = tiny_run(train, dir + "/parts");
+  part_values["max-steps"] = std::to_string(first_part);
+  TrainSummary part1 = run_training(train_options_from_map(part_values), log);
+  ASSERT_EQ(part1.final_step, first_part);
+  TrainOptions resumed = resolve_train_options(
+      {{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(total_steps)}});
+  EXPECT_EQ(resumed.d_model, 16u);  // taken from the checkpoint's options
+  TrainSummary part2 = run_training(resumed, log);
+  EXPECT_EQ(part2.first_step, first_part);
+  ASSERT_EQ(part2.final_step, total_steps);
+
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  ASSERT_EQ(joined.size(), straight.step_losses.size());
+  for (size_t i = 0; i < joined.size(); ++i) {
+    EXPECT_EQ(joined[i], straight.step_losses[i]) << "step " << i + 1;  // bitwise
+  }
+  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
+            read_checkpoint(straight.last_checkpoint).parameters);
+  // The loss curve kept in metrics.csv has one train row per step, resumed or not.
+  std::ifstream csv(dir + "/parts/metrics.csv");
+  std::string line;
+  int train_rows = 0;
+  while (std::getline(csv, line)) train_rows += line.rfind("train,", 0) == 0;
+  EXPECT_EQ(train_rows, total_steps);
+  EXPECT_TRUE(fs::exists(dir + "/parts/metrics.png"));
+}
+
+TEST(DataTrainLoop, StopRequestSavesACheckpointAndReturns) {
+  std::string dir = test_dir("stop");
+  auto values = tiny_run(write_reverse_corpus(dir, 40, 3), dir + "/run");
+  values["max-steps"] = "1000";
+  std::atomic<bool> stop{true};  // already requested: the loop finishes one step
+  std::ostringstream log;
+  TrainSummary summary = run_training(train_options_from_map(values), log, &stop);
+  EXPECT_TRUE(summary.interrupted);
+  EXPECT_EQ(summary.final_step, 1);
+  EXPECT_EQ(read_checkpoint(dir + "/run/step-000001").progress.step, 1);
+  EXPECT_NE(log.str().find("interrupted at step 1; checkpoint saved"), std::string::npos);
+}
+
+TEST(DataTrainLoop, ValidationKeepsBestAndEarlyStops) {
+  std::string dir = test_dir("valid");
+  std::string train = write_reverse_corpus(dir, 60, 4);
+  auto values = tiny_run(train, dir + "/run");
+  values["dev"] = train;
+  values["valid-every"] = "2";
+  values["max-steps"] = "200";
+  // BLEU of one-word outputs is always 0 (no 4-grams), so it never improves after the first
+  // validation: best/ is step 2's model, and training stops after two more validations.
+  values["best-by"] = "bleu";
+  values["early-stop"] = "2";
+  values["valid-bleu-sentences"] = "5";
+  std::ostringstream log;
+  TrainSummary summary = run_training(train_options_from_map(values), log);
+  EXPECT_TRUE(summary.early_stopped) << log.str();
+  EXPECT_EQ(summary.final_step, 6);
+  Checkpoint best = read_checkpoint(dir + "/run/best");
+  EXPECT_EQ(best.progress.step, 2);
+  EXPECT_EQ(best.progress.best_valid_loss, summary.best_valid_loss);
+  EXPECT_NE(summary.last_valid_loss, summary.best_valid_loss);  // later validations differ
+  EXPECT_GT(summary.best_valid_loss, 0);
+}
+
+TEST(DataTrainLoop, ConvertAveragesTwoKnownCheckpoints) {
+  std::string dir = test_dir("convert");
+  auto values = tiny_run(write_reverse_corpus(dir, 40, 5), dir + "/run");
+  values["max-steps"] = "2";
+  values["save-every"] = "1";
+  values["src-lang"] = "fr";
+  values["tgt-lang"] = "en";
+  values["tsv-columns"] = "fr,en";
+  std::ostringstream log;
+  run_training(train_options_from_map(values), log);
+  Checkpoint a = read_checkpoint(dir + "/run/step-000001");
+  Checkpoint b = read_checkpoint(dir + "/run/step-000002");
+  ASSERT_NE(a.parameters, b.parameters);
+
+  Checkpoint mean = average_checkpoints({a, b}, {"a", "b"});
+  EXPECT_EQ(mean.progress.step, 2);  // the newest one's bookkeeping
+  std::string path = dir + "/mean.xfm";
+  write_model_file(mean, DType::f32, model_metadata(mean, {"a", "b"}, {{"test.bleu", "12.5"}}), path);
+
+  auto file = ModelFile::open(path);
+  EXPECT_EQ(file->config().d_model, 16u);
+  EXPECT_EQ(file->source_tokenizer(), a.tokenizer_model);
+  EXPECT_EQ(file->metadata_value("source_language"), "fr");
+  EXPECT_EQ(file->metadata_value("target_language"), "en");
+  EXPECT_EQ(file->metadata_value("training.steps"), "2");
+  EXPECT_EQ(file->metadata_value("training.averaged"), "2");
+  EXPECT_EQ(file->metadata_value("test.bleu"), "12.5");
+  size_t offset = 0, checked = 0;
+  for (const auto& spec : transformer_parameters(a.config)) {
+    const TensorView& tensor = file->tensor(spec.name);
+    ASSERT_EQ(tensor.dtype, DType::f32);
+    const float* stored = static_cast<const float*>(tensor.data);
+    for (uint64_t i = 0; i < tensor.elements(); ++i, ++offset) {
+      float expected = static_cast<float>((static_cast<double>(a.parameters[offset]) +
+                                           static_cast<double>(b.parameters[offset])) / 2);
+      ASSERT_EQ(stored[i], expected) << spec.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, a.parameters.size());
+
+  // int8: matrices quantized, vectors kept f32.
+  write_model_file(mean, DType::int8, {}, dir + "/mean8.xfm");
+  auto quantized = ModelFile::open(dir + "/mean8.xfm");
+  for (const auto& spec : transformer_parameters(a.config)) {
+    EXPECT_EQ(quantized->tensor(spec.name).dtype, spec.shape.size() >= 2 ? DType::int8 : DType::f32)
+        << spec.name;
+  }
+
+  // Checkpoints of different models do not average.
+  Checkpoint other = b;
+  other.config.d_ff = 64;
+  EXPECT_EQ(error_of([&] { average_checkpoints({a, other}, {"a", "other"}); }),
+            "other: model config differs from a; cannot average");
+}
+
+// An independent PNG reader for the test: bitwise CRC, stored blocks only.
+uint32_t bitwise_crc(const std::string& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : bytes) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+uint32_t be32(const std::string& s, size_t at) {
+  return (static_cast<uint32_t>(static_cast<unsigned char>(s[at])) << 24) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(s[at + 1])) << 16) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(s[at + 2])) << 8) |
+         static_cast<uint32_t>(static_cast<unsigned char>(s[at + 3]));
+}
+
+TEST(DataTrainLoop, PngEncoderWritesAValidImage) {
+  // 300 x 100 RGB: large enough to need two stored deflate blocks (> 65535 bytes).
+  const int width = 300, height = 100;
+  std::mt19937 rng(9);
+  std::vector<uint8_t> rgb(width * height * 3);
+  for (auto& v : rgb) v = static_cast<uint8_t>(rng());
+  std::string png = encode_png_rgb(width, height, rgb);
+  ASSERT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+
+  size_t at = 8;
+  std::string zlib;
+  std::vector<std::string> types;
+  while (at < png.size()) {
+    uint32_t length = be32(png, at);
+    std::string type = png.substr(at + 4, 4);
+    std::string data = png.substr(at + 8, length);
+    EXPECT_EQ(be32(png, at + 8 + length), bitwise_crc(type + data)) << type;
+    if (type == "IHDR") {
+      EXPECT_EQ(be32(data, 0), static_cast<uint32_t>(width));
+      EXPECT_EQ(be32(data, 4), static_cast<uint32_t>(height));
+      EXPECT_EQ(data.substr(8), std::string("\x08\x02\x00\x00\x00", 5));
+    }
+    if (type == "IDAT") zlib += data;
+    types.push_back(type);
+    at += 12 + length;
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"IHDR", "IDAT", "IEND"}));
+  ASSERT_EQ((static_cast<unsigned char>(zlib[0]) * 256 + static_cast<unsigned char>(zlib[1])) % 31, 0);
+
+  // Inflate stored blocks.
+  std::string raw;
+  size_t p = 2;
+  int blocks = 0;
+  while (true) {
+    unsigned char header = static_cast<unsigned char>(zlib[p]);
+    ASSERT_EQ(header & 6, 0) << "not a stored block";
+    uint16_t len = static_cast<unsigned char>(zlib[p + 1]) | (static_cast<unsigned char>(zlib[p + 2]) << 8);
+    uint16_t nlen = static_cast<unsigned char>(zlib[p + 3]) | (static_cast<unsigned char>(zlib[p + 4]) << 8);
+    ASSERT_EQ(static_cast<uint16_t>(~len), nlen);
+    raw += zlib.substr(p + 5, len);
+    p += 5 + len;
+    ++blocks;
+    if (header & 1) break;
+  }
+  EXPECT_GE(blocks, 2);
+  uint32_t a = 1, b = 0;
+  for (unsigned char c : raw) a = (a + c) % 65521, b = (b + a) % 65521;
+  EXPECT_EQ(be32(zlib, p), (b << 16) | a);
+  ASSERT_EQ(raw.size(), static_cast<size_t>(height) * (1 + 3 * width));
+  for (int y = 0; y < height; ++y) {
+    ASSERT_EQ(raw[y * (1 + 3 * width)], 0);  // filter: none
+    ASSERT_EQ(0, std::memcmp(raw.data() + y * (1 + 3 * width) + 1, rgb.data() + y * 3 * width, 3 * width));
+  }
+  EXPECT_THROW(encode_png_rgb(2, 2, std::vector<uint8_t>(5)), Error);
+}
+
+}  // namespace
+}  // namespace xf::trainer
