@@ -11,7 +11,9 @@
 namespace xf::cpu {
 namespace {
 
-XF_VECTORIZED float dot(const float* a, const float* b, int64_t n) {
+// The helpers are inline, not XF_VECTORIZED: they are inlined into attend_one_query's clones,
+// where a call per key through the clone dispatcher would cost as much as the 64-term dot.
+inline float dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
@@ -19,7 +21,7 @@ XF_VECTORIZED float dot(const float* a, const float* b, int64_t n) {
 }
 
 // In place: scores[j] <- exp(scores[j] - max), returns the sum.
-XF_VECTORIZED float exp_shifted(float* scores, int64_t n, float max) {
+inline float exp_shifted(float* scores, int64_t n, float max) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {
@@ -30,18 +32,18 @@ XF_VECTORIZED float exp_shifted(float* scores, int64_t n, float max) {
   return sum;
 }
 
-XF_VECTORIZED void scale_in_place(float* x, int64_t n, float factor) {
+inline void scale_in_place(float* x, int64_t n, float factor) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) x[j] *= factor;
 }
 
-XF_VECTORIZED void axpy(float a, const float* x, int64_t n, float* y) {
+inline void axpy(float a, const float* x, int64_t n, float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 // One query row: out = softmax(scale * q k_j^T, j < visible) v.     scores: [visible]
-void attend_one_query(const float* q, const float* k, int64_t k_position_stride, const float* v,
+XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_position_stride, const float* v,
                       int64_t v_position_stride, int64_t visible, int64_t head_dim, float scale,
                       float* scores, float* out, float* probabilities, int64_t key_len) {
   if (visible <= 0) {
@@ -52,7 +54,7 @@ void attend_one_query(const float* q, const float* k, int64_t k_position_stride,
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < visible; ++j) {
     scores[j] = scale * dot(q, k + j * k_position_stride, head_dim);
-    max = std::max(max, scores[j]);
+    max = scores[j] > max ? scores[j] : max;
   }
   // q is fully read: from here on out may be written even when it aliases q.
   const float sum = exp_shifted(scores, visible, max);

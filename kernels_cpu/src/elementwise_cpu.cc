@@ -26,7 +26,10 @@ XF_VECTORIZED void dequantize_int8_row(const int8_t* values, float scale, int64_
 XF_VECTORIZED float absmax_of(const float* x, int64_t count) {
   float absmax = 0.0f;
 #pragma omp simd reduction(max : absmax)
-  for (int64_t i = 0; i < count; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  for (int64_t i = 0; i < count; ++i) {
+    const float magnitude = std::fabs(x[i]);
+    absmax = magnitude > absmax ? magnitude : absmax;
+  }
   return absmax;
 }
 
@@ -36,7 +39,7 @@ XF_VECTORIZED void quantize_with_scale(const float* x, int64_t count, float scal
   for (int64_t i = 0; i < count; ++i) {
     // |x / scale| <= 127 up to rounding, well inside round_to_nearest's range.
     float q = detail::round_to_nearest(x[i] / scale);
-    q = std::min(127.0f, std::max(-127.0f, q));
+    q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
     quantized[i] = static_cast<int8_t>(q);
   }
 }
@@ -125,10 +128,34 @@ XF_VECTORIZED void add_bias_residual_row(float* x, const float* bias, const floa
 XF_VECTORIZED void bias_relu_row(float* x, const float* bias, int64_t dim) {
   if (bias != nullptr) {
 #pragma omp simd
-    for (int64_t c = 0; c < dim; ++c) x[c] = std::max(0.0f, x[c] + bias[c]);
+    for (int64_t c = 0; c < dim; ++c) {
+      const float v = x[c] + bias[c];
+      x[c] = v > 0.0f ? v : 0.0f;
+    }
   } else {
 #pragma omp simd
-    for (int64_t c = 0; c < dim; ++c) x[c] = std::max(0.0f, x[c]);
+    for (int64_t c = 0; c < dim; ++c) x[c] = x[c] > 0.0f ? x[c] : 0.0f;
+  }
+}
+
+// out_row += scale * table[id, :], widening f16/bf16/int8 rows piece by piece on the stack.
+void add_scaled_row(const WeightMatrix& table, int64_t id, float scale, float* out_row) {
+  const int64_t dim = table.cols;
+  if (table.dtype == DType::f32) {
+    scale_add(static_cast<const float*>(table.data) + id * dim, scale, dim, out_row);
+    return;
+  }
+  constexpr int64_t kPiece = 256;
+  float widened[kPiece];
+  const size_t element = dtype_size(table.dtype);
+  for (int64_t begin = 0; begin < dim; begin += kPiece) {
+    // A one-row view of columns [begin, begin + width) of row id.
+    WeightMatrix piece = table;
+    piece.cols = std::min(kPiece, dim - begin);
+    piece.data = static_cast<const char*>(table.data) + (id * dim + begin) * element;
+    piece.row_scales = table.row_scales != nullptr ? table.row_scales + id : nullptr;
+    load_row(piece, 0, widened);
+    scale_add(widened, scale, piece.cols, out_row + begin);
   }
 }
 
@@ -190,29 +217,30 @@ void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positio
     if (positions[i] < 0) throw Error("embed: negative position " + std::to_string(positions[i]));
   }
   const int64_t dim = table.cols;
-  // The sinusoid is written into out, then the scaled table row is added to it (f32 rows
-  // directly, other dtypes widened piece by piece into a stack buffer).
-  detail::parallel_for(count, threads, true, [&](int64_t i) {
-    float* out_row = out + i * dim;
-    write_sinusoid(positions[i], dim, out_row);
-    if (table.dtype == DType::f32) {
-      scale_add(static_cast<const float*>(table.data) + ids[i] * dim, scale, dim, out_row);
-    } else {
-      // Widen the row in pieces on the stack (no allocation), then add.
-      constexpr int64_t kPiece = 256;
-      float widened[kPiece];
-      for (int64_t begin = 0; begin < dim; begin += kPiece) {
-        const int64_t width = std::min(kPiece, dim - begin);
-        WeightMatrix piece = table;
-        piece.cols = width;
-        // Point a one-row view at columns [begin, begin + width) of row ids[i].
-        const size_t element = dtype_size(table.dtype);
-        piece.data = static_cast<const char*>(table.data) + (ids[i] * dim + begin) * element;
-        piece.row_scales = table.row_scales != nullptr ? table.row_scales + ids[i] : nullptr;
-        load_row(piece, 0, widened);
-        scale_add(widened, scale, width, out_row + begin);
+  // Each thread takes a contiguous range of rows. The sinusoid of the last position is kept on
+  // the stack (dims up to kCachedDim): a decode step's rows all share one position, so it costs
+  // one row of sin/cos instead of one per row.
+  constexpr int64_t kCachedDim = 2048;
+  auto embed_rows = [&](int64_t begin, int64_t end) {
+    float sinusoid[kCachedDim];
+    int64_t cached_position = -1;
+    for (int64_t i = begin; i < end; ++i) {
+      float* out_row = out + i * dim;
+      if (dim <= kCachedDim) {
+        if (positions[i] != cached_position) {
+          write_sinusoid(positions[i], dim, sinusoid);
+          cached_position = positions[i];
+        }
+        std::memcpy(out_row, sinusoid, dim * sizeof(float));
+      } else {
+        write_sinusoid(positions[i], dim, out_row);
       }
+      add_scaled_row(table, ids[i], scale, out_row);
     }
+  };
+  const int64_t parts = std::min<int64_t>(std::max(threads, 1), count);
+  detail::parallel_for(parts, threads, count * dim > kMinSharedWork, [&](int64_t part) {
+    embed_rows(count * part / parts, count * (part + 1) / parts);
   });
 }
 

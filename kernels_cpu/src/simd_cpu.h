@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for the CPU kernels' hot loops: plain scalar code that compilers vectorize inside
 // `#pragma omp simd` loops on any architecture (no intrinsics, no libm calls).
+// In such loops write maxima and clamps as `a > b ? a : b`: GCC 12 leaves a loop with
+// std::max scalar ("control flow in loop"); the ternary it vectorizes.
 #include <cstdint>
 #include <cstring>
 

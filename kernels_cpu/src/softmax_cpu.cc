@@ -10,14 +10,15 @@
 namespace xf::cpu {
 namespace {
 
-XF_VECTORIZED float max_of(const float* x, int64_t n) {
+// Inline helpers, vectorized inside the XF_VECTORIZED row functions below.
+inline float max_of(const float* x, int64_t n) {
   float max = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max)
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  for (int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
   return max;
 }
 
-XF_VECTORIZED float sum_exp_shifted(const float* x, int64_t n, float max) {
+inline float sum_exp_shifted(const float* x, int64_t n, float max) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += detail::exp_vectorizable(x[i] - max);
@@ -26,11 +27,11 @@ XF_VECTORIZED float sum_exp_shifted(const float* x, int64_t n, float max) {
 
 // log(sum_j exp(x_j - max)): log_softmax(x) = (x - max) - this. Shifting by the maximum keeps
 // exp() in range, and subtracting in that order keeps entries near the maximum exact.
-float log_sum_exp_shifted(const float* x, int64_t n, float max) {
+inline float log_sum_exp_shifted(const float* x, int64_t n, float max) {
   return std::log(sum_exp_shifted(x, n, max));
 }
 
-XF_VECTORIZED void subtract_two(float* x, int64_t n, float first, float second) {
+inline void subtract_two(float* x, int64_t n, float first, float second) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - first) - second;
 }
@@ -53,7 +54,7 @@ inline int64_t offer(float value, int32_t column, int64_t k, int64_t count, floa
 }
 
 // The k largest logits of a row, descending, ties to the lower column.
-void top_k_of_row(const float* x, int64_t n, int64_t k, float* values, int32_t* indices) {
+inline void top_k_of_row(const float* x, int64_t n, int64_t k, float* values, int32_t* indices) {
   int64_t count = 0;
   // Blocks whose maximum cannot enter the list are skipped with one vectorized pass: once the
   // list is full, almost every block of a vocabulary-sized row is.
@@ -67,6 +68,19 @@ void top_k_of_row(const float* x, int64_t n, int64_t k, float* values, int32_t* 
   }
 }
 
+XF_VECTORIZED void log_softmax_top_k_row(const float* row, float offset, int64_t vocab, int64_t k,
+                                         float* values, int32_t* indices) {
+  top_k_of_row(row, vocab, k, values, indices);
+  const float max = values[0];  // the row's maximum
+  const float log_sum = log_sum_exp_shifted(row, vocab, max);
+  for (int64_t i = 0; i < k; ++i) values[i] = ((values[i] - max) - log_sum) + offset;
+}
+
+XF_VECTORIZED void log_softmax_row(float* row, int64_t vocab) {
+  const float max = max_of(row, vocab);
+  subtract_two(row, vocab, max, log_sum_exp_shifted(row, vocab, max));
+}
+
 }  // namespace
 
 void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows,
@@ -74,23 +88,14 @@ void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t ro
                        int threads) {
   if (k <= 0) return;
   detail::parallel_for(rows, threads, true, [&](int64_t r) {
-    const float* row = logits + r * vocab;
-    float* values = top_values + r * k;
-    int32_t* indices = top_indices + r * k;
-    top_k_of_row(row, vocab, k, values, indices);
-    const float max = values[0];  // the row's maximum
-    const float log_sum = log_sum_exp_shifted(row, vocab, max);
-    const float offset = row_offsets != nullptr ? row_offsets[r] : 0.0f;
-    for (int64_t i = 0; i < k; ++i) values[i] = ((values[i] - max) - log_sum) + offset;
+    log_softmax_top_k_row(logits + r * vocab, row_offsets != nullptr ? row_offsets[r] : 0.0f,
+                          vocab, k, top_values + r * k, top_indices + r * k);
   });
 }
 
 void log_softmax(float* logits, int64_t rows, int64_t vocab, int threads) {
-  detail::parallel_for(rows, threads, true, [&](int64_t r) {
-    float* row = logits + r * vocab;
-    const float max = max_of(row, vocab);
-    subtract_two(row, vocab, max, log_sum_exp_shifted(row, vocab, max));
-  });
+  detail::parallel_for(rows, threads, true,
+                       [&](int64_t r) { log_softmax_row(logits + r * vocab, vocab); });
 }
 
 }  // namespace xf::cpu

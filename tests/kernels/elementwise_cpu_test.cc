@@ -184,6 +184,8 @@ void check_embed(DType dtype, int64_t vocab, int64_t dim, int threads,
     positions[i] = static_cast<int32_t>(random.integer(0, 1000));
   }
   positions[0] = 0;
+  // Runs of equal positions, as in a decode step (the kernel reuses the sinusoid).
+  for (int64_t i = 3; i < count; i += 4) positions[i] = positions[i - 1];
   const float scale = std::sqrt(static_cast<float>(dim));
   std::vector<float> out(count * dim);
   embed(table, ids.data(), positions.data(), count, scale, out.data(), threads);
@@ -200,6 +202,7 @@ TEST(Embed, ScalesTheRowAndAddsSinusoids) {
     check_embed(dtype, 50, 64, 2, random);
     check_embed(dtype, 11, 7, 1, random);    // odd dim: the last column is a sine
     check_embed(dtype, 9, 600, 2, random);   // wider than the widening buffer
+    check_embed(dtype, 3, 2100, 2, random);  // wider than the cached sinusoid
   }
 }
 

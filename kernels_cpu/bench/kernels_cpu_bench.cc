@@ -1,0 +1,141 @@
+// Google Benchmark program for the CPU kernels at the Transformer-base shapes (d_model 512,
+// 8 heads, d_ff 2048, vocabulary 32000): matmuls at decode-step row counts and our own kernels.
+// A program, never a test: build target xf-kernels-bench, run with OMP_NUM_THREADS=<threads>.
+// Arguments are the rows (M) or the batch; docs/KERNELS_CPU.md has figures from this machine.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "xf/format/dtype_convert.h"
+#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels_cpu/matmul.h"
+
+namespace {
+
+using namespace xf::cpu;
+
+std::vector<float> random_values(size_t count, float range = 1.0f) {
+  std::mt19937 engine(42);
+  std::uniform_real_distribution<float> distribution(-range, range);
+  std::vector<float> values(count);
+  for (float& v : values) v = distribution(engine);
+  return values;
+}
+
+int threads() { return omp_get_max_threads(); }
+
+// range(0): M, range(1): N, range(2): K, range(3): 0 f32 packed, 1 f32 stored layout, 2 int8.
+void BM_StaticMatmul(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int variant = static_cast<int>(state.range(3));
+  const std::vector<float> weights = random_values(n * k);
+  std::vector<int8_t> quantized(n * k);
+  std::vector<float> scales(n);
+  xf::quantize_rows_int8(weights.data(), n, k, quantized.data(), scales.data());
+  CpuEngine engine(threads());
+  engine.set_weight_packing(variant == 0);
+  const WeightMatrix matrix = variant == 2
+                                  ? WeightMatrix{xf::DType::int8, quantized.data(), scales.data(), n, k}
+                                  : WeightMatrix{xf::DType::f32, weights.data(), nullptr, n, k};
+  StaticMatmul matmul(engine, m, matrix, true);
+  std::vector<float> workspace(matmul.workspace_bytes() / sizeof(float) + 16);
+  const std::vector<float> x = random_values(m * k), bias = random_values(n);
+  std::vector<float> y(m * n);
+  for (auto _ : state) {
+    matmul.run(x.data(), bias.data(), y.data(), workspace.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetLabel(matmul.implementation());
+}
+
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (int variant : {0, 1, 2}) {
+    for (auto [n, k] : {std::pair{512, 512}, {1536, 512}, {2048, 512}, {512, 2048}, {32000, 512}}) {
+      for (int m : {1, 4, 32, 128, 256}) b->Args({m, n, k, variant});
+    }
+  }
+}
+BENCHMARK(BM_StaticMatmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond);
+
+// Decoder self-attention step: range(0) = batch*beam rows, range(1) = step (keys step+1).
+void BM_AttentionDecodeStep(benchmark::State& state) {
+  const int64_t batch = state.range(0), step = state.range(1), heads = 8, head_dim = 64,
+                max_len = 256, d_model = 512;
+  const std::vector<float> cache = random_values(batch * heads * max_len * head_dim);
+  const std::vector<float> query = random_values(batch * d_model);
+  std::vector<float> out(batch * d_model), scratch(threads() * max_len);
+  const HeadStrides cache_strides{heads * max_len * head_dim, max_len * head_dim, head_dim};
+  const HeadStrides row_strides{d_model, head_dim, d_model};
+  for (auto _ : state) {
+    attention(query.data(), row_strides, cache.data(), cache_strides, cache.data(), cache_strides,
+              out.data(), row_strides, {batch, heads, 1, step + 1, head_dim}, nullptr, step,
+              nullptr, scratch.data(), threads());
+  }
+  state.counters["rows/s"] = benchmark::Counter(batch, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionDecodeStep)->Args({1, 30})->Args({128, 30})->Args({128, 100})->Unit(benchmark::kMicrosecond);
+
+// Encoder self-attention over the fused QKV output: range(0) = batch, range(1) = length.
+void BM_AttentionEncoder(benchmark::State& state) {
+  const int64_t batch = state.range(0), len = state.range(1), heads = 8, head_dim = 64, d_model = 512;
+  const std::vector<float> qkv = random_values(batch * len * 3 * d_model);
+  std::vector<float> out(batch * len * d_model), scratch(threads() * len);
+  std::vector<int32_t> lengths(batch, static_cast<int32_t>(len));
+  const HeadStrides qkv_strides{len * 3 * d_model, head_dim, 3 * d_model};
+  const HeadStrides out_strides{len * d_model, head_dim, d_model};
+  for (auto _ : state) {
+    attention(qkv.data(), qkv_strides, qkv.data() + d_model, qkv_strides, qkv.data() + 2 * d_model,
+              qkv_strides, out.data(), out_strides, {batch, heads, len, len, head_dim},
+              lengths.data(), -1, nullptr, scratch.data(), threads());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * batch * heads * len * len * head_dim, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_AttentionEncoder)->Args({1, 30})->Args({32, 40})->Unit(benchmark::kMicrosecond);
+
+void BM_LayerNorm(benchmark::State& state) {
+  const int64_t rows = state.range(0), dim = 512;
+  const std::vector<float> x = random_values(rows * dim), residual = random_values(rows * dim),
+                           bias = random_values(dim), gamma = random_values(dim), beta = random_values(dim);
+  std::vector<float> out(rows * dim);
+  for (auto _ : state) {
+    add_bias_residual_layer_norm(x.data(), bias.data(), residual.data(), gamma.data(), beta.data(),
+                                 1e-6f, rows, dim, out.data(), nullptr, nullptr, threads());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * dim * 3 * sizeof(float));
+}
+BENCHMARK(BM_LayerNorm)->Arg(1)->Arg(128)->Arg(4096)->Unit(benchmark::kMicrosecond);
+
+void BM_LogSoftmaxTopK(benchmark::State& state) {
+  const int64_t rows = state.range(0), vocab = 32000, k = 4;
+  const std::vector<float> logits = random_values(rows * vocab, 10.0f), offsets = random_values(rows);
+  std::vector<float> values(rows * k);
+  std::vector<int32_t> indices(rows * k);
+  for (auto _ : state) {
+    log_softmax_top_k(logits.data(), offsets.data(), rows, vocab, k, values.data(), indices.data(), threads());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * vocab * sizeof(float));
+}
+BENCHMARK(BM_LogSoftmaxTopK)->Arg(1)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_Embed(benchmark::State& state) {
+  const int64_t rows = state.range(0), vocab = 32000, dim = 512;
+  const std::vector<float> table = random_values(vocab * dim);
+  std::vector<int32_t> ids(rows), positions(rows);
+  // range(1) = 1: every row at one position (a decode step); 0: positions 0..99 (a batch).
+  for (int64_t i = 0; i < rows; ++i) {
+    ids[i] = static_cast<int32_t>((i * 7919) % vocab);
+    positions[i] = static_cast<int32_t>(state.range(1) == 1 ? 17 : i % 100);
+  }
+  std::vector<float> out(rows * dim);
+  const WeightMatrix matrix{xf::DType::f32, table.data(), nullptr, vocab, dim};
+  for (auto _ : state) embed(matrix, ids.data(), positions.data(), rows, std::sqrt(512.0f), out.data(), threads());
+}
+BENCHMARK(BM_Embed)->Args({1, 1})->Args({128, 1})->Args({128, 0})->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
