@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "xf/error.h"
@@ -244,6 +245,10 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   s.destination.set_data_handle(y);
   if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
   if (s.scratchpad_bytes > 0) s.scratchpad.set_data_handle(bytes + s.scratchpad_offset);
+  // oneDNN sizes its parallel regions by the calling thread's OpenMP setting. Keep it at the
+  // engine's count, which the kernels pass as `threads`: libgomp mallocs a new team whenever
+  // consecutive regions differ in size.
+  if (omp_get_max_threads() != s.engine->threads()) omp_set_num_threads(s.engine->threads());
   run_primitive(s.primitive, s.engine->stream(), s.args);
 }
 

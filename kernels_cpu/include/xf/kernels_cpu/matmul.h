@@ -22,7 +22,8 @@ struct memory;
 
 namespace xf::cpu {
 
-// One CPU engine and stream for a Translator or trainer.
+// One CPU engine and stream for a Translator or trainer. `threads`: the OpenMP thread count for
+// StaticMatmul::run (the kernels take theirs as an argument; pass the same).
 class CpuEngine {
  public:
   explicit CpuEngine(int threads);
@@ -68,7 +69,9 @@ class StaticMatmul {
   // x: [m, k], y: [m, n], bias: [n] (ignored unless made with_bias; then required).
   // workspace: workspace_bytes() bytes, 64-byte aligned. No allocation by xf inside.
   // Not reentrant: one run() at a time per StaticMatmul (it points its prepared oneDNN memory
-  // objects at the caller's buffers). oneDNN uses the calling thread's OpenMP thread count.
+  // objects at the caller's buffers). Sets the calling thread's OpenMP thread count to the
+  // engine's (omp_set_num_threads), which oneDNN follows: pass the same count as `threads` to
+  // the kernels, or libgomp reallocates its thread team whenever the size changes.
   void run(const float* x, const float* bias, float* y, void* workspace) const;
   // oneDNN's implementation name (e.g. "brg:avx512_core"), for benchmarks and logs.
   const char* implementation() const;
