@@ -53,7 +53,7 @@ uint64_t interesting_value(std::mt19937_64& rng, uint64_t near) {
 Bytes rewrite_field(const Bytes& valid, std::mt19937_64& rng) {
   HandMadeModel m = HandMadeModel::describe(valid);
   TensorEntry& t = m.tensors[rng() % m.tensors.size()];
-  switch (rng() % 12) {
+  switch (rng() % 14) {
     case 0: t.offset = interesting_value(rng, t.offset); break;
     case 1: t.size = interesting_value(rng, t.size); break;
     case 2: t.scales_offset = interesting_value(rng, t.scales_offset); break;
@@ -89,6 +89,20 @@ Bytes rewrite_field(const Bytes& valid, std::mt19937_64& rng) {
                             &m.config.max_positions};
       uint32_t& field = *fields[rng() % 8];
       field = static_cast<uint32_t>(interesting_value(rng, field));
+      break;
+    }
+    case 12: {  // the blob cut short, with blob_size and file size agreeing
+      const size_t cut = 1 + rng() % std::min<size_t>(600, m.blob.size());
+      m.blob.resize(m.blob.size() - cut);
+      m.blob_size = m.blob.size();
+      break;
+    }
+    case 13: {  // the tensor with the largest offset moved towards the end
+      TensorEntry* last = &m.tensors[0];
+      for (TensorEntry& e : m.tensors) {
+        if (e.offset > last->offset) last = &e;
+      }
+      last->offset += 256 * (1 + rng() % 2);
       break;
     }
     default:
