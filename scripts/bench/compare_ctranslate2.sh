@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# xf against CTranslate2 on the same weights: issue 3's performance goal.
+#
+#   scripts/bench/compare_ctranslate2.sh MODEL.xfm INPUT.txt
+#
+# Makes f32 and int8 versions of MODEL.xfm (xfm_convert_dtype.py: f16 widens exactly, int8 by
+# xf's per-row rule), converts each to CTranslate2 (float32 / int8 holding the same int8 values),
+# then runs, on the first LINES lines of INPUT.txt (one sentence a line):
+#   batch 32, beam 4, 2 threads, f32 and int8      (throughput: tokens/s)
+#   batch 1, greedy, 2 threads, f32 and int8       (latency: p50/p90 per sentence), first LINES_B1
+# xf through `xf-bench --json`, CTranslate2 through `ct2_run.py --bench --json` (the same
+# procedure: tokenized first, requests in file order, one warm-up request, each request timed).
+# Each configuration runs ROUNDS times, engines alternating; the table shows the round with the
+# best tokens/s of each engine (the machine is shared; the best round is the least disturbed).
+#
+# Environment (defaults in brackets):
+#   XF_BIN      directory with xf-bench              [REPO/build/bin]
+#   PYTHON      a Python with ctranslate2, sentencepiece, numpy, flatbuffers  [python3]
+#   WORK_DIR    converted models, inputs and results.jsonl  [a new directory under /tmp]
+#   LINES       input lines for batch 32 [1000]    LINES_B1  input lines for batch 1 [200]
+#   REPEAT      passes over the input per run [1]   ROUNDS    runs per configuration [2]
+#   THREADS     [2]
+set -euo pipefail
+
+usage() { echo "usage: $0 MODEL.xfm INPUT.txt   (see the comments at the top)" >&2; exit 2; }
+[[ $# -eq 2 ]] || usage
+model=$1
+input=$2
+[[ -f $model ]] || { echo "$0: $model: no such model file" >&2; exit 1; }
+[[ -s $input ]] || { echo "$0: $input: no such input file, or empty" >&2; exit 1; }
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+xf_bin=${XF_BIN:-$repo/build/bin}
+python=${PYTHON:-python3}
+work=${WORK_DIR:-$(mktemp -d /tmp/xf-ct2-compare-XXXXXX)}
+lines=${LINES:-1000}
+lines_b1=${LINES_B1:-200}
+repeat=${REPEAT:-1}
+rounds=${ROUNDS:-2}
+threads=${THREADS:-2}
+
+[[ -x $xf_bin/xf-bench ]] || { echo "$0: $xf_bin/xf-bench not found (set XF_BIN)" >&2; exit 1; }
+"$python" -c "import ctranslate2, sentencepiece, numpy, flatbuffers" 2>/dev/null ||
+  { echo "$0: $python lacks ctranslate2/sentencepiece/numpy/flatbuffers (set PYTHON)" >&2; exit 1; }
+mkdir -p "$work"
+results=$work/results.jsonl
+: > "$results"
+
+head -n "$lines" "$input" > "$work/input.txt"
+head -n "$lines_b1" "$input" > "$work/input_b1.txt"
+
+declare -A ct2_type=([f32]=float32 [int8]=int8)
+for dtype in f32 int8; do
+  "$python" "$here/xfm_convert_dtype.py" "$model" "$work/model_$dtype.xfm" --dtype "$dtype"
+  "$python" "$here/xfm_to_ctranslate2.py" "$work/model_$dtype.xfm" "$work/ct2_$dtype" \
+    --quantization "${ct2_type[$dtype]}" --force
+done
+
+# run_config LABEL DTYPE BEAM BATCH INPUT
+run_config() {
+  local label=$1 dtype=$2 beam=$3 batch=$4 in=$5 round json
+  for ((round = 1; round <= rounds; round++)); do
+    json=$("$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
+             --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json)
+    echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"result\": $json}" >> "$results"
+    json=$("$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
+             --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json)
+    echo "{\"config\": \"$label\", \"engine_name\": \"ctranslate2\", \"round\": $round, \"result\": $json}" >> "$results"
+  done
+}
+
+run_config "batch 32 beam 4 f32" f32 4 32 "$work/input.txt"
+run_config "batch 32 beam 4 int8" int8 4 32 "$work/input.txt"
+run_config "batch 1 greedy f32" f32 1 1 "$work/input_b1.txt"
+run_config "batch 1 greedy int8" int8 1 1 "$work/input_b1.txt"
+
+"$python" - "$results" <<'EOF'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+best = {}
+for r in rows:
+    key = (r["config"], r["engine_name"])
+    if key not in best or r["result"]["tokens_per_s"] > best[key]["result"]["tokens_per_s"]:
+        best[key] = r
+print("%-22s %-12s %10s %9s %10s %10s %9s %8s %9s" % (
+    "configuration", "engine", "tokens/s", "sent/s", "p50 ms", "p90 ms", "RSS MB", "tokens", "allocs"))
+for (config, engine), r in best.items():
+    x = r["result"]
+    allocs = ("%d+%d" % (x["allocations_xf"], x["allocations_backend"])
+              if "allocations_xf" in x else "-")
+    print("%-22s %-12s %10.1f %9.2f %10.2f %10.2f %9.1f %8d %9s" % (
+        config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
+        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs))
+EOF
+echo "all runs: $results"
