@@ -6,12 +6,15 @@
                            [--batch-tokens 4096] [--threads 2] [--warmup-steps 3 --steps 20]
                            [--json]
 
-The model is xf's (tests/reference/README.md): post-norm encoder-decoder, one embedding table
-shared by source, target and the output projection, embeddings scaled by sqrt(d_model) plus
-interleaved sinusoidal positions, dropout 0.1 on embedding sums and sub-layer outputs, ReLU FFN,
+The model is xf's (tests/reference/README.md): post-norm (or --norm pre) encoder-decoder, one
+embedding table shared by source, target and the output projection, embeddings scaled by
+sqrt(d_model) plus interleaved sinusoidal positions, dropout 0.1 on embedding sums and sub-layer
+outputs only (xf-train's defaults: no attention dropout, none inside the FFN), ReLU FFN,
 label-smoothed (0.1) cross-entropy over non-PAD targets, Adam (0.9, 0.98, 1e-9) with the
 warmup / inverse-square-root schedule. It is built from torch.nn's TransformerEncoderLayer and
-TransformerDecoderLayer (norm_first=False, no final norms) -- what a PyTorch user would write.
+TransformerDecoderLayer (norm_first=False and no final norms; with --norm pre, norm_first=True
+and a final LayerNorm per stack) -- what a PyTorch user would write -- with their attention and
+FFN-inner dropouts switched off to match xf.
 
 The data are those xf-train sees: pairs of train.tsv tokenized with a shared SentencePiece model
 (--spm, e.g. the sentencepiece.model xf-train wrote; otherwise one of --vocab pieces is trained
@@ -76,6 +79,12 @@ def plan_batches(lengths, batch_tokens, rng):
 def build_model(torch, args, vocab):
     nn = torch.nn
 
+    pre_norm = args.norm == "pre"
+    # Pre-norm stacks end with a LayerNorm each (xf's encoder/decoder.final_norm); post-norm
+    # stacks have none.
+    eps = getattr(args, "layer_norm_eps", 1e-6)
+    final_norm = lambda: nn.LayerNorm(args.d_model, eps=eps) if pre_norm else None
+
     class XfTransformer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -87,17 +96,24 @@ def build_model(torch, args, vocab):
             angle = position / torch.pow(torch.tensor(10000.0, dtype=torch.float64), two_j / d)
             pe = torch.zeros(args.max_positions, d, dtype=torch.float64)
             pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
-            self.register_buffer("positions", pe.float())
+            self.register_buffer("positions", pe.to(torch.get_default_dtype()))
             self.dropout = nn.Dropout(args.dropout)
             self.encoder = nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(d, args.heads, args.d_ff, args.dropout, "relu",
-                                           batch_first=True, norm_first=False, layer_norm_eps=1e-6),
-                args.layers, norm=None, enable_nested_tensor=False)
+                                           batch_first=True, norm_first=pre_norm, layer_norm_eps=eps),
+                args.layers, norm=final_norm(), enable_nested_tensor=False)
             self.decoder = nn.TransformerDecoder(
                 nn.TransformerDecoderLayer(d, args.heads, args.d_ff, args.dropout, "relu",
-                                           batch_first=True, norm_first=False, layer_norm_eps=1e-6),
-                args.layers, norm=None)
+                                           batch_first=True, norm_first=pre_norm, layer_norm_eps=eps),
+                args.layers, norm=final_norm())
             self.scale = math.sqrt(d)
+            # torch.nn's layers also drop attention weights and the FFN's hidden activations;
+            # xf-train (attention dropout 0 by default) does neither.
+            for layer in list(self.encoder.layers) + list(self.decoder.layers):
+                layer.dropout = nn.Identity()            # inside the FFN
+                layer.self_attn.dropout = 0.0
+                if hasattr(layer, "multihead_attn"):
+                    layer.multihead_attn.dropout = 0.0
 
         def embed(self, ids):
             return self.dropout(self.embedding(ids) * self.scale + self.positions[:ids.shape[1]])
@@ -116,6 +132,95 @@ def build_model(torch, args, vocab):
     return XfTransformer()
 
 
+def check_against_golden(torch, case="post_shared"):
+    """Loads a golden case's weights (tests/reference/golden/, independent float64 reference)
+    into this script's model and compares the label-smoothed loss and the gradients with the
+    reference's, so that the timed model is xf's model. Raises SystemExit on a mismatch."""
+    import types
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from check_ct2_golden import GOLDEN_DIR, load_golden
+
+    torch.set_default_dtype(torch.float64)  # the reference is float64; compare tightly
+    g = load_golden(os.path.join(GOLDEN_DIR, case + ".txt"))
+    c = {k[len("config."):]: v.item() for k, v in g.items() if k.startswith("config.")}
+    if not (c["shared_embeddings"] and c["tied_output"] and not c["output_bias"]):
+        raise SystemExit("golden case %s is not a shared/tied model" % case)
+    args = types.SimpleNamespace(
+        d_model=c["d_model"], heads=c["num_heads"], d_ff=c["d_ff"], layers=c["encoder_layers"],
+        dropout=0.0, max_positions=c["max_positions"],
+        norm="pre" if c["norm_position"] == 1 else "post", layer_norm_eps=c["layer_norm_epsilon"])
+    model = build_model(torch, args, c["source_vocab_size"])
+    # f32 values are written as the shortest decimal of the float32: round, then widen.
+    P = {k[len("param."):]: torch.tensor(v.astype(np.float32).astype(np.float64))
+         for k, v in g.items() if k.startswith("param.")}
+    names = {}  # torch parameter -> xf parameter name
+
+    def put(parameter, *xf_names):
+        with torch.no_grad():
+            parameter.copy_(torch.cat([P[n] for n in xf_names]))
+        names[parameter] = xf_names
+
+    put(model.embedding.weight, "embedding.shared")
+    stacks = [("encoder", model.encoder.layers), ("decoder", model.decoder.layers)]
+    for stack, layers in stacks:
+        for i, layer in enumerate(layers):
+            p = "%s.layers.%d." % (stack, i)
+            put(layer.self_attn.in_proj_weight, p + "self_attention.qkv.weight")
+            put(layer.self_attn.in_proj_bias, p + "self_attention.qkv.bias")
+            put(layer.self_attn.out_proj.weight, p + "self_attention.output.weight")
+            put(layer.self_attn.out_proj.bias, p + "self_attention.output.bias")
+            put(layer.linear1.weight, p + "ffn.inner.weight")
+            put(layer.linear1.bias, p + "ffn.inner.bias")
+            put(layer.linear2.weight, p + "ffn.outer.weight")
+            put(layer.linear2.bias, p + "ffn.outer.bias")
+            put(layer.norm1.weight, p + "self_attention_norm.gamma")
+            put(layer.norm1.bias, p + "self_attention_norm.beta")
+            ffn_norm = layer.norm2 if stack == "encoder" else layer.norm3
+            put(ffn_norm.weight, p + "ffn_norm.gamma")
+            put(ffn_norm.bias, p + "ffn_norm.beta")
+            if stack == "decoder":
+                attn = layer.multihead_attn
+                put(attn.in_proj_weight, p + "cross_attention.query.weight",
+                    p + "cross_attention.key_value.weight")
+                put(attn.in_proj_bias, p + "cross_attention.query.bias",
+                    p + "cross_attention.key_value.bias")
+                put(attn.out_proj.weight, p + "cross_attention.output.weight")
+                put(attn.out_proj.bias, p + "cross_attention.output.bias")
+                put(layer.norm2.weight, p + "cross_attention_norm.gamma")
+                put(layer.norm2.bias, p + "cross_attention_norm.beta")
+    for stack, module in (("encoder", model.encoder), ("decoder", model.decoder)):
+        if module.norm is not None:
+            put(module.norm.weight, stack + ".final_norm.gamma")
+            put(module.norm.bias, stack + ".final_norm.beta")
+    if len(names) != len(list(model.parameters())):
+        raise SystemExit("golden check: %d of %d parameters loaded"
+                         % (len(names), len(list(model.parameters()))))
+
+    model.train()  # dropout is 0; train() keeps the same code path as the timed steps
+    source = torch.tensor(g["source.ids"])
+    target_in = torch.tensor(g["target_in.ids"])
+    target_out = torch.tensor(g["target_out.ids"])
+    logits = model(source, target_in)
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target_out.reshape(-1), ignore_index=c["pad_id"],
+        label_smoothing=float(g["loss.label_smoothing"]), reduction="sum")
+    loss.backward()
+    valid = (target_in != c["pad_id"])[..., None]  # golden logits are zero at PAD rows
+    logits_error = float(((logits.detach() - torch.tensor(g["decoder.logits"])) * valid).abs().max())
+    expected = float(g["loss.sum"])
+    worst = 0.0
+    for parameter, xf_names in names.items():
+        reference = torch.cat([torch.tensor(g["grad." + n]) for n in xf_names])
+        scale = float(reference.abs().max()) or 1.0
+        worst = max(worst, float((parameter.grad - reference).abs().max()) / scale)
+    torch.set_default_dtype(torch.float32)
+    print("golden %s: logits max |error| %.2e; loss %.12g, reference %.12g; worst gradient "
+          "error %.2e of the tensor's max" % (case, logits_error, loss.item(), expected, worst),
+          file=sys.stderr)
+    if abs(loss.item() - expected) > 1e-9 * abs(expected) or worst > 1e-9:
+        raise SystemExit("golden check failed: the PyTorch model is not xf's model")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--train", default="/work/shared/data/enfr/train.tsv")
@@ -127,6 +232,7 @@ def main():
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--norm", choices=["post", "pre"], default="post")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--max-positions", type=int, default=256)
@@ -136,9 +242,15 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check-golden", action="store_true",
+                   help="only check the model against tests/reference/golden (float64) and exit")
     args = p.parse_args()
 
     import torch
+    if args.check_golden:
+        for case in ("post_shared",):
+            check_against_golden(torch, case)
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -215,6 +327,7 @@ def main():
         "parameters": parameters,
         "vocab": vocab,
         "d_model": args.d_model,
+        "norm": args.norm,
         "layers": args.layers,
         "heads": args.heads,
         "d_ff": args.d_ff,
