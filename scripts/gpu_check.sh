@@ -83,9 +83,10 @@ if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=ON \
 fi
 note "configured for sm $archs"
 
-# The CUDA tests, then every benchmark-like tool that exists (absent targets are skipped).
+# The CUDA tests (kernels, then the runtime's CUDA backend against the CPU backend), then every
+# benchmark-like tool that exists (absent targets are skipped).
 targets=(xf_cuda_kernels_tests)
-for optional in xf-bench cuda_kernels_bench; do
+for optional in xf_cuda_runtime_tests xf-bench xf-run xf_cuda_write_random_model cuda_kernels_bench; do
   if cmake --build "$build" --target help 2>/dev/null | grep -q "$optional"; then
     targets+=("$optional")
   fi
@@ -123,12 +124,19 @@ if [ -x "$bench" ] && "$bench" --help 2>&1 | grep -q -- "--device"; then
   models="$build/bench-models"
   mkdir -p "$models"
   for dtype in f32 f16; do
+    # The CUDA backend computes in f16 when the model's matrices are stored in f16.
     model="$models/base-$dtype.xfm"
     if [ ! -f "$model" ] && ! python3 scripts/bench/make_random_xfm.py --out "$model" \
         --d-model 512 --heads 8 --d-ff 2048 --layers 6 --vocab 32000 --dtype "$dtype" --seed 1 \
         >>"$logs/xf_bench.txt" 2>&1; then
-      note "xf-bench: could not make the $dtype model (xf_bench.txt)"
-      continue
+      # No numpy on the machine: the C++ writer (random weights, no tokenizer) instead.
+      rm -f "$model"
+      if ! "$build/bin/xf_cuda_write_random_model" "$model" 512 8 2048 6 32000 "$dtype" 1 \
+          >>"$logs/xf_bench.txt" 2>&1; then
+        note "xf-bench: could not make the $dtype model (xf_bench.txt)"
+        continue
+      fi
+      note "xf-bench: $dtype model written by xf_cuda_write_random_model (make_random_xfm.py failed)"
     fi
     for setting in "1 1" "32 4"; do
       set -- $setting
@@ -147,6 +155,21 @@ for _ in range(512): print(' '.join(str(random.randrange(4, 32000)) for _ in ran
       fi
     done
   done
+  # xf-run reaches the CUDA backend too: 16 lines greedy on both devices (f32). Reported, not
+  # required: a random model may have near-ties that f32 rounding decides differently.
+  run="$build/bin/xf-run"
+  if [ -x "$run" ] && [ -f "$models/base-f32.xfm" ]; then
+    head -16 "$models/ids.txt" >"$models/ids16.txt"
+    if "$run" --model "$models/base-f32.xfm" --ids --beam 1 --device cuda <"$models/ids16.txt" \
+        >"$logs/xf_run_cuda.txt" 2>>"$logs/xf_bench.txt" &&
+       "$run" --model "$models/base-f32.xfm" --ids --beam 1 --device cpu --threads "$jobs" \
+        <"$models/ids16.txt" >"$logs/xf_run_cpu.txt" 2>>"$logs/xf_bench.txt"; then
+      same=$(paste "$logs/xf_run_cuda.txt" "$logs/xf_run_cpu.txt" | awk -F '\t' '$1 == $2' | wc -l)
+      note "xf-run --device cuda: $same of 16 greedy outputs identical to --device cpu (f32)"
+    else
+      note "xf-run --device cuda: FAILED (xf_bench.txt)"
+    fi
+  fi
 else
   note "xf-bench with --device is not there yet: no end-to-end CUDA figures"
 fi

@@ -52,4 +52,9 @@ class Backend {
 // threads: CPU threads for kernels and oneDNN.
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads);
 
+// Only in builds with CUDA (XF_WITH_CUDA): computes in f16 when the model's matrices are stored
+// in f16/bf16, else in f32. Throws xf::Error when no CUDA device is available or the plan
+// exceeds a CUDA kernel's limit.
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan);
+
 }  // namespace xf::runtime

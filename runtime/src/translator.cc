@@ -26,7 +26,13 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
   switch (options_.device) {
     case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads); break;
-    case Device::cuda: throw Error("device cuda: this build has no CUDA backend");
+    case Device::cuda:
+#ifdef XF_WITH_CUDA
+      backend_ = runtime::make_cuda_backend(*model_, *plan_);
+      break;
+#else
+      throw Error("device cuda: xf was built without CUDA");
+#endif
   }
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
   batch_results_.resize(plan_->max_sentences);

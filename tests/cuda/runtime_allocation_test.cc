@@ -1,0 +1,94 @@
+// The CUDA Translator's memory plan on the device: building it takes exactly one device
+// allocation for the weights, one for the working arena and one pinned host block; translating
+// (greedy and beam, a full batch and a single sentence, f32 and f16) makes no cudaMalloc,
+// cudaFree, cudaMallocHost or cudaFreeHost call, the first call included; destroying it frees
+// what it took. Counted through xf::cuda's wrappers (every xf allocation goes through them).
+// Heap allocations on the host during translate are reported as a test property: the hook
+// cannot tell xf's from those inside the CUDA runtime and cuBLAS, so they are not asserted here.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.h"
+#include "random_inputs.h"
+#include "tiny_model.h"
+#include "xf/alloc_counter.h"
+#include "xf/kernels_cuda/memory.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+class cuda_runtime_allocation : public ::testing::TestWithParam<DType> {};
+
+TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
+  XF_SKIP_WITHOUT_GPU();
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  static const std::string dir = test::make_temp_dir("cuda-runtime-allocation");
+  test::TinyModelOptions model_options;
+  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
+  model_options.with_tokenizer = false;
+  model_options.matrix_dtype = GetParam();
+  model_options.round_to_f16 = GetParam() == DType::f16;
+  const std::string path = dir + "/model-" + dtype_name(GetParam()) + ".xfm";
+  const ModelConfig config = test::write_tiny_model(path, model_options);
+  const auto model = Model::open(path);
+
+  std::vector<std::vector<int32_t>> batch(8);
+  for (auto& sentence : batch) {
+    sentence.resize(static_cast<size_t>(random.integer(1, 30)));
+    for (int32_t& id : sentence) id = static_cast<int32_t>(random.integer(4, config.source_vocab_size - 1));
+  }
+  const std::vector<std::vector<int32_t>> single(batch.begin(), batch.begin() + 1);
+
+  TranslatorOptions options;
+  options.device = Device::cuda;
+  options.max_batch = 8;
+  options.beam = 4;
+  options.max_source_len = 32;
+  TranslateOptions greedy;
+  greedy.beam = 1;
+  TranslateOptions beam;
+  beam.beam = 4;
+  beam.n_best = 2;
+
+  const cuda::AllocationCounts before = cuda::allocation_counts();
+  {
+    Translator translator(model, options);
+    const cuda::AllocationCounts built = cuda::allocation_counts();
+    EXPECT_EQ(built.device_mallocs - before.device_mallocs, 2u) << "the weights and the working arena";
+    EXPECT_EQ(built.pinned_host_mallocs - before.pinned_host_mallocs, 1u) << "one pinned staging block";
+    EXPECT_EQ(built.device_frees, before.device_frees);
+    EXPECT_EQ(built.pinned_host_frees, before.pinned_host_frees);
+
+    std::vector<TokenTranslation> results;
+    alloc_counter::Counts heap{};
+    for (int round = 0; round < 2; ++round) {
+      alloc_counter::Scope scope;
+      const std::vector<std::vector<int32_t>>* requests[] = {&batch, &single};
+      for (const auto* sources : requests)
+        for (const TranslateOptions* translate : {&greedy, &beam}) translator.translate_ids(*sources, *translate, results);
+      if (round == 1) heap = scope.stop();  // the first round sizes the results' storage
+    }
+    const cuda::AllocationCounts after = cuda::allocation_counts();
+    EXPECT_EQ(after.device_mallocs, built.device_mallocs);
+    EXPECT_EQ(after.device_frees, built.device_frees);
+    EXPECT_EQ(after.pinned_host_mallocs, built.pinned_host_mallocs);
+    EXPECT_EQ(after.pinned_host_frees, built.pinned_host_frees);
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_FALSE(results[0].hypotheses.empty());
+    RecordProperty("host_heap_allocations_in_steady_state", static_cast<int>(heap.xf + heap.backend));
+  }
+  const cuda::AllocationCounts destroyed = cuda::allocation_counts();
+  EXPECT_EQ(destroyed.device_frees - before.device_frees, destroyed.device_mallocs - before.device_mallocs);
+  EXPECT_EQ(destroyed.pinned_host_frees - before.pinned_host_frees,
+            destroyed.pinned_host_mallocs - before.pinned_host_mallocs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, cuda_runtime_allocation, ::testing::Values(DType::f32, DType::f16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace xf

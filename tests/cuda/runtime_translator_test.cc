@@ -1,0 +1,376 @@
+// The runtime's CUDA backend against the CPU backend and the independent PyTorch reference
+// (tests/reference/): encoder output and step-by-step logits, top-k and the beam reorder of the
+// K/V cache, greedy and beam outputs, in f32 and f16. Skipped where no GPU is visible, except
+// cuda_runtime_device, which checks the errors a Translator gives without one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cuda_test_support.h"
+#include "golden.h"
+#include "memory_plan.h"
+#include "random_inputs.h"
+#include "tiny_model.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+using golden::golden_at;
+
+// f32 through a few layers: relative to the tensor's largest magnitude (as the CPU golden test).
+constexpr double kF32Tolerance = 5e-6;
+// f16 activations (f32 accumulation) against the CPU's f32 on the same f16 weights.
+constexpr double kF16Tolerance = 1e-2;
+
+// The golden model of a case written once per process, as f32 or f16 (values rounded).
+std::shared_ptr<const Model> golden_model(const std::string& case_name, DType dtype) {
+  static const std::string dir = test::make_temp_dir("cuda-runtime-golden");
+  static std::map<std::string, std::shared_ptr<const Model>> models;
+  const std::string path = dir + "/" + case_name + "-" + dtype_name(dtype) + ".xfm";
+  auto& model = models[path];
+  if (!model) {
+    golden::write_golden_model(golden::load_golden(golden::golden_path(case_name)), path, dtype);
+    model = Model::open(path);
+  }
+  return model;
+}
+
+double max_abs(const std::vector<float>& values) {
+  double m = 0.0;
+  for (float v : values) m = std::max(m, static_cast<double>(std::abs(v)));
+  return m;
+}
+
+// Largest |a[i] - b[i]| over the rows of [rows, width] for which keep(row) holds.
+template <typename A, typename B, typename Keep>
+double largest_difference(const A& a, const B& b, int64_t rows, int64_t width, Keep keep) {
+  double worst = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!keep(r)) continue;
+    for (int64_t j = 0; j < width; ++j)
+      worst = std::max(worst, std::abs(static_cast<double>(a[r * width + j]) - static_cast<double>(b[r * width + j])));
+  }
+  return worst;
+}
+
+// ---- runs everywhere ------------------------------------------------------------------------
+
+TranslatorOptions cuda_options(int max_batch, int beam, int max_source_len) {
+  TranslatorOptions options;
+  options.device = Device::cuda;
+  options.max_batch = max_batch;
+  options.beam = beam;
+  options.max_source_len = max_source_len;
+  return options;
+}
+
+TEST(cuda_runtime_device, WithoutGpuTheTranslatorSaysSoElseItBuilds) {
+  const auto model = golden_model("post_shared", DType::f32);
+  const TranslatorOptions options = cuda_options(2, 2, 16);
+  if (!test::gpu_unavailable_reason().empty()) {
+    try {
+      Translator translator(model, options);
+      FAIL() << "a CUDA Translator was built where " << test::gpu_unavailable_reason();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device is available"), std::string::npos) << e.what();
+    }
+  } else {
+    Translator translator(model, options);
+    EXPECT_GT(translator.arena_bytes(), 0u);
+  }
+}
+
+TEST(cuda_runtime_device, PlanBeyondTheKernelsLimitsIsRefusedBeforeTouchingAGpu) {
+  const auto model = golden_model("post_shared", DType::f32);
+  // Beam 17: the top-k kernel keeps at most 16 per row. The vocabulary (32) allows the beam.
+  try {
+    Translator translator(model, cuda_options(2, 17, 16));
+    FAIL() << "beam 17 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beam 17 exceeds the CUDA top-k limit of 16"), std::string::npos)
+        << e.what();
+  }
+  // 65536 rows: beyond the attention and gather kernels' grids.
+  try {
+    Translator translator(model, cuda_options(16384, 4, 4));
+    FAIL() << "65536 decoder rows were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds 65535 rows"), std::string::npos) << e.what();
+  }
+}
+
+// ---- golden cases: the PyTorch reference and the CPU backend ---------------------------------
+
+struct GoldenCase {
+  std::string name;
+  DType dtype;
+};
+
+std::string golden_case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
+  return info.param.name + "_" + dtype_name(info.param.dtype);
+}
+
+std::vector<GoldenCase> golden_cases(bool with_f16) {
+  std::vector<GoldenCase> cases;
+  for (const std::string& name : golden::golden_case_names()) {
+    cases.push_back({name, DType::f32});
+    if (with_f16) cases.push_back({name, DType::f16});
+  }
+  return cases;
+}
+
+class cuda_runtime_golden : public ::testing::TestWithParam<GoldenCase> {
+ protected:
+  void SetUp() override {
+    XF_SKIP_WITHOUT_GPU();
+    file_ = golden::load_golden(golden::golden_path(GetParam().name));
+    model_ = golden_model(GetParam().name, GetParam().dtype);
+    f32_ = GetParam().dtype == DType::f32;
+    sources_ = golden::golden_rows(file_, "source.ids", "source.lengths");
+    for (auto& s : sources_) s.pop_back();  // the runtime appends EOS itself
+  }
+  const golden::GoldenTensor& at(const std::string& name) const { return golden_at(file_, name); }
+
+  golden::GoldenFile file_;
+  std::shared_ptr<const Model> model_;
+  bool f32_ = true;
+  std::vector<std::vector<int32_t>> sources_;
+};
+
+// Encoder output and teacher-forced step logits: CUDA against the CPU backend on the same model
+// file, and (f32) against the float64 reference.
+TEST_P(cuda_runtime_golden, EncoderOutputAndStepLogitsMatchCpuAndReference) {
+  const ModelConfig& config = model_->config();
+  const auto& source = at("source.ids");
+  const int64_t batch = source.shape[0], source_len = source.shape[1], d = config.d_model;
+  TranslatorOptions options;
+  options.max_batch = static_cast<int>(batch);
+  options.beam = 1;
+  options.max_source_len = static_cast<int>(source_len);
+  const auto plan = runtime::make_memory_plan(config, options);
+  auto cuda_backend = runtime::make_cuda_backend(*model_, plan);
+  auto cpu_backend = runtime::make_cpu_backend(*model_, plan, 1);
+  const double tolerance = f32_ ? kF32Tolerance : kF16Tolerance;
+
+  const std::vector<int32_t> ids = source.to_i32();
+  const std::vector<int32_t> lengths = at("source.lengths").to_i32();
+  cuda_backend->encode(ids.data(), lengths.data(), batch, source_len);
+  cpu_backend->encode(ids.data(), lengths.data(), batch, source_len);
+  std::vector<float> cuda_memory(batch * source_len * d), cpu_memory(cuda_memory.size());
+  cuda_backend->copy_encoder_output(cuda_memory.data());
+  cpu_backend->copy_encoder_output(cpu_memory.data());
+  // Padded positions are computed but never read: compare each sentence's own positions.
+  const auto valid_position = [&](int64_t row) { return row % source_len < lengths[row / source_len]; };
+  const double memory_scale = max_abs(cpu_memory);
+  EXPECT_LE(largest_difference(cuda_memory, cpu_memory, batch * source_len, d, valid_position),
+            tolerance * memory_scale)
+      << "encoder output against the CPU backend";
+  if (f32_) {
+    EXPECT_LE(largest_difference(cuda_memory, at("encoder.output").values, batch * source_len, d, valid_position),
+              tolerance * memory_scale)
+        << "encoder output against the reference";
+  }
+
+  const auto& target_in = at("target_in.ids");
+  const auto& reference_logits = at("decoder.logits");
+  const std::vector<int32_t> target_lengths = at("target.lengths").to_i32();
+  const int64_t target_len = target_in.shape[1], vocab = config.target_vocab_size;
+  std::vector<float> cuda_logits(batch * vocab), cpu_logits(batch * vocab), reference(batch * vocab);
+  std::vector<int32_t> tokens(batch);
+  double worst_cpu = 0.0, worst_reference = 0.0, scale = 0.0;
+  for (int64_t t = 0; t < target_len; ++t) {
+    for (int64_t b = 0; b < batch; ++b) tokens[b] = static_cast<int32_t>(target_in.values[b * target_len + t]);
+    cuda_backend->decode_step(tokens.data(), 1, t);
+    cpu_backend->decode_step(tokens.data(), 1, t);
+    cuda_backend->copy_logits(cuda_logits.data());
+    cpu_backend->copy_logits(cpu_logits.data());
+    for (int64_t b = 0; b < batch; ++b)
+      std::copy_n(reference_logits.values.begin() + (b * target_len + t) * vocab, vocab, reference.begin() + b * vocab);
+    const auto in_target = [&](int64_t b) { return t < target_lengths[b]; };
+    worst_cpu = std::max(worst_cpu, largest_difference(cuda_logits, cpu_logits, batch, vocab, in_target));
+    worst_reference = std::max(worst_reference, largest_difference(cuda_logits, reference, batch, vocab, in_target));
+    scale = std::max(scale, max_abs(cpu_logits));
+  }
+  EXPECT_LE(worst_cpu, tolerance * scale) << "step logits against the CPU backend";
+  if (f32_) {
+    EXPECT_LE(worst_reference, tolerance * scale) << "step logits against the reference";
+  }
+}
+
+// Greedy and beam-4 n-best lists: exactly the CPU's ids and (f32) the reference's, with scores
+// within the tolerance; batches of the whole set and of two (padding, sorting, input order).
+// In f32 only: f16 may choose differently where two candidates are close.
+class cuda_runtime_golden_search : public cuda_runtime_golden {};
+
+TEST_P(cuda_runtime_golden_search, GreedyAndBeamOutputsEqualTheCpus) {
+  for (int max_batch : {3, 2}) {
+    SCOPED_TRACE("max_batch " + std::to_string(max_batch));
+    TranslatorOptions options;
+    options.max_batch = max_batch;
+    options.beam = 4;
+    options.max_source_len = 64;
+    Translator cpu(model_, options);
+    options.device = Device::cuda;
+    Translator gpu(model_, options);
+
+    TranslateOptions greedy;
+    greedy.beam = 1;
+    TranslateOptions beam;
+    beam.beam = 4;
+    beam.n_best = 4;
+    TranslateOptions short_beam = beam;
+    short_beam.max_len_a = 0.0f;
+    short_beam.max_len_b = 3;
+    const std::vector<std::pair<std::string, TranslateOptions>> runs = {
+        {"greedy", greedy}, {"beam4", beam}, {"beam4 max length 3", short_beam}};
+    for (const auto& [label, translate] : runs) {
+      SCOPED_TRACE(label);
+      std::vector<TokenTranslation> expected, actual;
+      cpu.translate_ids(sources_, translate, expected);
+      gpu.translate_ids(sources_, translate, actual);
+      ASSERT_EQ(actual.size(), expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) {
+        ASSERT_EQ(actual[i].hypotheses.size(), expected[i].hypotheses.size()) << "sentence " << i;
+        for (size_t k = 0; k < expected[i].hypotheses.size(); ++k) {
+          const TokenHypothesis &want = expected[i].hypotheses[k], &got = actual[i].hypotheses[k];
+          EXPECT_EQ(got.ids, want.ids) << "sentence " << i << " rank " << k;
+          EXPECT_NEAR(got.score, want.score, 1e-5 * std::max(1.0f, std::abs(want.score)))
+              << "sentence " << i << " rank " << k;
+        }
+      }
+      if (label == "greedy") {
+        const auto reference = golden::golden_rows(file_, "greedy.ids", "greedy.lengths");
+        for (size_t i = 0; i < actual.size(); ++i)
+          EXPECT_EQ(actual[i].hypotheses[0].ids, reference[i]) << "greedy against the reference, sentence " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden, ::testing::ValuesIn(golden_cases(true)), golden_case_label);
+INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden_search, ::testing::ValuesIn(golden_cases(false)),
+                         golden_case_label);
+
+// ---- fresh random models: long caches, top-k and the beam reorder ----------------------------
+
+struct RandomCase {
+  NormPosition norm;
+  DType dtype;
+};
+
+class cuda_runtime_random : public ::testing::TestWithParam<RandomCase> {};
+
+// Both backends decode the same 300 steps with random tokens, take the same top-k with random
+// row offsets, and reorder their caches with the same random parents: the logits must agree at
+// every step (past 256 positions the cached attention splits the keys over several blocks), and
+// every top-k entry must be the CPU's log-probability of that token.
+TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
+  XF_SKIP_WITHOUT_GPU();
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const RandomCase c = GetParam();
+  const bool f32 = c.dtype == DType::f32;
+  const double tolerance = f32 ? kF32Tolerance : kF16Tolerance;
+
+  static const std::string dir = test::make_temp_dir("cuda-runtime-random");
+  test::TinyModelOptions model_options;
+  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
+  model_options.with_tokenizer = false;
+  model_options.vocab_size = 40;
+  model_options.max_positions = 320;
+  model_options.norm_position = c.norm;
+  model_options.matrix_dtype = c.dtype;
+  model_options.round_to_f16 = !f32;
+  const std::string path = dir + "/model-" + std::to_string(model_options.seed) + ".xfm";
+  const ModelConfig config = test::write_tiny_model(path, model_options);
+  const auto model = Model::open(path);
+
+  const int64_t sentences = 3, beam = 3, rows = sentences * beam, source_len = 24, steps = 300;
+  const int64_t vocab = config.target_vocab_size;
+  TranslatorOptions options;
+  options.max_batch = static_cast<int>(sentences);
+  options.beam = static_cast<int>(beam);
+  options.max_source_len = static_cast<int>(source_len);
+  options.max_len_a = 0.0f;
+  options.max_len_b = static_cast<int>(steps);
+  const auto plan = runtime::make_memory_plan(config, options);
+  ASSERT_EQ(plan.max_target_len, steps);
+  auto cuda_backend = runtime::make_cuda_backend(*model, plan);
+  auto cpu_backend = runtime::make_cpu_backend(*model, plan, 1);
+
+  // Sentences of different lengths (EOS last), padded.
+  const int32_t lengths[] = {static_cast<int32_t>(source_len), 11, 1};
+  std::vector<int32_t> ids(sentences * source_len, config.pad_id);
+  for (int64_t s = 0; s < sentences; ++s) {
+    for (int32_t i = 0; i + 1 < lengths[s]; ++i) ids[s * source_len + i] = static_cast<int32_t>(random.integer(4, vocab - 1));
+    ids[s * source_len + lengths[s] - 1] = config.eos_id;
+  }
+  cuda_backend->encode(ids.data(), lengths, sentences, source_len);
+  cpu_backend->encode(ids.data(), lengths, sentences, source_len);
+
+  std::vector<float> cuda_logits(rows * vocab), cpu_logits(rows * vocab);
+  std::vector<float> cuda_values(rows * beam), cpu_values(rows * beam), offsets(rows);
+  std::vector<int32_t> cuda_ids(rows * beam), cpu_ids(rows * beam), tokens(rows), parents(rows);
+  double worst_logits = 0.0, logit_scale = 0.0;
+  int bad_top_k = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int32_t& t : tokens) t = static_cast<int32_t>(random.integer(0, vocab - 1));
+    cuda_backend->decode_step(tokens.data(), beam, step);
+    cpu_backend->decode_step(tokens.data(), beam, step);
+    cuda_backend->copy_logits(cuda_logits.data());
+    cpu_backend->copy_logits(cpu_logits.data());
+    const double scale = max_abs(cpu_logits);
+    logit_scale = std::max(logit_scale, scale);
+    worst_logits = std::max(worst_logits, largest_difference(cuda_logits, cpu_logits, rows, vocab,
+                                                             [](int64_t) { return true; }));
+
+    for (float& o : offsets) o = random.uniform(1, -20.0f, 0.0f)[0];
+    cuda_backend->top_k(offsets.data(), beam, cuda_values.data(), cuda_ids.data());
+    cpu_backend->top_k(offsets.data(), beam, cpu_values.data(), cpu_ids.data());
+    // log_softmax error is at most twice the logits' largest error.
+    const double allowed = 2 * tolerance * scale;
+    for (int64_t r = 0; r < rows; ++r) {
+      double max_logit = -INFINITY, sum = 0.0;
+      for (int64_t v = 0; v < vocab; ++v) max_logit = std::max(max_logit, static_cast<double>(cpu_logits[r * vocab + v]));
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(cpu_logits[r * vocab + v] - max_logit);
+      const double log_sum = max_logit + std::log(sum);
+      for (int64_t j = 0; j < beam; ++j) {
+        const int64_t at = r * beam + j;
+        const int32_t id = cuda_ids[at];
+        const bool ok = id >= 0 && id < vocab &&
+                        std::abs(cuda_values[at] - cpu_values[at]) <= allowed &&
+                        std::abs(cuda_values[at] - (cpu_logits[r * vocab + id] - log_sum + offsets[r])) <= allowed &&
+                        (j == 0 || cuda_values[at] <= cuda_values[at - 1]);
+        if (!ok && bad_top_k++ < 5)
+          ADD_FAILURE() << "step " << step << " row " << r << " rank " << j << ": id " << id << " value "
+                        << cuda_values[at] << ", CPU has id " << cpu_ids[at] << " value " << cpu_values[at];
+      }
+    }
+
+    // Each row continues from a random row of its sentence's beam.
+    for (int64_t r = 0; r < rows; ++r) parents[r] = static_cast<int32_t>(r / beam * beam + random.integer(0, beam - 1));
+    cuda_backend->reorder_cache(parents.data(), step);
+    cpu_backend->reorder_cache(parents.data(), step);
+  }
+  EXPECT_LE(worst_logits, tolerance * logit_scale) << "step logits against the CPU backend";
+  EXPECT_EQ(bad_top_k, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
+                         ::testing::Values(RandomCase{NormPosition::post, DType::f32},
+                                           RandomCase{NormPosition::pre, DType::f32},
+                                           RandomCase{NormPosition::post, DType::f16},
+                                           RandomCase{NormPosition::pre, DType::f16}),
+                         [](const ::testing::TestParamInfo<RandomCase>& info) {
+                           return std::string(info.param.norm == NormPosition::post ? "post" : "pre") + "_" +
+                                  dtype_name(info.param.dtype);
+                         });
+
+}  // namespace
+}  // namespace xf
