@@ -94,6 +94,25 @@ void BM_AttentionEncoder(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] = benchmark::Counter(4.0 * batch * heads * len * len * head_dim, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
+// Decoder cross-attention step: the beams of a sentence are its queries ([sentences, beam,
+// d_model]) against the sentence's source K/V ([sentences, len, 2 * d_model]).
+void BM_AttentionCrossStep(benchmark::State& state) {
+  const int64_t sentences = state.range(0), beam = 4, len = state.range(1), heads = 8,
+                head_dim = 64, d_model = 512;
+  const std::vector<float> kv = random_values(sentences * len * 2 * d_model);
+  const std::vector<float> query = random_values(sentences * beam * d_model);
+  std::vector<float> out(query.size()), scratch(threads() * len);
+  std::vector<int32_t> lengths(sentences, static_cast<int32_t>(len));
+  const HeadStrides kv_strides{len * 2 * d_model, head_dim, 2 * d_model};
+  const HeadStrides query_strides{beam * d_model, head_dim, d_model};
+  for (auto _ : state) {
+    attention(query.data(), query_strides, kv.data(), kv_strides, kv.data() + d_model, kv_strides,
+              out.data(), query_strides, {sentences, heads, beam, len, head_dim}, lengths.data(),
+              -1, nullptr, scratch.data(), threads());
+  }
+}
+BENCHMARK(BM_AttentionCrossStep)->Args({32, 30})->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_AttentionEncoder)->Args({1, 30})->Args({32, 40})->Unit(benchmark::kMicrosecond);
 
 void BM_LayerNorm(benchmark::State& state) {

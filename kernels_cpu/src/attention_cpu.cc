@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include "parallel_cpu.h"
 #include "simd_cpu.h"
 #include "xf/kernels_cpu/kernels.h"
 
@@ -67,6 +68,84 @@ XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_po
   }
 }
 
+// Up to kQueryBlock queries of one (batch, head) at once: each key and value row is loaded once
+// for all of them (the encoder's queries, or the beams of one sentence in cross-attention).
+constexpr int64_t kQueryBlock = 4;
+constexpr int64_t kMaxBlockKeys = 512;     // scores of a block live on the stack: 8 KB
+constexpr int64_t kMaxBlockHeadDim = 256;
+
+struct QueryBlock {
+  int64_t count = 0;                         // 2..kQueryBlock
+  const float* q[kQueryBlock];               // [head_dim] each
+  float* out[kQueryBlock];                   // [head_dim] each
+  float* probabilities[kQueryBlock];         // [key_len] each, or null
+  int64_t visible[kQueryBlock];
+};
+
+XF_VECTORIZED void attend_query_block(const QueryBlock& block, const float* k,
+                                      int64_t k_position_stride, const float* v,
+                                      int64_t v_position_stride, int64_t head_dim, float scale,
+                                      int64_t key_len) {
+  float scores[kQueryBlock][kMaxBlockKeys];
+  float unused_output[kMaxBlockHeadDim];  // the output of the block's empty slots
+  const float* q[kQueryBlock];
+  float* out[kQueryBlock];
+  int64_t visible[kQueryBlock];
+  int64_t max_visible = 0;
+  for (int64_t i = 0; i < kQueryBlock; ++i) {
+    const bool used = i < block.count;
+    q[i] = used ? block.q[i] : block.q[0];
+    out[i] = used ? block.out[i] : unused_output;
+    visible[i] = used ? std::max<int64_t>(0, block.visible[i]) : 0;
+    max_visible = std::max(max_visible, visible[i]);
+  }
+  // Scores for every key some query of the block sees (the others' extra scores are ignored).
+  for (int64_t j = 0; j < max_visible; ++j) {
+    const float* key = k + j * k_position_stride;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float kd = key[d];
+      s0 += q[0][d] * kd;
+      s1 += q[1][d] * kd;
+      s2 += q[2][d] * kd;
+      s3 += q[3][d] * kd;
+    }
+    scores[0][j] = scale * s0;
+    scores[1][j] = scale * s1;
+    scores[2][j] = scale * s2;
+    scores[3][j] = scale * s3;
+  }
+  // Every q is read: outputs may be written from here on, even where they alias queries.
+  for (int64_t i = 0; i < kQueryBlock; ++i) {
+    std::fill(out[i], out[i] + head_dim, 0.0f);
+    if (visible[i] > 0) {
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < visible[i]; ++j) max = scores[i][j] > max ? scores[i][j] : max;
+      const float sum = exp_shifted(scores[i], visible[i], max);
+      scale_in_place(scores[i], visible[i], 1.0f / sum);
+    }
+    // Zero weight for the keys this query does not see.
+    std::fill(scores[i] + visible[i], scores[i] + max_visible, 0.0f);
+    if (i < block.count && block.probabilities[i] != nullptr) {
+      std::copy(scores[i], scores[i] + visible[i], block.probabilities[i]);
+      std::fill(block.probabilities[i] + visible[i], block.probabilities[i] + key_len, 0.0f);
+    }
+  }
+  for (int64_t j = 0; j < max_visible; ++j) {
+    const float* value = v + j * v_position_stride;
+    const float p0 = scores[0][j], p1 = scores[1][j], p2 = scores[2][j], p3 = scores[3][j];
+#pragma omp simd
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float vd = value[d];
+      out[0][d] += p0 * vd;
+      out[1][d] += p1 * vd;
+      out[2][d] += p2 * vd;
+      out[3][d] += p3 * vd;
+    }
+  }
+}
+
 }  // namespace
 
 void attention(const float* q, HeadStrides q_strides, const float* k, HeadStrides k_strides,
@@ -92,6 +171,36 @@ void attention(const float* q, HeadStrides q_strides, const float* k, HeadStride
                      probabilities != nullptr ? probabilities + row * shape.key_len : nullptr,
                      shape.key_len);
   };
+  const bool by_blocks = shape.query_len > 1 && shape.key_len <= kMaxBlockKeys &&
+                        shape.head_dim <= kMaxBlockHeadDim;
+  if (by_blocks) {
+    // One task per (batch, head, block of queries); scores on the stack, scratch unused.
+    const int64_t blocks_per_head = (shape.query_len + kQueryBlock - 1) / kQueryBlock;
+    detail::parallel_for(shape.batch * shape.heads * blocks_per_head, threads, true,
+                         [&](int64_t task) {
+      const int64_t first = (task % blocks_per_head) * kQueryBlock;
+      const int64_t h = (task / blocks_per_head) % shape.heads;
+      const int64_t b = task / (blocks_per_head * shape.heads);
+      int64_t key_limit = shape.key_len;
+      if (key_lengths != nullptr) key_limit = std::min<int64_t>(key_limit, key_lengths[b]);
+      QueryBlock block;
+      block.count = std::min(kQueryBlock, shape.query_len - first);
+      for (int64_t n = 0; n < block.count; ++n) {
+        const int64_t i = first + n;
+        const int64_t row = (b * shape.heads + h) * shape.query_len + i;
+        block.q[n] = q + b * q_strides.batch + h * q_strides.head + i * q_strides.position;
+        block.out[n] = out + b * out_strides.batch + h * out_strides.head + i * out_strides.position;
+        block.probabilities[n] =
+            probabilities != nullptr ? probabilities + row * shape.key_len : nullptr;
+        block.visible[n] =
+            causal_offset >= 0 ? std::min(key_limit, i + causal_offset + 1) : key_limit;
+      }
+      attend_query_block(block, k + b * k_strides.batch + h * k_strides.head, k_strides.position,
+                         v + b * v_strides.batch + h * v_strides.head, v_strides.position,
+                         shape.head_dim, scale, shape.key_len);
+    });
+    return;
+  }
   if (threads <= 1 || rows <= 1) {  // no one-thread parallel region (see parallel_cpu.h)
     for (int64_t row = 0; row < rows; ++row) attend_row(row, scratch);
     return;

@@ -52,10 +52,10 @@ void attention_backward(const T* dout, HeadStrides dout_strides, const T* q, Hea
         T* dvj = dvb + j * dv_strides.position;
         const T pd = p[j] * keep;
         T dot = 0;
-        for (int64_t c = 0; c < dh; ++c) {
-          dot += doi[c] * vj[c];
-          dvj[c] += pd * doi[c];
-        }
+#pragma omp simd reduction(+ : dot)
+        for (int64_t c = 0; c < dh; ++c) dot += doi[c] * vj[c];
+#pragma omp simd
+        for (int64_t c = 0; c < dh; ++c) dvj[c] += pd * doi[c];
         dp[j] = dot * keep;
         row_sum += dp[j] * p[j];
       }
@@ -67,6 +67,7 @@ void attention_backward(const T* dout, HeadStrides dout_strides, const T* q, Hea
         if (ds[j] == T(0)) continue;
         const T* kj = kb + j * k_strides.position;
         T* dkj = dkb + j * dk_strides.position;
+#pragma omp simd
         for (int64_t c = 0; c < dh; ++c) {
           dqi[c] += ds[j] * kj[c];
           dkj[c] += ds[j] * qi[c];

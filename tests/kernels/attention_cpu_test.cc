@@ -182,6 +182,8 @@ TEST(Attention, CausalOffsetLimitsTheKeys) {
   check_contiguous({2, 2, 6, 6, 16}, {6, 4}, 0, 1.0f, 2, random);    // plus padding
   check_contiguous({3, 2, 1, 9, 16}, {}, 4, 1.0f, 2, random);        // decode step 4
   check_contiguous({1, 1, 3, 8, 4}, {}, 2, 1.0f, 1, random);         // queries 2..4 of a prefix
+  // More keys than the kernel's query blocks keep on the stack: one query at a time.
+  check_contiguous({2, 2, 3, 600, 16}, {600, 598}, 596, 1.0f, 2, random);
 }
 
 TEST(Attention, EmptyKeyLengthGivesZeros) {
