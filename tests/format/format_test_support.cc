@@ -210,15 +210,19 @@ std::string open_error(const std::string& path) {
   return "";
 }
 
-std::string memory_error(const std::vector<uint8_t>& bytes, const std::string& label) {
-  std::unique_ptr<uint8_t[]> exact(new uint8_t[bytes.size() + (bytes.empty() ? 1 : 0)]);
-  std::copy(bytes.begin(), bytes.end(), exact.get());
+std::string memory_error(const uint8_t* bytes, size_t size, const std::string& label) {
+  std::unique_ptr<uint8_t[]> exact(new uint8_t[std::max<size_t>(size, 1)]);
+  std::copy(bytes, bytes + size, exact.get());
   try {
-    ModelFile::from_memory(exact.get(), bytes.size(), label);
+    ModelFile::from_memory(exact.get(), size, label);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
+}
+
+std::string memory_error(const std::vector<uint8_t>& bytes, const std::string& label) {
+  return memory_error(bytes.data(), bytes.size(), label);
 }
 
 }  // namespace xf::test

@@ -84,6 +84,7 @@ std::vector<uint8_t> read_bytes(const std::string& path);
 std::string open_error(const std::string& path);
 // The same for bytes in memory; the bytes are copied into a buffer of exactly their size so
 // that AddressSanitizer catches any read past the end.
+std::string memory_error(const uint8_t* bytes, size_t size, const std::string& label);
 std::string memory_error(const std::vector<uint8_t>& bytes, const std::string& label);
 
 }  // namespace xf::test
