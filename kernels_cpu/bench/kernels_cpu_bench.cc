@@ -37,9 +37,9 @@ void BM_StaticMatmul(benchmark::State& state) {
   xf::quantize_rows_int8(weights.data(), n, k, quantized.data(), scales.data());
   CpuEngine engine(threads());
   engine.set_weight_packing(variant == 0);
-  const WeightMatrix matrix = variant == 2
-                                  ? WeightMatrix{xf::DType::int8, quantized.data(), scales.data(), n, k}
-                                  : WeightMatrix{xf::DType::f32, weights.data(), nullptr, n, k};
+  const WeightMatrix matrix =
+      variant == 2 ? WeightMatrix{xf::DType::int8, quantized.data(), scales.data(), n, k}
+                   : WeightMatrix{xf::DType::f32, weights.data(), nullptr, n, k};
   StaticMatmul matmul(engine, m, matrix, true);
   std::vector<float> workspace(matmul.workspace_bytes() / sizeof(float) + 16);
   const std::vector<float> x = random_values(m * k), bias = random_values(n);
@@ -48,7 +48,8 @@ void BM_StaticMatmul(benchmark::State& state) {
     matmul.run(x.data(), bias.data(), y.data(), workspace.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.SetLabel(matmul.implementation());
 }
 
@@ -75,13 +76,19 @@ void BM_AttentionDecodeStep(benchmark::State& state) {
               out.data(), row_strides, {batch, heads, 1, step + 1, head_dim}, nullptr, step,
               nullptr, scratch.data(), threads());
   }
-  state.counters["rows/s"] = benchmark::Counter(batch, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rows/s"] =
+      benchmark::Counter(batch, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttentionDecodeStep)->Args({1, 30})->Args({128, 30})->Args({128, 100})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionDecodeStep)
+    ->Args({1, 30})
+    ->Args({128, 30})
+    ->Args({128, 100})
+    ->Unit(benchmark::kMicrosecond);
 
 // Encoder self-attention over the fused QKV output: range(0) = batch, range(1) = length.
 void BM_AttentionEncoder(benchmark::State& state) {
-  const int64_t batch = state.range(0), len = state.range(1), heads = 8, head_dim = 64, d_model = 512;
+  const int64_t batch = state.range(0), len = state.range(1), heads = 8, head_dim = 64,
+                d_model = 512;
   const std::vector<float> qkv = random_values(batch * len * 3 * d_model);
   std::vector<float> out(batch * len * d_model), scratch(threads() * len);
   std::vector<int32_t> lengths(batch, static_cast<int32_t>(len));
@@ -92,7 +99,9 @@ void BM_AttentionEncoder(benchmark::State& state) {
               qkv_strides, out.data(), out_strides, {batch, heads, len, len, head_dim},
               lengths.data(), -1, nullptr, scratch.data(), threads());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * batch * heads * len * len * head_dim, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * batch * heads * len * len * head_dim,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
 }
 // Decoder cross-attention step: the beams of a sentence are its queries ([sentences, beam,
 // d_model]) against the sentence's source K/V ([sentences, len, 2 * d_model]).
@@ -118,7 +127,8 @@ BENCHMARK(BM_AttentionEncoder)->Args({1, 30})->Args({32, 40})->Unit(benchmark::k
 void BM_LayerNorm(benchmark::State& state) {
   const int64_t rows = state.range(0), dim = 512;
   const std::vector<float> x = random_values(rows * dim), residual = random_values(rows * dim),
-                           bias = random_values(dim), gamma = random_values(dim), beta = random_values(dim);
+                           bias = random_values(dim), gamma = random_values(dim),
+                           beta = random_values(dim);
   std::vector<float> out(rows * dim);
   for (auto _ : state) {
     add_bias_residual_layer_norm(x.data(), bias.data(), residual.data(), gamma.data(), beta.data(),
@@ -130,11 +140,13 @@ BENCHMARK(BM_LayerNorm)->Arg(1)->Arg(128)->Arg(4096)->Unit(benchmark::kMicroseco
 
 void BM_LogSoftmaxTopK(benchmark::State& state) {
   const int64_t rows = state.range(0), vocab = 32000, k = 4;
-  const std::vector<float> logits = random_values(rows * vocab, 10.0f), offsets = random_values(rows);
+  const std::vector<float> logits = random_values(rows * vocab, 10.0f),
+                           offsets = random_values(rows);
   std::vector<float> values(rows * k);
   std::vector<int32_t> indices(rows * k);
   for (auto _ : state) {
-    log_softmax_top_k(logits.data(), offsets.data(), rows, vocab, k, values.data(), indices.data(), threads());
+    log_softmax_top_k(logits.data(), offsets.data(), rows, vocab, k, values.data(), indices.data(),
+                      threads());
   }
   state.SetBytesProcessed(state.iterations() * rows * vocab * sizeof(float));
 }
@@ -151,7 +163,8 @@ void BM_Embed(benchmark::State& state) {
   }
   std::vector<float> out(rows * dim);
   const WeightMatrix matrix{xf::DType::f32, table.data(), nullptr, vocab, dim};
-  for (auto _ : state) embed(matrix, ids.data(), positions.data(), rows, std::sqrt(512.0f), out.data(), threads());
+  for (auto _ : state)
+    embed(matrix, ids.data(), positions.data(), rows, std::sqrt(512.0f), out.data(), threads());
 }
 BENCHMARK(BM_Embed)->Args({1, 1})->Args({128, 1})->Args({128, 0})->Unit(benchmark::kMicrosecond);
 

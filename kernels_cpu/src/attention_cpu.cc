@@ -1,9 +1,9 @@
 // Scaled dot-product attention over strided [batch, heads, positions, head_dim] views.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <omp.h>
 
 #include "parallel_cpu.h"
 #include "simd_cpu.h"
@@ -44,9 +44,10 @@ inline void axpy(float a, const float* x, int64_t n, float* y) {
 }
 
 // One query row: out = softmax(scale * q k_j^T, j < visible) v.     scores: [visible]
-XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_position_stride, const float* v,
-                      int64_t v_position_stride, int64_t visible, int64_t head_dim, float scale,
-                      float* scores, float* out, float* probabilities, int64_t key_len) {
+XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_position_stride,
+                                    const float* v, int64_t v_position_stride, int64_t visible,
+                                    int64_t head_dim, float scale, float* scores, float* out,
+                                    float* probabilities, int64_t key_len) {
   if (visible <= 0) {
     std::fill(out, out + head_dim, 0.0f);
     if (probabilities != nullptr) std::fill(probabilities, probabilities + key_len, 0.0f);
@@ -71,14 +72,14 @@ XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_po
 // Up to kQueryBlock queries of one (batch, head) at once: each key and value row is loaded once
 // for all of them (the encoder's queries, or the beams of one sentence in cross-attention).
 constexpr int64_t kQueryBlock = 4;
-constexpr int64_t kMaxBlockKeys = 512;     // scores of a block live on the stack: 8 KB
+constexpr int64_t kMaxBlockKeys = 512;  // scores of a block live on the stack: 8 KB
 constexpr int64_t kMaxBlockHeadDim = 256;
 
 struct QueryBlock {
-  int64_t count = 0;                         // 2..kQueryBlock
-  const float* q[kQueryBlock];               // [head_dim] each
-  float* out[kQueryBlock];                   // [head_dim] each
-  float* probabilities[kQueryBlock];         // [key_len] each, or null
+  int64_t count = 0;                  // 2..kQueryBlock
+  const float* q[kQueryBlock];        // [head_dim] each
+  float* out[kQueryBlock];            // [head_dim] each
+  float* probabilities[kQueryBlock];  // [key_len] each, or null
   int64_t visible[kQueryBlock];
 };
 
@@ -171,34 +172,35 @@ void attention(const float* q, HeadStrides q_strides, const float* k, HeadStride
                      probabilities != nullptr ? probabilities + row * shape.key_len : nullptr,
                      shape.key_len);
   };
-  const bool by_blocks = shape.query_len > 1 && shape.key_len <= kMaxBlockKeys &&
-                        shape.head_dim <= kMaxBlockHeadDim;
+  const bool by_blocks =
+      shape.query_len > 1 && shape.key_len <= kMaxBlockKeys && shape.head_dim <= kMaxBlockHeadDim;
   if (by_blocks) {
     // One task per (batch, head, block of queries); scores on the stack, scratch unused.
     const int64_t blocks_per_head = (shape.query_len + kQueryBlock - 1) / kQueryBlock;
-    detail::parallel_for(shape.batch * shape.heads * blocks_per_head, threads, true,
-                         [&](int64_t task) {
-      const int64_t first = (task % blocks_per_head) * kQueryBlock;
-      const int64_t h = (task / blocks_per_head) % shape.heads;
-      const int64_t b = task / (blocks_per_head * shape.heads);
-      int64_t key_limit = shape.key_len;
-      if (key_lengths != nullptr) key_limit = std::min<int64_t>(key_limit, key_lengths[b]);
-      QueryBlock block;
-      block.count = std::min(kQueryBlock, shape.query_len - first);
-      for (int64_t n = 0; n < block.count; ++n) {
-        const int64_t i = first + n;
-        const int64_t row = (b * shape.heads + h) * shape.query_len + i;
-        block.q[n] = q + b * q_strides.batch + h * q_strides.head + i * q_strides.position;
-        block.out[n] = out + b * out_strides.batch + h * out_strides.head + i * out_strides.position;
-        block.probabilities[n] =
-            probabilities != nullptr ? probabilities + row * shape.key_len : nullptr;
-        block.visible[n] =
-            causal_offset >= 0 ? std::min(key_limit, i + causal_offset + 1) : key_limit;
-      }
-      attend_query_block(block, k + b * k_strides.batch + h * k_strides.head, k_strides.position,
-                         v + b * v_strides.batch + h * v_strides.head, v_strides.position,
-                         shape.head_dim, scale, shape.key_len);
-    });
+    detail::parallel_for(
+        shape.batch * shape.heads * blocks_per_head, threads, true, [&](int64_t task) {
+          const int64_t first = (task % blocks_per_head) * kQueryBlock;
+          const int64_t h = (task / blocks_per_head) % shape.heads;
+          const int64_t b = task / (blocks_per_head * shape.heads);
+          int64_t key_limit = shape.key_len;
+          if (key_lengths != nullptr) key_limit = std::min<int64_t>(key_limit, key_lengths[b]);
+          QueryBlock block;
+          block.count = std::min(kQueryBlock, shape.query_len - first);
+          for (int64_t n = 0; n < block.count; ++n) {
+            const int64_t i = first + n;
+            const int64_t row = (b * shape.heads + h) * shape.query_len + i;
+            block.q[n] = q + b * q_strides.batch + h * q_strides.head + i * q_strides.position;
+            block.out[n] =
+                out + b * out_strides.batch + h * out_strides.head + i * out_strides.position;
+            block.probabilities[n] =
+                probabilities != nullptr ? probabilities + row * shape.key_len : nullptr;
+            block.visible[n] =
+                causal_offset >= 0 ? std::min(key_limit, i + causal_offset + 1) : key_limit;
+          }
+          attend_query_block(block, k + b * k_strides.batch + h * k_strides.head,
+                             k_strides.position, v + b * v_strides.batch + h * v_strides.head,
+                             v_strides.position, shape.head_dim, scale, shape.key_len);
+        });
     return;
   }
   if (threads <= 1 || rows <= 1) {  // no one-thread parallel region (see parallel_cpu.h)

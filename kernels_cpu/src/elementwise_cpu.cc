@@ -64,8 +64,8 @@ XF_VECTORIZED void scale_add(const float* row, float scale, int64_t dim, float* 
 // One row of add_bias_residual_layer_norm. out may alias x or residual: every loop reads
 // element c of its inputs before writing element c of out.
 XF_VECTORIZED void layer_norm_row(const float* x, const float* bias, const float* residual,
-                                  const float* gamma, const float* beta, float epsilon,
-                                  int64_t dim, float* out, float* mean_out, float* rstd_out) {
+                                  const float* gamma, const float* beta, float epsilon, int64_t dim,
+                                  float* out, float* mean_out, float* rstd_out) {
   float sum = 0.0f;
   if (bias != nullptr && residual != nullptr) {
 #pragma omp simd reduction(+ : sum)

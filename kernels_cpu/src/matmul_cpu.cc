@@ -1,13 +1,13 @@
 // Matrix products through oneDNN: static-shape primitives with a user scratchpad (runtime),
 // dnnl_sgemm (trainer), and the one execute() wrapper.
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
-
-#include <omp.h>
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "xf/error.h"
 #include "xf/kernels_cpu/matmul.h"
@@ -149,7 +149,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::memory::desc bias_desc = row_major_desc(1, s.n, DataType::f32);
-  const dnnl::memory::desc source_desc = row_major_desc(m, s.k, s.int8 ? DataType::s8 : DataType::f32);
+  const dnnl::memory::desc source_desc =
+      row_major_desc(m, s.k, s.int8 ? DataType::s8 : DataType::f32);
   const dnnl::memory::desc destination_desc = row_major_desc(m, s.n, DataType::f32);
   dnnl::matmul::primitive_desc pd;
   dnnl::memory weights_memory;
@@ -174,11 +175,11 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
         engine.weight_packing()
             ? dnnl::memory::desc({s.k, s.n}, DataType::f32, dnnl::memory::format_tag::any)
             : stored;
-    pd = with_bias ? dnnl::matmul::primitive_desc(
-                         dnnl::matmul::desc(source_desc, wanted, bias_desc, destination_desc),
-                         attr, eng)
-                   : dnnl::matmul::primitive_desc(
-                         dnnl::matmul::desc(source_desc, wanted, destination_desc), attr, eng);
+    pd = with_bias
+             ? dnnl::matmul::primitive_desc(
+                   dnnl::matmul::desc(source_desc, wanted, bias_desc, destination_desc), attr, eng)
+             : dnnl::matmul::primitive_desc(
+                   dnnl::matmul::desc(source_desc, wanted, destination_desc), attr, eng);
     if (pd.weights_desc() == stored) {
       weights_memory = dnnl::memory(stored, eng, const_cast<void*>(weights.data));
     } else {
@@ -202,8 +203,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.
   s.source = dnnl::memory(source_desc, eng, DNNL_MEMORY_NONE);
   s.destination = dnnl::memory(destination_desc, eng, DNNL_MEMORY_NONE);
-  s.args = {{DNNL_ARG_SRC, s.source}, {DNNL_ARG_WEIGHTS, weights_memory},
-            {DNNL_ARG_DST, s.destination}};
+  s.args = {
+      {DNNL_ARG_SRC, s.source}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, s.destination}};
   if (with_bias) {
     s.bias = dnnl::memory(bias_desc, eng, DNNL_MEMORY_NONE);
     s.args[s.int8 ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1) : DNNL_ARG_BIAS] = s.bias;
@@ -230,7 +231,8 @@ const char* StaticMatmul::implementation() const { return impl_->implementation.
 
 void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace) const {
   Impl& s = *impl_;
-  if (s.with_bias && bias == nullptr) throw Error("StaticMatmul::run: made with a bias, given none");
+  if (s.with_bias && bias == nullptr)
+    throw Error("StaticMatmul::run: made with a bias, given none");
   char* bytes = static_cast<char*>(workspace);
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
@@ -259,8 +261,8 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
   dnnl_status_t status;
   {
     BackendCallScope scope;
-    status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda,
-                        b, ldb, beta, c, ldc);
+    status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                        ldb, beta, c, ldc);
   }
   if (status != dnnl_success) {
     throw Error("gemm: dnnl_sgemm failed (status " + std::to_string(static_cast<int>(status)) +

@@ -11,8 +11,7 @@
 // library needs no -march flag. Elsewhere (aarch64: NEON is baseline) it is a plain function.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(XF_NO_MULTIVERSION) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)
-#define XF_VECTORIZED \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define XF_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define XF_VECTORIZED
 #endif

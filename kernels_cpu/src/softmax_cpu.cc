@@ -83,13 +83,12 @@ XF_VECTORIZED void log_softmax_row(float* row, int64_t vocab) {
 
 }  // namespace
 
-void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows,
-                       int64_t vocab, int64_t k, float* top_values, int32_t* top_indices,
-                       int threads) {
+void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows, int64_t vocab,
+                       int64_t k, float* top_values, int32_t* top_indices, int threads) {
   if (k <= 0) return;
   detail::parallel_for(rows, threads, true, [&](int64_t r) {
-    log_softmax_top_k_row(logits + r * vocab, row_offsets != nullptr ? row_offsets[r] : 0.0f,
-                          vocab, k, top_values + r * k, top_indices + r * k);
+    log_softmax_top_k_row(logits + r * vocab, row_offsets != nullptr ? row_offsets[r] : 0.0f, vocab,
+                          k, top_values + r * k, top_indices + r * k);
   });
 }
 

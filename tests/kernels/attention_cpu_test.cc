@@ -60,9 +60,9 @@ Reference reference_attention(const View& q, const View& k, const View& v,
           scores.push_back(dot * scale);
           // Rounding errors of a float dot product grow like a random walk: about
           // sqrt(head_dim) * eps * sum|q k| (twice that here, as a margin).
-          largest_score_error = std::max(
-              largest_score_error,
-              2.0 * std::sqrt(static_cast<double>(shape.head_dim)) * FLT_EPSILON * magnitude * scale);
+          largest_score_error =
+              std::max(largest_score_error, 2.0 * std::sqrt(static_cast<double>(shape.head_dim)) *
+                                                FLT_EPSILON * magnitude * scale);
           for (int64_t d = 0; d < shape.head_dim; ++d) {
             largest_value = std::max(largest_value, std::fabs(v.at(b, h, j, d)));
           }
@@ -129,10 +129,12 @@ void check_contiguous(const AttentionShape& shape, const std::vector<int32_t>& k
                " threads " + std::to_string(threads));
   const HeadStrides q_strides = contiguous(shape, shape.query_len);
   const HeadStrides kv_strides = contiguous(shape, shape.key_len);
-  std::vector<float> q =
-      random.uniform(shape.batch * shape.heads * shape.query_len * shape.head_dim, -q_range, q_range);
-  std::vector<float> k = random.uniform(shape.batch * shape.heads * shape.key_len * shape.head_dim, -1, 1);
-  std::vector<float> v = random.uniform(shape.batch * shape.heads * shape.key_len * shape.head_dim, -1, 1);
+  std::vector<float> q = random.uniform(
+      shape.batch * shape.heads * shape.query_len * shape.head_dim, -q_range, q_range);
+  std::vector<float> k =
+      random.uniform(shape.batch * shape.heads * shape.key_len * shape.head_dim, -1, 1);
+  std::vector<float> v =
+      random.uniform(shape.batch * shape.heads * shape.key_len * shape.head_dim, -1, 1);
   const int32_t* lengths = key_lengths.empty() ? nullptr : key_lengths.data();
   const Reference ref = reference_attention({q.data(), q_strides}, {k.data(), kv_strides},
                                             {v.data(), kv_strides}, shape, lengths, causal_offset);
@@ -148,7 +150,8 @@ void check_contiguous(const AttentionShape& shape, const std::vector<int32_t>& k
     }
   }
   std::vector<float> out(q.size(), kNaN);
-  std::vector<float> probabilities(shape.batch * shape.heads * shape.query_len * shape.key_len, kNaN);
+  std::vector<float> probabilities(shape.batch * shape.heads * shape.query_len * shape.key_len,
+                                   kNaN);
   std::vector<float> scratch(threads * shape.key_len);
   attention(q.data(), q_strides, k.data(), kv_strides, v.data(), kv_strides, out.data(), q_strides,
             shape, lengths, causal_offset, probabilities.data(), scratch.data(), threads);
@@ -178,10 +181,10 @@ TEST(Attention, NoMaskSeesEveryKey) {
 TEST(Attention, CausalOffsetLimitsTheKeys) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  check_contiguous({2, 2, 6, 6, 16}, {}, 0, 1.0f, 2, random);        // training: square mask
-  check_contiguous({2, 2, 6, 6, 16}, {6, 4}, 0, 1.0f, 2, random);    // plus padding
-  check_contiguous({3, 2, 1, 9, 16}, {}, 4, 1.0f, 2, random);        // decode step 4
-  check_contiguous({1, 1, 3, 8, 4}, {}, 2, 1.0f, 1, random);         // queries 2..4 of a prefix
+  check_contiguous({2, 2, 6, 6, 16}, {}, 0, 1.0f, 2, random);      // training: square mask
+  check_contiguous({2, 2, 6, 6, 16}, {6, 4}, 0, 1.0f, 2, random);  // plus padding
+  check_contiguous({3, 2, 1, 9, 16}, {}, 4, 1.0f, 2, random);      // decode step 4
+  check_contiguous({1, 1, 3, 8, 4}, {}, 2, 1.0f, 1, random);       // queries 2..4 of a prefix
   // More keys than the kernel's query blocks keep on the stack: one query at a time.
   check_contiguous({2, 2, 3, 600, 16}, {600, 598}, 596, 1.0f, 2, random);
 }
@@ -248,15 +251,15 @@ TEST(Attention, DecoderCacheLayout) {
     const std::vector<float> query = random.uniform(batch * d_model, -1.0f, 1.0f);
     // key_len is the whole cache; the causal offset (the step) hides positions after it.
     const AttentionShape shape{batch, heads, 1, max_len, head_dim};
-    const Reference ref = reference_attention({query.data(), query_strides},
-                                              {k_cache.data(), cache_strides},
-                                              {v_cache.data(), cache_strides}, shape, nullptr, step);
+    const Reference ref =
+        reference_attention({query.data(), query_strides}, {k_cache.data(), cache_strides},
+                            {v_cache.data(), cache_strides}, shape, nullptr, step);
     std::vector<float> out(batch * d_model, kNaN);
     std::vector<float> probabilities(batch * heads * max_len, kNaN);
     std::vector<float> scratch(2 * max_len);
     attention(query.data(), query_strides, k_cache.data(), cache_strides, v_cache.data(),
-              cache_strides, out.data(), query_strides, shape, nullptr, step,
-              probabilities.data(), scratch.data(), 2);
+              cache_strides, out.data(), query_strides, shape, nullptr, step, probabilities.data(),
+              scratch.data(), 2);
     expect_matches(out.data(), query_strides, probabilities.data(), ref, shape);
   }
 }

@@ -154,8 +154,7 @@ std::vector<double> reference_embed(const std::vector<double>& table, int64_t di
   return out;
 }
 
-void check_embed(DType dtype, int64_t vocab, int64_t dim, int threads,
-                 test::RandomInputs& random) {
+void check_embed(DType dtype, int64_t vocab, int64_t dim, int threads, test::RandomInputs& random) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " dim " + std::to_string(dim));
   const std::vector<float> values = random.uniform(vocab * dim, -0.2f, 0.2f);
   std::vector<double> widened(vocab * dim);  // the table's values as stored, exactly
@@ -220,8 +219,8 @@ TEST(Embed, RejectsIdsOutsideTheTable) {
 
 enum class Alias { none, x, residual };
 
-void check_layer_norm(int64_t rows, int64_t dim, bool with_bias, bool with_residual,
-                      Alias alias, test::RandomInputs& random) {
+void check_layer_norm(int64_t rows, int64_t dim, bool with_bias, bool with_residual, Alias alias,
+                      test::RandomInputs& random) {
   SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " bias " +
                std::to_string(with_bias) + " residual " + std::to_string(with_residual) +
                " alias " + std::to_string(static_cast<int>(alias)));
@@ -254,14 +253,14 @@ void check_layer_norm(int64_t rows, int64_t dim, bool with_bias, bool with_resid
   }
 
   std::vector<float> separate_out(rows * dim, std::numeric_limits<float>::quiet_NaN());
-  float* out = alias == Alias::x ? x.data()
+  float* out = alias == Alias::x          ? x.data()
                : alias == Alias::residual ? residual.data()
                                           : separate_out.data();
   if (alias == Alias::residual && !with_residual) return;
   std::vector<float> mean(rows), rstd(rows);
   add_bias_residual_layer_norm(x.data(), with_bias ? bias.data() : nullptr,
-                               with_residual ? residual.data() : nullptr, gamma.data(),
-                               beta.data(), epsilon, rows, dim, out, mean.data(), rstd.data(), 2);
+                               with_residual ? residual.data() : nullptr, gamma.data(), beta.data(),
+                               epsilon, rows, dim, out, mean.data(), rstd.data(), 2);
   for (int64_t i = 0; i < rows * dim; ++i) {
     ASSERT_NEAR(out[i], expected[i], 1e-5 * (1.0 + std::fabs(expected[i]))) << "element " << i;
   }

@@ -143,12 +143,10 @@ TEST(KernelAllocations, ForwardKernelsAllocateNothing) {
   const int64_t rows = 8, dim = 64, heads = 4, head_dim = 16, len = 5, vocab = 300, k = 4;
   const std::vector<float> table(vocab * dim, 0.01f), gamma(dim, 1.0f), beta(dim, 0.0f),
       bias(dim, 0.1f), residual(rows * dim, 0.2f), logits(rows * vocab, 0.3f);
-  const std::vector<int32_t> ids(rows, 5), positions(rows, 3), indices(rows, 1),
-      key_lengths(2, 4);
-  std::vector<float> x(rows * dim, 0.5f), out(rows * dim), mean(rows), rstd(rows),
-      values(rows * k), log_probabilities = logits, scratch(2 * len),
-      probabilities(2 * heads * len * len), attention_in(2 * heads * len * head_dim, 0.5f),
-      attention_out(attention_in.size());
+  const std::vector<int32_t> ids(rows, 5), positions(rows, 3), indices(rows, 1), key_lengths(2, 4);
+  std::vector<float> x(rows * dim, 0.5f), out(rows * dim), mean(rows), rstd(rows), values(rows * k),
+      log_probabilities = logits, scratch(2 * len), probabilities(2 * heads * len * len),
+      attention_in(2 * heads * len * head_dim, 0.5f), attention_out(attention_in.size());
   std::vector<int32_t> top(rows * k);
   std::vector<int8_t> quantized(rows * dim);
   const WeightMatrix weights{DType::f32, table.data(), nullptr, vocab, dim};
@@ -164,9 +162,9 @@ TEST(KernelAllocations, ForwardKernelsAllocateNothing) {
       add_bias_residual(x.data(), bias.data(), residual.data(), rows, dim, threads);
       bias_relu(x.data(), bias.data(), rows, dim, threads);
       attention(attention_in.data(), strides, attention_in.data(), strides, attention_in.data(),
-                strides, attention_out.data(), strides, shape, key_lengths.data(), 0, probabilities.data(), scratch.data(), threads);
-      log_softmax_top_k(logits.data(), nullptr, rows, vocab, k, values.data(), top.data(),
-                        threads);
+                strides, attention_out.data(), strides, shape, key_lengths.data(), 0,
+                probabilities.data(), scratch.data(), threads);
+      log_softmax_top_k(logits.data(), nullptr, rows, vocab, k, values.data(), top.data(), threads);
       log_softmax(log_probabilities.data(), rows, vocab, threads);
       gather_rows(x.data(), dim, indices.data(), rows, dim, out.data(), dim, threads);
       quantize_int8_per_tensor(x.data(), rows * dim, quantized.data(), threads);

@@ -123,9 +123,9 @@ TEST(StaticMatmul, RunWithoutTheBiasItWasMadeWithIsAnError) {
 }
 
 struct Int8Case {
-  std::vector<float> weights;       // [n, k] the f32 matrix before quantization
-  std::vector<int8_t> quantized;    // [n, k]
-  std::vector<float> row_scales;    // [n]
+  std::vector<float> weights;     // [n, k] the f32 matrix before quantization
+  std::vector<int8_t> quantized;  // [n, k]
+  std::vector<float> row_scales;  // [n]
 };
 
 Int8Case make_int8_weights(int64_t n, int64_t k, test::RandomInputs& random) {

@@ -17,8 +17,8 @@ class RandomInputs {
   RandomInputs() : seed_(initial_seed()), engine_(seed_) {}
 
   std::string describe() const {
-    return "random seed " + std::to_string(seed_) + " (replay with XF_TEST_SEED=" +
-           std::to_string(seed_) + ")";
+    return "random seed " + std::to_string(seed_) +
+           " (replay with XF_TEST_SEED=" + std::to_string(seed_) + ")";
   }
 
   std::vector<float> uniform(size_t count, float low, float high) {

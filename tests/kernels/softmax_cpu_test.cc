@@ -56,8 +56,8 @@ TEST(LogSoftmax, HugeLogitsDoNotOverflow) {
 // The k best (log-probability + offset, column) of each row: descending, ties to the lower
 // column. Ordering uses the float logits themselves, as the kernel does (log_softmax is
 // monotonic, and a double recomputation could order two float-equal entries differently).
-void check_top_k(const std::vector<float>& logits, const std::vector<float>& offsets,
-                 int64_t rows, int64_t vocab, int64_t k, int threads) {
+void check_top_k(const std::vector<float>& logits, const std::vector<float>& offsets, int64_t rows,
+                 int64_t vocab, int64_t k, int threads) {
   SCOPED_TRACE("rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) + " k " +
                std::to_string(k));
   std::vector<float> values(rows * k);

@@ -32,11 +32,12 @@ class CpuEngine {
   dnnl::engine& engine();
   dnnl::stream& stream();
 
-  // f32 weights are reordered once into oneDNN's packed layout (4x faster at M = 1 than the
-  // stored row-major layout, see docs/KERNELS_CPU.md) and the copy is shared by every
+  // f32 weights are reordered once into oneDNN's packed layout (3-4x faster at M = 1..4 than
+  // the stored row-major layout, docs/KERNELS_CPU.md) and the copy is shared by every
   // StaticMatmul of this engine over the same weights (keyed by address and shape: the weights
-  // must not change while the engine lives, as with an mmapped model). Off: oneDNN reads the
-  // stored matrix in place (no copy, slower). Affects StaticMatmuls made afterwards.
+  // must not change while the engine lives, as with an mmapped model). The copy costs memory
+  // as large as the f32 weights. Off: oneDNN reads the stored matrix in place (no copy, slower).
+  // Affects StaticMatmuls made afterwards.
   void set_weight_packing(bool enabled);
   bool weight_packing() const;
   // Bytes held in packed weight copies (for memory reports).
