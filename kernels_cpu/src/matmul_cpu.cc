@@ -145,6 +145,10 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   s.with_bias = with_bias;
   s.row_scales = weights.row_scales;
   dnnl::engine& eng = engine.engine();
+  // oneDNN fixes a primitive's thread partition when it is made, from the calling thread's
+  // OpenMP count (the runtime measured 9x slower decoding with primitives made for more threads
+  // than run them): make it at the engine's count, as run() runs it.
+  if (omp_get_max_threads() != engine.threads()) omp_set_num_threads(engine.threads());
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

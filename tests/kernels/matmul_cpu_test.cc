@@ -1,5 +1,6 @@
 // StaticMatmul (f32, int8) and gemm against double-precision references.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cfloat>
 #include <cmath>
@@ -97,6 +98,22 @@ TEST(StaticMatmul, PackedWeightsAreSharedAcrossRowCounts) {
   EXPECT_EQ(engine.packed_weight_bytes(), one_copy);
   matmuls.clear();
   EXPECT_EQ(engine.packed_weight_bytes(), 0u);  // the last user frees the copy
+}
+
+// Primitives are made and run at the engine's thread count (oneDNN fixes a primitive's thread
+// partition when it is made), whatever the caller's OpenMP setting was.
+TEST(StaticMatmul, UsesTheEnginesThreadCount) {
+  const std::vector<float> weights(8 * 8, 1.0f), x(2 * 8, 1.0f);
+  std::vector<float> y(2 * 8);
+  CpuEngine engine(1);
+  omp_set_num_threads(3);
+  StaticMatmul matmul(engine, 2, WeightMatrix{DType::f32, weights.data(), nullptr, 8, 8}, false);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  omp_set_num_threads(3);
+  Workspace workspace(matmul.workspace_bytes());
+  matmul.run(x.data(), nullptr, y.data(), workspace.data());
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  for (float value : y) EXPECT_EQ(value, 8.0f);
 }
 
 TEST(StaticMatmul, RejectsF16AndBf16Weights) {

@@ -50,7 +50,8 @@ class CpuEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]), for one fixed M. f32 weights use an f32 primitive;
+// y[M, N] = x[M, K] W[N, K]^T (+ bias[N]), for one fixed M. The constructor and run() set the
+// calling thread's OpenMP thread count to the engine's (see run()). f32 weights use an f32 primitive;
 // int8 weights quantize x per tensor (dynamic absmax) into a workspace and use an s8 x s8
 // primitive whose output scales combine the row scales of W with x's scale.
 // f16 / bf16 weights are not supported here (the converter widens them for the CPU, or the
