@@ -7,6 +7,7 @@
 // cannot tell xf's from those inside the CUDA runtime and cuBLAS, so they are not asserted here.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,12 @@
 namespace xf {
 namespace {
 
-class cuda_runtime_allocation : public ::testing::TestWithParam<DType> {};
+struct ModelDtype {
+  DType dtype;
+};
+void PrintTo(const ModelDtype& m, std::ostream* out) { *out << dtype_name(m.dtype); }
+
+class cuda_runtime_allocation : public ::testing::TestWithParam<ModelDtype> {};
 
 TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
   XF_SKIP_WITHOUT_GPU();
@@ -30,9 +36,9 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
   test::TinyModelOptions model_options;
   model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
   model_options.with_tokenizer = false;
-  model_options.matrix_dtype = GetParam();
-  model_options.round_to_f16 = GetParam() == DType::f16;
-  const std::string path = dir + "/model-" + dtype_name(GetParam()) + ".xfm";
+  model_options.matrix_dtype = GetParam().dtype;
+  model_options.round_to_f16 = GetParam().dtype == DType::f16;
+  const std::string path = dir + "/model-" + dtype_name(GetParam().dtype) + ".xfm";
   const ModelConfig config = test::write_tiny_model(path, model_options);
   const auto model = Model::open(path);
 
@@ -87,8 +93,11 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
             destroyed.pinned_host_mallocs - before.pinned_host_mallocs);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, cuda_runtime_allocation, ::testing::Values(DType::f32, DType::f16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Dtypes, cuda_runtime_allocation,
+                         ::testing::Values(ModelDtype{DType::f32}, ModelDtype{DType::f16}),
+                         [](const ::testing::TestParamInfo<ModelDtype>& info) {
+                           return std::string(dtype_name(info.param.dtype));
+                         });
 
 }  // namespace
 }  // namespace xf

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,8 @@ struct GoldenCase {
 std::string golden_case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
   return info.param.name + "_" + dtype_name(info.param.dtype);
 }
+// Test names in ctest's list (instead of the parameter's bytes).
+void PrintTo(const GoldenCase& c, std::ostream* out) { *out << c.name << " " << dtype_name(c.dtype); }
 
 std::vector<GoldenCase> golden_cases(bool with_f16) {
   std::vector<GoldenCase> cases;
@@ -264,6 +267,11 @@ struct RandomCase {
   DType dtype;
 };
 
+std::string random_case_label(const RandomCase& c) {
+  return std::string(c.norm == NormPosition::post ? "post" : "pre") + "_" + dtype_name(c.dtype);
+}
+void PrintTo(const RandomCase& c, std::ostream* out) { *out << random_case_label(c); }
+
 class cuda_runtime_random : public ::testing::TestWithParam<RandomCase> {};
 
 // Both backends decode the same 300 steps with random tokens, take the same top-k with random
@@ -368,8 +376,7 @@ INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
                                            RandomCase{NormPosition::post, DType::f16},
                                            RandomCase{NormPosition::pre, DType::f16}),
                          [](const ::testing::TestParamInfo<RandomCase>& info) {
-                           return std::string(info.param.norm == NormPosition::post ? "post" : "pre") + "_" +
-                                  dtype_name(info.param.dtype);
+                           return random_case_label(info.param);
                          });
 
 }  // namespace
