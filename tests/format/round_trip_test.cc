@@ -167,6 +167,14 @@ TEST(FormatRoundTripTokenizer, SharedAndAbsentTokenizers) {
   EXPECT_TRUE(none->target_tokenizer().empty());
   EXPECT_TRUE(none->metadata().empty());
   expect_tensors(*none, parameters);
+
+  EXPECT_EQ(none->find("no.such.tensor"), nullptr);
+  try {
+    none->tensor("no.such.tensor");
+    ADD_FAILURE() << "tensor() found a tensor that is not there";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("none.xfm") + ": no tensor 'no.such.tensor'");
+  }
 }
 
 // add_tensor_f32 stores what the conversion functions produce (tested on their own in
