@@ -12,6 +12,9 @@
 # procedure: tokenized first, requests in file order, one warm-up request, each request timed).
 # Each configuration runs ROUNDS times, engines alternating; the table shows the round with the
 # best tokens/s of each engine (the machine is shared; the best round is the least disturbed).
+# Columns: allocs = heap allocations during decoding by xf + by oneDNN (xf-bench only); cpu =
+# the run's CPU share, (user + sys) / wall over the whole process (2.0 = both cores: anything
+# lower means other processes took CPU); load = 1-minute load average when the run started.
 #
 # Environment (defaults in brackets):
 #   XF_BIN      directory with xf-bench              [REPO/build/bin]
@@ -20,6 +23,7 @@
 #   LINES       input lines for batch 32 [1000]    LINES_B1  input lines for batch 1 [200]
 #   REPEAT      passes over the input per run [1]   ROUNDS    runs per configuration [2]
 #   THREADS     [2]
+#   NICE        run the measured processes at this nice level (e.g. -15 on a shared machine)
 set -euo pipefail
 
 usage() { echo "usage: $0 MODEL.xfm INPUT.txt   (see the comments at the top)" >&2; exit 2; }
@@ -57,16 +61,29 @@ for dtype in f32 int8; do
     --quantization "${ct2_type[$dtype]}" --force
 done
 
+# timed OUTPUT_VAR COMMAND...: runs COMMAND (at NICE when set) under /usr/bin/time; sets
+# OUTPUT_VAR to its stdout and `cpu` to its CPU share (user + sys over wall: 2.0 = both cores).
+timed() {
+  local -n output=$1
+  shift
+  local prefix=()
+  [[ -n ${NICE:-} ]] && prefix=(nice -n "$NICE")
+  output=$(/usr/bin/time -f '%e %U %S' -o "$work/time.txt" "${prefix[@]}" "$@")
+  cpu=$(awk '{ printf "%.2f", ($2 + $3) / ($1 > 0 ? $1 : 1) }' "$work/time.txt")
+}
+
 # run_config LABEL DTYPE BEAM BATCH INPUT
 run_config() {
-  local label=$1 dtype=$2 beam=$3 batch=$4 in=$5 round json
+  local label=$1 dtype=$2 beam=$3 batch=$4 in=$5 round json load
   for ((round = 1; round <= rounds; round++)); do
-    json=$("$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
-             --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json)
-    echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"result\": $json}" >> "$results"
-    json=$("$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
-             --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json)
-    echo "{\"config\": \"$label\", \"engine_name\": \"ctranslate2\", \"round\": $round, \"result\": $json}" >> "$results"
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    timed json "$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
+      --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
+    echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    timed json "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
+      --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
+    echo "{\"config\": \"$label\", \"engine_name\": \"ctranslate2\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
   done
 }
 
@@ -83,14 +100,15 @@ for r in rows:
     key = (r["config"], r["engine_name"])
     if key not in best or r["result"]["tokens_per_s"] > best[key]["result"]["tokens_per_s"]:
         best[key] = r
-print("%-22s %-12s %10s %9s %10s %10s %9s %8s %9s" % (
-    "configuration", "engine", "tokens/s", "sent/s", "p50 ms", "p90 ms", "RSS MB", "tokens", "allocs"))
+print("%-22s %-12s %10s %9s %10s %10s %8s %7s %9s %5s %5s" % (
+    "configuration", "engine", "tokens/s", "sent/s", "p50 ms", "p90 ms", "RSS MB", "tokens",
+    "allocs", "cpu", "load"))
 for (config, engine), r in best.items():
     x = r["result"]
     allocs = ("%d+%d" % (x["allocations_xf"], x["allocations_backend"])
               if "allocations_xf" in x else "-")
-    print("%-22s %-12s %10.1f %9.2f %10.2f %10.2f %9.1f %8d %9s" % (
+    print("%-22s %-12s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f" % (
         config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
-        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs))
+        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"]))
 EOF
 echo "all runs: $results"

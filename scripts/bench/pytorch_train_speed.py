@@ -299,10 +299,10 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=args.label_smoothing,
                                         reduction="sum")
 
-    timed_tokens, timed_seconds, step_seconds, losses = 0, 0.0, [], []
+    timed_tokens, timed_seconds, timed_cpu, step_seconds, losses = 0, 0.0, 0.0, [], []
     for step in range(needed):
         # Batch assembly is inside the timed step, as it is in xf-train's interval.
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         source, target_in, target_out, tokens = make_batch(batches[step])
         logits = model(source, target_in)
         scored = int((target_out != 0).sum())
@@ -312,10 +312,12 @@ def main():
         optimizer.step()
         schedule.step()
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - c0
         losses.append(loss.item())
         if step >= args.warmup_steps:
             timed_tokens += tokens
             timed_seconds += seconds
+            timed_cpu += cpu_seconds
             step_seconds.append(seconds)
 
     parameters = sum(p.numel() for p in model.parameters())
@@ -336,6 +338,9 @@ def main():
         "timed_tokens": timed_tokens,
         "timed_seconds": timed_seconds,
         "tokens_per_s": timed_tokens / timed_seconds,
+        # CPU seconds of all threads over wall seconds in the timed steps: near --threads when
+        # the process had its cores to itself.
+        "timed_cpu_share": timed_cpu / timed_seconds,
         "step_ms_median": 1000.0 * float(np.median(step_seconds)),
         "mean_rows_per_batch": float(np.mean([len(batches[s]) for s in range(needed)])),
         "first_loss": losses[0],
