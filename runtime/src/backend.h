@@ -8,6 +8,9 @@
 // sentences * beam rows, row = sentence * beam + hypothesis.
 #include <cstdint>
 #include <memory>
+#include <optional>
+
+#include "xf/format/config.h"
 
 namespace xf {
 class Model;
@@ -49,8 +52,10 @@ class Backend {
   virtual size_t arena_bytes() const = 0;
 };
 
-// threads: CPU threads for kernels and oneDNN.
-std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads);
+// threads: CPU threads for kernels and oneDNN. matrix_dtype: f32 or int8 to convert the weight
+// matrices to at load; unset: as stored (f16/bf16 widened to f32).
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads,
+                                          std::optional<DType> matrix_dtype = std::nullopt);
 
 // Only in builds with CUDA (XF_WITH_CUDA): computes in f16 when the model's matrices are stored
 // in f16/bf16, else in f32. Throws xf::Error when no CUDA device is available or the plan

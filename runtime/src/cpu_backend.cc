@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,7 +33,10 @@ using cpu::WeightMatrix;
 // f32 views of the model's tensors; f16/bf16 (and 1-D int8) tensors widened once, by name.
 class WeightStore {
  public:
-  explicit WeightStore(const ModelFile& file) : file_(file) {}
+  // matrix_dtype: f32 or int8 to convert every matrix to at load; unset: as stored (f16 and
+  // bf16 widened to f32).
+  WeightStore(const ModelFile& file, std::optional<DType> matrix_dtype)
+      : file_(file), matrix_dtype_(matrix_dtype) {}
 
   // A 1-D parameter (bias, LayerNorm gain) as f32 values.
   const float* vector(const std::string& name) {
@@ -47,7 +51,12 @@ class WeightStore {
     WeightMatrix m;
     m.rows = static_cast<int64_t>(t.rows());
     m.cols = static_cast<int64_t>(t.cols());
-    if (t.dtype == DType::f32 || t.dtype == DType::int8) {
+    if (matrix_dtype_ == DType::int8 && t.dtype != DType::int8) {
+      m.dtype = DType::int8;
+      Quantized& q = quantized(t);
+      m.data = q.values.data();
+      m.row_scales = q.scales.data();
+    } else if (t.dtype == DType::f32 || (t.dtype == DType::int8 && matrix_dtype_ != DType::f32)) {
       m.dtype = t.dtype;
       m.data = t.data;
       m.row_scales = t.row_scales;
@@ -58,12 +67,13 @@ class WeightStore {
     return m;
   }
 
-  // The table as stored (embed() reads every dtype), or its widened copy when one exists, so
-  // that a tied output projection and the embedding share one f32 table.
+  // An embedding table for embed(), which reads every dtype: converted like the matrices when
+  // a conversion was asked for, else as stored or as its widened copy when one exists (so that
+  // a tied output projection and the embedding share one f32 table).
   WeightMatrix table(const std::string& name) {
+    if (matrix_dtype_) return matrix(name);
     const TensorView& t = file_.tensor(name);
-    auto it = widened_.find(std::string(t.name));
-    if (it != widened_.end()) return matrix(name);
+    if (widened_.count(std::string(t.name)) != 0) return matrix(name);
     WeightMatrix m;
     m.dtype = t.dtype;
     m.data = t.data;
@@ -74,6 +84,32 @@ class WeightStore {
   }
 
  private:
+  struct Quantized {
+    std::vector<int8_t> values;
+    std::vector<float> scales;
+  };
+
+  // Per-row symmetric int8, as the converter writes it (quantize_rows_int8).
+  Quantized& quantized(const TensorView& t) {
+    const std::string key(t.name);
+    auto it = quantized_.find(key);
+    if (it != quantized_.end()) return it->second;
+    std::vector<float> temporary;
+    const float* values = static_cast<const float*>(t.data);
+    if (t.dtype != DType::f32) {
+      temporary.resize(t.elements());
+      for (uint64_t r = 0; r < t.rows(); ++r)
+        cpu::load_row({t.dtype, t.data, t.row_scales, static_cast<int64_t>(t.rows()), static_cast<int64_t>(t.cols())},
+                      static_cast<int64_t>(r), temporary.data() + r * t.cols());
+      values = temporary.data();
+    }
+    Quantized& q = quantized_[key];
+    q.values.resize(t.elements());
+    q.scales.resize(t.rows());
+    quantize_rows_int8(values, t.rows(), t.cols(), q.values.data(), q.scales.data());
+    return q;
+  }
+
   const float* widened(const TensorView& t) {
     const std::string key(t.name);
     auto it = widened_.find(key);
@@ -95,7 +131,9 @@ class WeightStore {
   }
 
   const ModelFile& file_;
+  std::optional<DType> matrix_dtype_;
   std::unordered_map<std::string, std::vector<float>> widened_;
+  std::unordered_map<std::string, Quantized> quantized_;
 };
 
 // One weight's products, one static oneDNN primitive per row count the plan can give it.
@@ -172,9 +210,9 @@ int use_openmp_threads(int threads) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Model& model, const MemoryPlan& plan, int threads)
+  CpuBackend(const Model& model, const MemoryPlan& plan, int threads, std::optional<DType> matrix_dtype)
       : config_(model.config()), plan_(plan), threads_(use_openmp_threads(threads)), engine_(threads),
-        weights_(model.file()) {
+        weights_(model.file(), matrix_dtype) {
     d_ = config_.d_model;
     heads_ = config_.num_heads;
     head_dim_ = config_.head_dim();
@@ -511,8 +549,12 @@ void CpuBackend::reorder_cache(const int32_t* parents, int64_t step) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads) {
-  return std::make_unique<CpuBackend>(model, plan, threads);
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads,
+                                          std::optional<DType> matrix_dtype) {
+  if (matrix_dtype && *matrix_dtype != DType::f32 && *matrix_dtype != DType::int8)
+    throw Error(std::string("weights cannot be converted to ") + dtype_name(*matrix_dtype) +
+                " on the CPU (f32 or int8)");
+  return std::make_unique<CpuBackend>(model, plan, threads, matrix_dtype);
 }
 
 }  // namespace xf::runtime

@@ -25,7 +25,7 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
   if (!model_) throw Error("Translator: no model");
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
   switch (options_.device) {
-    case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads); break;
+    case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads, options_.weight_dtype); break;
     case Device::cuda:
 #ifdef XF_WITH_CUDA
       backend_ = runtime::make_cuda_backend(*model_, *plan_);

@@ -13,6 +13,9 @@
 #include "memory_plan.h"
 #include "search.h"
 #include "tiny_model.h"
+#include "xf/format/model_file.h"
+#include "xf/format/model_writer.h"
+#include "xf/kernels_cpu/kernels.h"
 #include "xf/translator.h"
 
 namespace xf {
@@ -395,6 +398,55 @@ TEST(Translator, PreNormSeparateEmbeddingsTranslate) {
     translator.translate_ids({sources[i]}, {}, one);
     expect_same_translations({batched[i]}, one);
   }
+}
+
+}  // namespace
+}  // namespace xf
+
+namespace xf {
+namespace {
+
+// weight_dtype converts at load: int8 from an f32 file equals the int8 file the writer
+// quantizes the same way; f32 from an int8 file equals an f32 file of the dequantized values.
+TEST(Translator, WeightDtypeConversionAtLoadMatchesStoredFiles) {
+  TinyModelOptions options;
+  options.seed = 8;
+  auto f32_file = tiny_model(options, "convert_f32");
+  options.matrix_dtype = DType::int8;
+  auto int8_file = tiny_model(options, "convert_int8");
+  const auto sources = random_sources(5, f32_file->config().source_vocab_size, 18, 10);
+
+  TranslatorOptions to_int8;
+  to_int8.weight_dtype = DType::int8;
+  std::vector<TokenTranslation> converted, stored;
+  Translator(f32_file, to_int8).translate_ids(sources, {}, converted);
+  Translator(int8_file, {}).translate_ids(sources, {}, stored);
+  expect_same_translations(converted, stored);
+
+  // The int8 file widened to f32 at load equals an f32 file holding the dequantized values.
+  static const std::string dir = test::make_temp_dir("dequantized");
+  const ModelFile& q = int8_file->file();
+  ModelWriter writer(q.config());
+  writer.set_source_tokenizer(std::string(q.source_tokenizer()));
+  for (const TensorView& t : q.tensors()) {
+    std::vector<float> values(t.elements());
+    for (uint64_t r = 0; r < t.rows(); ++r)
+      cpu::load_row({t.dtype, t.data, t.row_scales, static_cast<int64_t>(t.rows()), static_cast<int64_t>(t.cols())},
+                    static_cast<int64_t>(r), values.data() + r * t.cols());
+    writer.add_tensor_f32(std::string(t.name), DType::f32,
+                          std::vector<uint64_t>(t.shape.begin(), t.shape.begin() + t.rank), values.data());
+  }
+  writer.write(dir + "/dequantized.xfm");
+  TranslatorOptions to_f32;
+  to_f32.weight_dtype = DType::f32;
+  std::vector<TokenTranslation> widened, dequantized;
+  Translator(int8_file, to_f32).translate_ids(sources, {}, widened);
+  Translator(Model::open(dir + "/dequantized.xfm"), {}).translate_ids(sources, {}, dequantized);
+  expect_same_translations(widened, dequantized);
+
+  TranslatorOptions bad;
+  bad.weight_dtype = DType::f16;
+  EXPECT_THROW(Translator(f32_file, bad), Error);
 }
 
 }  // namespace

@@ -65,6 +65,11 @@ struct TranslatorCli {
     } else if (arg == "--max-source-len") {
       translator.max_source_len = static_cast<int>(parse_integer(arg, value(), 1, 1 << 20));
       max_source_len_given = true;
+    } else if (arg == "--dtype") {
+      const std::string name = value();
+      if (name == "f32") translator.weight_dtype = DType::f32;
+      else if (name == "int8") translator.weight_dtype = DType::int8;
+      else if (name != "stored") throw UsageError{"--dtype expects stored, f32 or int8, got '" + name + "'"};
     } else if (arg == "--length-penalty") {
       translate.length_penalty = parse_number(arg, value());
     } else if (arg == "--max-len-a") {
@@ -99,6 +104,9 @@ inline const char* translator_options_help() {
   --threads N           CPU threads (default 1)
   --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
                         max_positions); a longer line is an error
+  --dtype stored|f32|int8
+                        weight matrices as stored in the file (default; f16/bf16 are widened to
+                        f32), or converted at load: f32, or int8 with per-row scales
   --length-penalty A    GNMT length penalty alpha (default 0.6)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)

@@ -13,6 +13,7 @@
 // A Translator is not thread-safe: use one per thread (they can share a Model).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct TranslatorOptions {
   int max_source_len = 256;  // source tokens, EOS included
   int beam = 4;              // the widest beam a call may ask for
   int threads = 1;           // CPU threads for the kernels
+  // Weight matrices converted at load: f32 (widens f16/bf16/int8) or int8 (per-row symmetric
+  // quantization of f32/f16/bf16). Unset: as stored, with f16/bf16 widened to f32 on the CPU.
+  std::optional<DType> weight_dtype;
   // The plan's longest output, in generated tokens (EOS included):
   // max_len_a * max_source_len + max_len_b, capped by the model's max_positions.
   float max_len_a = 1.0f;
