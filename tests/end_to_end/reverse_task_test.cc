@@ -1,8 +1,10 @@
 // Trains a tiny Transformer to reverse strings of 6-10 letters from a 10-letter alphabet (a
 // character-level SentencePiece model trained by xf-train itself), converts it with xf-convert
-// and requires xf-run's outputs to be exactly right on held-out strings, greedy and beam 4, from
-// the f32 file and an averaged one.
+// and requires xf-run's outputs to be exactly right on held-out strings, greedy and beam 4.
+// Also: the tools' one-line errors and exit status on bad input.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -77,17 +79,17 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   const std::string run_dir = kDir + "/run";
   run(kBin + "xf-train --train " + kDir + "/train.tsv --out " + run_dir +
           " --spm-type char --vocab-size 100 --layers 2 --d-model 64 --heads 4 --d-ff 256"
-          " --dropout 0 --label-smoothing 0 --warmup 100 --lr-scale 1 --batch-tokens 1024"
-          " --max-steps 1000 --save-every 500 --valid-every 0 --log-every 100 --threads 2 --seed 3",
+          " --dropout 0 --label-smoothing 0 --warmup 200 --lr-scale 0.5 --batch-tokens 1024"
+          " --max-steps 1500 --save-every 500 --valid-every 0 --log-every 100 --threads 2 --seed 3",
       kDir + "/train.log");
-  ASSERT_TRUE(fs::exists(run_dir + "/step-001000"));
+  ASSERT_TRUE(fs::exists(run_dir + "/step-001500"));
   ASSERT_TRUE(fs::exists(run_dir + "/metrics.png"));
 
   const std::string model = kDir + "/reverse.xfm";
-  run(kBin + "xf-convert " + run_dir + "/step-001000 -o " + model + " --dtype f32",
+  run(kBin + "xf-convert " + run_dir + "/step-001500 -o " + model + " --dtype f32",
       kDir + "/convert.log");
   auto file = xf::ModelFile::open(model);
-  EXPECT_EQ(file->metadata_value("training.steps"), "1000");
+  EXPECT_EQ(file->metadata_value("training.steps"), "1500");
   EXPECT_FALSE(file->source_tokenizer().empty());
 
   for (int beam : {1, 4}) {
@@ -103,6 +105,45 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
       wrong += lines[i] != reversed(heldout_[i]);
     }
     EXPECT_EQ(wrong, 0) << "beam " << beam;
+  }
+}
+
+// Runs a command; returns its exit status and the last line of its stderr (progress lines may
+// come before the error).
+std::pair<int, std::string> run_for_error(const std::string& command) {
+  const std::string log = kDir + "/error.log";
+  int status = std::system((command + " > /dev/null 2> " + log).c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string all = text.str();
+  size_t start = all.size() >= 2 ? all.rfind('\n', all.size() - 2) : std::string::npos;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+          start == std::string::npos ? all : all.substr(start + 1)};
+}
+
+TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
+  const std::string train = kDir + "/train.tsv";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {kBin + "xf-train --train " + train + " --out " + kDir + "/x --frobnicate 1",
+       "xf-train: unknown option --frobnicate (see --help)\n"},
+      {kBin + "xf-train --train " + train + " --out " + kDir + "/x --heads 3 --d-model 64",
+       "xf-train: --heads 3 does not divide --d-model 64\n"},
+      {kBin + "xf-train --train " + train + " --out " + kDir + "/x --device cuda --max-steps 1",
+       "xf-train: --device cuda: xf-train was built without CUDA training support (use --device cpu)\n"},
+      {kBin + "xf-train --train " + kDir + "/absent.tsv --out " + kDir + "/x --max-steps 1",
+       "xf-train: " + kDir + "/absent.tsv: cannot open (No such file or directory)\n"},
+      {kBin + "xf-train --resume --out " + kDir + "/nothing-here",
+       "xf-train: --resume: no step-* checkpoint in " + kDir + "/nothing-here\n"},
+      {kBin + "xf-convert " + kDir + " -o " + kDir + "/x.xfm",
+       "xf-convert: " + kDir + ": not an xf checkpoint (no checkpoint.txt)\n"},
+      {kBin + "xf-convert " + kDir + "/run/step-001500 -o " + kDir + "/x.xfm --dtype q4",
+       "xf-convert: --dtype: 'q4' is not one of f32|f16|int8\n"},
+  };
+  for (const auto& [command, expected] : cases) {
+    auto [status, error] = run_for_error(command);
+    EXPECT_EQ(status, 1) << command;
+    EXPECT_EQ(error, expected) << command;
   }
 }
 

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -198,6 +200,12 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     throw Error("--device cuda: xf-train was built without CUDA training support (use --device cpu)");
   }
   const CorpusLanguages languages = corpus_languages(options);
+  // Fail before any long work (SentencePiece training) when an input is missing.
+  for (const std::string* path : {&options.train_path, &options.dev_path, &options.spm_path}) {
+    if (!path->empty() && !std::ifstream(*path)) {
+      throw Error(*path + ": cannot open (" + std::strerror(errno) + ")");
+    }
+  }
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) throw Error(options.out_dir + ": cannot create the run directory: " + ec.message());
