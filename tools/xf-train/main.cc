@@ -35,7 +35,13 @@ int main(int argc, char** argv) {
   // start again; an explicit OMP_WAIT_POLICY is respected.
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+    // The resolved path (not /proc/self/exe itself) keeps the process named xf-train.
+    char self[4096];
+    ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (length > 0) {
+      self[length] = '\0';
+      execv(self, argv);  // returns only on failure: then run as we are
+    }
   }
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
