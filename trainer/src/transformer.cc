@@ -250,7 +250,8 @@ struct BasicTransformerModel<T>::Impl {
 
   // Lays every activation of a (B, S, T) batch out in the arenas: a first pass counts, the
   // arenas grow when needed, a second pass hands out pointers.
-  void plan(int64_t batch, int64_t source_len, int64_t target_len) {
+  // with_logits: room for the full [B*T, V] logits (greedy decoding projects last rows only).
+  void plan(int64_t batch, int64_t source_len, int64_t target_len, bool with_logits = true) {
     B = batch;
     S = source_len;
     Tt = target_len;
@@ -314,7 +315,7 @@ struct BasicTransformerModel<T>::Impl {
       decoder_final = take(nt * dm);
       decoder_final_mean = take(nt);
       decoder_final_rstd = take(nt);
-      logits = take(nt * vocab);
+      logits = take(with_logits ? nt * vocab : 0);
       attention_scratch = take(threads * 2 * std::max(S, Tt));
       d_stream = take(rows * dm);
       d_encoder_output = take(ns * dm);
@@ -811,7 +812,7 @@ std::vector<std::vector<int32_t>> BasicTransformerModel<T>::greedy_decode(
   std::vector<T> encoder_output;  // [B*S, d], kept while the arenas are replanned per step
   for (int64_t step = 0; step < max_len; ++step) {
     const int64_t len = step + 1;
-    m.plan(batch, source_len, len);
+    m.plan(batch, source_len, len, /*with_logits=*/false);
     for (int64_t b = 0; b < batch; ++b) {
       const auto& s = sources[b];
       if (s.empty()) throw Error("greedy_decode: source " + std::to_string(b) + " is empty");
