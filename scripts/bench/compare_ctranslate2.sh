@@ -48,6 +48,15 @@ threads=${THREADS:-2}
 "$python" -c "import ctranslate2, sentencepiece, numpy, flatbuffers" 2>/dev/null ||
   { echo "$0: $python lacks ctranslate2/sentencepiece/numpy/flatbuffers (set PYTHON)" >&2; exit 1; }
 mkdir -p "$work"
+
+# NICE: Linux groups a session's processes (sched_autogroup) and shares the CPU between groups,
+# so a process's own nice value hardly matters against other sessions: set the group's too
+# (negative values need root), restored on exit.
+if [[ -n ${NICE:-} && -w /proc/self/autogroup ]]; then
+  previous_group_nice=$(sed -E 's/.*nice (-?[0-9]+).*/\1/' /proc/self/autogroup)
+  echo "$NICE" > /proc/self/autogroup
+  trap 'echo "$previous_group_nice" > /proc/self/autogroup' EXIT
+fi
 results=$work/results.jsonl
 : > "$results"
 
