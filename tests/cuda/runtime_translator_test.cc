@@ -1,7 +1,8 @@
 // The runtime's CUDA backend against the CPU backend and the independent PyTorch reference
 // (tests/reference/): encoder output and step-by-step logits, top-k and the beam reorder of the
 // K/V cache, greedy and beam outputs, in f32 and f16. Skipped where no GPU is visible, except
-// cuda_runtime_device, which checks the errors a Translator gives without one.
+// cuda_runtime_device, which checks the errors a Translator gives without one. The same file is
+// also built into xf_cuda_runtime_emulated_tests, over runtime_host_emulation.cc (no GPU needed).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -378,6 +379,62 @@ INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
                          [](const ::testing::TestParamInfo<RandomCase>& info) {
                            return random_case_label(info.param);
                          });
+
+// More source rows than the plan's encoder group (4096): the encoder runs over several groups of
+// whole sentences, each writing its part of the encoder output and of the cross-attention K|V.
+TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchCpu) {
+  XF_SKIP_WITHOUT_GPU();
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  static const std::string dir = test::make_temp_dir("cuda-runtime-groups");
+  test::TinyModelOptions model_options;
+  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
+  model_options.with_tokenizer = false;
+  const std::string path = dir + "/model.xfm";
+  const ModelConfig config = test::write_tiny_model(path, model_options);
+  const auto model = Model::open(path);
+
+  const int64_t sentences = 200, source_len = 24, beam = 2, rows = sentences * beam, d = config.d_model;
+  const int64_t vocab = config.target_vocab_size;
+  TranslatorOptions options;
+  options.max_batch = static_cast<int>(sentences);
+  options.beam = static_cast<int>(beam);
+  options.max_source_len = static_cast<int>(source_len);
+  const auto plan = runtime::make_memory_plan(config, options);
+  ASSERT_LT(plan.encoder_group_rows, sentences * source_len) << "the test needs several encoder groups";
+  auto cuda_backend = runtime::make_cuda_backend(*model, plan);
+  auto cpu_backend = runtime::make_cpu_backend(*model, plan, 1);
+
+  std::vector<int32_t> lengths(sentences), ids(sentences * source_len, config.pad_id);
+  for (int64_t s = 0; s < sentences; ++s) {
+    lengths[s] = static_cast<int32_t>(random.integer(1, source_len));
+    for (int32_t i = 0; i + 1 < lengths[s]; ++i)
+      ids[s * source_len + i] = static_cast<int32_t>(random.integer(4, config.source_vocab_size - 1));
+    ids[s * source_len + lengths[s] - 1] = config.eos_id;
+  }
+  cuda_backend->encode(ids.data(), lengths.data(), sentences, source_len);
+  cpu_backend->encode(ids.data(), lengths.data(), sentences, source_len);
+  std::vector<float> cuda_memory(sentences * source_len * d), cpu_memory(cuda_memory.size());
+  cuda_backend->copy_encoder_output(cuda_memory.data());
+  cpu_backend->copy_encoder_output(cpu_memory.data());
+  const auto valid_position = [&](int64_t row) { return row % source_len < lengths[row / source_len]; };
+  EXPECT_LE(largest_difference(cuda_memory, cpu_memory, sentences * source_len, d, valid_position),
+            kF32Tolerance * max_abs(cpu_memory))
+      << "encoder output against the CPU backend";
+
+  std::vector<int32_t> tokens(rows);
+  std::vector<float> cuda_logits(rows * vocab), cpu_logits(rows * vocab);
+  for (int64_t step = 0; step < 2; ++step) {
+    for (int32_t& t : tokens) t = static_cast<int32_t>(random.integer(0, vocab - 1));
+    cuda_backend->decode_step(tokens.data(), beam, step);
+    cpu_backend->decode_step(tokens.data(), beam, step);
+    cuda_backend->copy_logits(cuda_logits.data());
+    cpu_backend->copy_logits(cpu_logits.data());
+    EXPECT_LE(largest_difference(cuda_logits, cpu_logits, rows, vocab, [](int64_t) { return true; }),
+              kF32Tolerance * max_abs(cpu_logits))
+        << "step " << step << " logits against the CPU backend";
+  }
+}
 
 }  // namespace
 }  // namespace xf
