@@ -1,6 +1,7 @@
 // Trains a tiny Transformer to reverse strings of 6-10 letters from a 10-letter alphabet (a
 // character-level SentencePiece model trained by xf-train itself), converts it with xf-convert
-// and requires xf-run's outputs to be exactly right on held-out strings, greedy and beam 4.
+// and requires xf-run's outputs to be exactly right on held-out strings, greedy and beam 4, from
+// the f32 file and the int8 one.
 // Also: the tools' one-line errors and exit status on bad input.
 #include <gtest/gtest.h>
 
@@ -85,26 +86,29 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   ASSERT_TRUE(fs::exists(run_dir + "/step-001500"));
   ASSERT_TRUE(fs::exists(run_dir + "/metrics.png"));
 
-  const std::string model = kDir + "/reverse.xfm";
-  run(kBin + "xf-convert " + run_dir + "/step-001500 -o " + model + " --dtype f32",
-      kDir + "/convert.log");
-  auto file = xf::ModelFile::open(model);
-  EXPECT_EQ(file->metadata_value("training.steps"), "1500");
-  EXPECT_FALSE(file->source_tokenizer().empty());
+  for (const char* dtype : {"f32", "int8"}) {
+    const std::string model = kDir + "/reverse_" + dtype + ".xfm";
+    run(kBin + "xf-convert " + run_dir + "/step-001500 -o " + model + " --dtype " + dtype,
+        kDir + "/convert.log");
+    auto file = xf::ModelFile::open(model);
+    EXPECT_EQ(file->metadata_value("training.steps"), "1500");
+    EXPECT_FALSE(file->source_tokenizer().empty());
 
-  for (int beam : {1, 4}) {
-    const std::string output = kDir + "/out_beam" + std::to_string(beam) + ".txt";
-    run(kBin + "xf-run --model " + model + " --beam " + std::to_string(beam) + " --threads 2 < " +
-            kDir + "/heldout.txt > " + output,
-        kDir + "/run.log");
-    auto lines = read_lines(output);
-    ASSERT_EQ(lines.size(), heldout_.size());
-    int wrong = 0;
-    for (size_t i = 0; i < lines.size(); ++i) {
-      EXPECT_EQ(lines[i], reversed(heldout_[i])) << "beam " << beam << ", input " << heldout_[i];
-      wrong += lines[i] != reversed(heldout_[i]);
+    for (int beam : {1, 4}) {
+      const std::string output = kDir + "/out_" + dtype + "_beam" + std::to_string(beam) + ".txt";
+      run(kBin + "xf-run --model " + model + " --beam " + std::to_string(beam) +
+              " --threads 2 < " + kDir + "/heldout.txt > " + output,
+          kDir + "/run.log");
+      auto lines = read_lines(output);
+      ASSERT_EQ(lines.size(), heldout_.size());
+      int wrong = 0;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        EXPECT_EQ(lines[i], reversed(heldout_[i]))
+            << dtype << ", beam " << beam << ", input " << heldout_[i];
+        wrong += lines[i] != reversed(heldout_[i]);
+      }
+      EXPECT_EQ(wrong, 0) << dtype << ", beam " << beam;
     }
-    EXPECT_EQ(wrong, 0) << "beam " << beam;
   }
 }
 
