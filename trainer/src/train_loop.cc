@@ -19,6 +19,9 @@
 #include "xf/trainer/data.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
+#ifdef XF_TRAINER_CUDA
+#include "xf/trainer/cuda_model.h"
+#endif
 
 namespace xf::trainer {
 namespace fs = std::filesystem;
@@ -154,7 +157,7 @@ ValidationResult validate(TransformerModel& model, const ValidationSet& set,
   return result;
 }
 
-// A loss curve, its moving average and the validation points, as a PNG.
+// The training NLL per step, its moving average and the validation NLL points, as a PNG.
 void write_plot(const std::string& csv_path, const std::string& png_path) {
   std::ifstream in(csv_path);
   std::string line;
@@ -171,9 +174,11 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
     while (std::getline(row, field, ',')) fields.push_back(field);
     if (fields.size() < 4) continue;
     double step = std::atof(fields[1].c_str()), loss = std::atof(fields[3].c_str());
-    if (fields[0] == "train") {
+    if (fields[0] == "train" && fields.size() >= 5) {
+      // The plain NLL (log of the ppl column), comparable with the validation loss; the loss
+      // column is label-smoothed.
       train.x.push_back(step);
-      train.y.push_back(loss);
+      train.y.push_back(std::log(std::atof(fields[4].c_str())));
     } else if (fields[0] == "valid") {
       valid.x.push_back(step);
       valid.y.push_back(loss);
@@ -196,9 +201,12 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                           const std::atomic<bool>* stop_requested) {
   const auto run_start = Clock::now();
-  if (options.device == "cuda") {
-    throw Error("--device cuda: xf-train was built without CUDA training support (use --device cpu)");
+#ifndef XF_TRAINER_CUDA
+  if (options.device != "cpu") {
+    throw Error("--device " + options.device +
+                ": xf-train was built without CUDA training support (use --device cpu)");
   }
+#endif
   const CorpusLanguages languages = corpus_languages(options);
   // Fail before any long work (SentencePiece training) when an input is missing.
   for (const std::string* path : {&options.train_path, &options.dev_path, &options.spm_path}) {
@@ -321,7 +329,28 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     return c;
   };
   int64_t last_saved_step = -1, last_validated_step = -1;
+#ifdef XF_TRAINER_CUDA
+  // --device cuda (f16 mixed precision) or cuda-f32: the step runs on the GPU; the host model and
+  // optimizer get its parameters and moments back for validation and checkpoints (sync_host).
+  std::unique_ptr<CudaTransformerModel> gpu;
+  if (options.device != "cpu") {
+    gpu = std::make_unique<CudaTransformerModel>(
+        config, training,
+        options.device == "cuda-f32" ? CudaPrecision::f32 : CudaPrecision::mixed_f16);
+    gpu->set_parameters(model.parameters());
+    gpu->set_adam_state(adam.state());
+    progress << "device: " << gpu->device_name() << ", " << to_string(gpu->precision()) << "\n";
+  }
+  auto sync_host = [&]() {
+    if (!gpu) return;
+    gpu->copy_parameters_to(model.parameters());
+    adam.set_state(gpu->adam_state());
+  };
+#else
+  auto sync_host = []() {};
+#endif
   auto save = [&]() {
+    sync_host();
     state.data = batches.position();
     summary.last_checkpoint = save_checkpoint(options.out_dir, make_checkpoint(), options.keep);
     last_saved_step = state.step;
@@ -333,6 +362,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   };
   auto run_validation = [&]() {
     if (!dev) return;
+    sync_host();
     ValidationResult v = validate(model, *dev, *tokenizer, options);
     last_validated_step = state.step;
     state.last_valid_loss = v.loss;
@@ -391,16 +421,28 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       targets.emplace_back(corpus.target(i), corpus.target(i) + corpus.target_length(i));
     }
     Batch batch = make_batch(config, sources, targets);
-    model.zero_gradients();
-    LossSums sums = model.forward_backward(batch, dropout_seed_for_step(state.rng_seed, state.step + 1));
-    double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));
-    if (options.clip_norm > 0) {
-      double norm = gradient_norm(model.gradients(), model.parameter_count(), gradient_scale,
-                                  options.threads);
-      gradient_scale *= clip_factor(norm, options.clip_norm);
-    }
+    const uint64_t dropout_seed = dropout_seed_for_step(state.rng_seed, state.step + 1);
     const double lr = schedule.at(state.step + 1);
-    adam.step(model.parameters(), model.gradients(), lr, gradient_scale);
+    LossSums sums;
+#ifdef XF_TRAINER_CUDA
+    if (gpu) {  // the same step on the device (a mixed-precision overflow skips the update)
+      gpu->zero_gradients();
+      sums = gpu->forward_backward(batch, dropout_seed);
+      gpu->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
+                     options.clip_norm);
+    } else
+#endif
+    {
+      model.zero_gradients();
+      sums = model.forward_backward(batch, dropout_seed);
+      double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));
+      if (options.clip_norm > 0) {
+        double norm = gradient_norm(model.gradients(), model.parameter_count(), gradient_scale,
+                                    options.threads);
+        gradient_scale *= clip_factor(norm, options.clip_norm);
+      }
+      adam.step(model.parameters(), model.gradients(), lr, gradient_scale);
+    }
     ++state.step;
     state.data = batches.position();
     const int64_t batch_tokens = batch.source_tokens + batch.target_tokens;

@@ -34,6 +34,30 @@ void put_chunk(std::string& png, const char type[4], const std::string& data) {
   put_u32_be(png, xf::crc32(typed.data(), typed.size()));
 }
 
+// 3x5 pixel glyphs for axis labels: digits, '.', '-'; each row is 3 bits, high bit left.
+const uint8_t* glyph(char c) {
+  static const uint8_t digits[10][5] = {
+      {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1},
+      {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}};
+  static const uint8_t dot[5] = {0, 0, 0, 0, 2};
+  static const uint8_t minus[5] = {0, 0, 7, 0, 0};
+  if (c >= '0' && c <= '9') return digits[c - '0'];
+  if (c == '.') return dot;
+  if (c == '-') return minus;
+  return nullptr;
+}
+
+// Short label for an axis value: integers as such, others with up to 3 significant digits.
+std::string axis_label(double value) {
+  char buffer[32];
+  if (std::fabs(value - std::round(value)) < 1e-9 && std::fabs(value) < 1e9) {
+    std::snprintf(buffer, sizeof(buffer), "%.0f", value);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.3g", value);
+  }
+  return buffer;
+}
+
 }  // namespace
 
 std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb) {
@@ -84,7 +108,7 @@ std::string render_line_plot_png(const std::vector<PlotSeries>& series, int widt
     p[1] = g;
     p[2] = b;
   };
-  const int left = 50, right = width - 20, top = 20, bottom = height - 40;
+  const int left = 70, right = width - 30, top = 20, bottom = height - 40;
 
   double x_min = std::numeric_limits<double>::infinity(), x_max = -x_min;
   double y_min = x_min, y_max = -x_min;
@@ -109,6 +133,24 @@ std::string render_line_plot_png(const std::vector<PlotSeries>& series, int widt
     int gy = top + (bottom - top) * k / 5, gx = left + (right - left) * k / 5;
     for (int x = left; x <= right; ++x) set_pixel(x, gy, 225, 225, 225);
     for (int y = top; y <= bottom; ++y) set_pixel(gx, y, 225, 225, 225);
+  }
+  // Labels at the grid lines, 2x scaled glyphs: values on the left, steps below.
+  auto draw_text = [&](const std::string& text, int x, int y) {
+    for (char c : text) {
+      if (const uint8_t* g = glyph(c)) {
+        for (int row = 0; row < 5; ++row)
+          for (int col = 0; col < 3; ++col)
+            if (g[row] & (4 >> col))
+              for (int d = 0; d < 4; ++d) set_pixel(x + 2 * col + d % 2, y + 2 * row + d / 2, 60, 60, 60);
+      }
+      x += 8;
+    }
+  };
+  for (int k = 0; k <= 5; ++k) {
+    std::string y_label = axis_label(y_max - (y_max - y_min) * k / 5);
+    draw_text(y_label, left - 6 - 8 * static_cast<int>(y_label.size()), top + (bottom - top) * k / 5 - 5);
+    std::string x_label = axis_label(x_min + (x_max - x_min) * k / 5);
+    draw_text(x_label, left + (right - left) * k / 5 - 4 * static_cast<int>(x_label.size()), bottom + 8);
   }
   for (int x = left; x <= right; ++x) set_pixel(x, bottom, 90, 90, 90), set_pixel(x, top, 90, 90, 90);
   for (int y = top; y <= bottom; ++y) set_pixel(left, y, 90, 90, 90), set_pixel(right, y, 90, 90, 90);
