@@ -106,8 +106,13 @@ TEST(DataTrainLoop, CudaWithoutCudaIsAClearError) {
   auto values = tiny_run(write_reverse_corpus(dir, 20, 1), dir + "/run");
   values["device"] = "cuda";
   std::ostringstream log;
-  EXPECT_NE(error_of([&] { run_training(train_options_from_map(values), log); }).find("without CUDA"),
-            std::string::npos);
+  const std::string error = error_of([&] { run_training(train_options_from_map(values), log); });
+  // A build with CUDA training (trainer/cuda) trains where a GPU is visible, and says there is
+  // none otherwise.
+  if (error.empty()) GTEST_SKIP() << "skipped: this build trained on a CUDA GPU";
+  EXPECT_TRUE(error.find("without CUDA") != std::string::npos ||
+              error.find("no usable CUDA device") != std::string::npos)
+      << error;
 }
 
 TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {

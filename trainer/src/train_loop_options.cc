@@ -177,8 +177,10 @@ const std::vector<OptionSpec>& option_table() {
       {"seed", "N         seed for initialization, shuffling and dropout (default 1)",
        [](O& o, const std::string& v) { o.seed = static_cast<uint64_t>(to_int("seed", v, 0, kMaxInt)); },
        [](const O& o) { return std::to_string(o.seed); }},
-      {"device", "cpu|cuda (default cpu)",
-       [](O& o, const std::string& v) { o.device = to_choice("device", v, {"cpu", "cuda"}); },
+      {"device", "cpu|cuda|cuda-f32 (default cpu; cuda: f16 mixed precision with loss scaling)",
+       [](O& o, const std::string& v) {
+         o.device = to_choice("device", v, {"cpu", "cuda", "cuda-f32"});
+       },
        [](const O& o) { return o.device; }},
       {"threads", "N      CPU threads (default 2)",
        [](O& o, const std::string& v) { o.threads = static_cast<int>(to_int("threads", v, 1, 1024)); },

@@ -44,7 +44,7 @@ struct TrainOptions {
   int64_t epochs = 0;                   // --epochs (0: no limit)
   double max_minutes = 0;               // --max-minutes: wall-time budget (0: no limit)
   uint64_t seed = 1;                    // --seed: initialization, shuffling, dropout
-  std::string device = "cpu";           // --device cpu|cuda
+  std::string device = "cpu";           // --device cpu|cuda|cuda-f32
   int threads = 2;                      // --threads
   // Output and schedule of side work
   std::string out_dir;                  // --out, required
