@@ -157,7 +157,7 @@ ValidationResult validate(TransformerModel& model, const ValidationSet& set,
   return result;
 }
 
-// A loss curve, its moving average and the validation points, as a PNG.
+// The training NLL per step, its moving average and the validation NLL points, as a PNG.
 void write_plot(const std::string& csv_path, const std::string& png_path) {
   std::ifstream in(csv_path);
   std::string line;
@@ -174,9 +174,11 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
     while (std::getline(row, field, ',')) fields.push_back(field);
     if (fields.size() < 4) continue;
     double step = std::atof(fields[1].c_str()), loss = std::atof(fields[3].c_str());
-    if (fields[0] == "train") {
+    if (fields[0] == "train" && fields.size() >= 5) {
+      // The plain NLL (log of the ppl column), comparable with the validation loss; the loss
+      // column is label-smoothed.
       train.x.push_back(step);
-      train.y.push_back(loss);
+      train.y.push_back(std::log(std::atof(fields[4].c_str())));
     } else if (fields[0] == "valid") {
       valid.x.push_back(step);
       valid.y.push_back(loss);
