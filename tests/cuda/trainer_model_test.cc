@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct ModelCase {
   float dropout;
   CudaPrecision precision;
 };
+
+// ctest shows the case's name rather than its bytes.
+void PrintTo(const ModelCase& c, std::ostream* out) { *out << c.name; }
 
 ModelConfig tiny_config(const ModelCase& c) {
   ModelConfig config;
