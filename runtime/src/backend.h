@@ -43,6 +43,15 @@ class Backend {
   // (positions 0..step). parents: [rows].
   virtual void reorder_cache(const int32_t* parents, int64_t step) = 0;
 
+  // Drops the finished sentences of the batch last encoded, so that later steps compute only
+  // the others: new sentence i is old sentence kept[i] (kept ascending, count >= 1). Moves the
+  // cross-attention K/V and source lengths; the self-attention caches move with the
+  // reorder_cache() that follows, whose parents index the rows as they were before.
+  // A backend that cannot returns false from can_drop_sentences(); the search then keeps
+  // finished sentences' rows until the batch ends.
+  virtual bool can_drop_sentences() const { return false; }
+  virtual void keep_sentences(const int32_t* kept, int64_t count);
+
   // For tests against a reference: the last encoder output [sentences, source_len, d_model] and
   // the last step's logits [rows, target_vocab], copied to host memory.
   virtual void copy_encoder_output(float* out) const = 0;

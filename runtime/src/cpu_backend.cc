@@ -228,6 +228,8 @@ class CpuBackend final : public Backend {
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
   void reorder_cache(const int32_t* parents, int64_t step) override;
+  bool can_drop_sentences() const override { return true; }
+  void keep_sentences(const int32_t* kept, int64_t count) override;
   void copy_encoder_output(float* out) const override {
     std::memcpy(out, memory_, sizeof(float) * sentences_ * source_len_ * d_);
   }
@@ -545,6 +547,20 @@ void CpuBackend::reorder_cache(const int32_t* parents, int64_t step) {
                      self_v_[next] + offset, cache_row_stride_, threads_);
   }
   current_cache_ = next;
+}
+
+void CpuBackend::keep_sentences(const int32_t* kept, int64_t count) {
+  if (count < 1 || count > sentences_) throw Error("internal: keep_sentences() outside the batch");
+  // kept is ascending, so every block moves towards the front: in place, in order.
+  const int64_t block = source_len_ * 2 * d_;  // one sentence's cross K/V in one layer
+  for (size_t l = 0; l < decoder_.size(); ++l) {
+    float* layer = cross_kv_ + l * cross_kv_layer_stride_;
+    for (int64_t i = 0; i < count; ++i)
+      if (kept[i] != i) std::memmove(layer + i * block, layer + kept[i] * block, sizeof(float) * block);
+  }
+  for (int64_t i = 0; i < count; ++i) source_lengths_[i] = source_lengths_[kept[i]];
+  sentences_ = count;
+  rows_ = sentences_ * beam_;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "search.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +11,10 @@
 #include "xf/error.h"
 
 namespace xf::runtime {
+
+void Backend::keep_sentences(const int32_t*, int64_t) {
+  throw Error("internal: this backend cannot drop sentences from a batch");
+}
 
 float length_penalty(int64_t length, float alpha) {
   return std::pow((5.0f + static_cast<float>(length)) / 6.0f, alpha);
@@ -33,6 +39,8 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
   finished_ids_.resize(plan.max_sentences * max_finished_ * len);
   finished_.resize(plan.max_sentences * max_finished_);
   finished_count_.resize(plan.max_sentences);
+  slot_sentence_.resize(plan.max_sentences);
+  kept_slots_.resize(plan.max_sentences);
 }
 
 void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
@@ -42,6 +50,7 @@ void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, 
     max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);
     done_[s] = 0;
     finished_count_[s] = 0;
+    slot_sentence_[s] = static_cast<int32_t>(s);
   }
   if (beam == 1 && use_greedy_for_beam_one)
     greedy(backend, sentences, options);
@@ -64,38 +73,70 @@ void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count
   ++count;
 }
 
+int64_t Search::drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history) {
+  const int64_t stride = plan_.max_target_len;
+  int64_t kept = 0;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    if (done_[slot]) continue;
+    // Kept slots move towards the front, so every copy below reads a row not yet overwritten.
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t from = slot * k + j, to = kept * k + j;
+      parents_[to] = parents_[from];
+      tokens_[to] = tokens_[from];
+      log_probs_[to] = log_probs_[from];
+      if (from != to) std::memcpy(history + to * stride, history + from * stride, sizeof(int32_t) * stride);
+    }
+    kept_slots_[kept] = static_cast<int32_t>(slot);
+    slot_sentence_[kept] = slot_sentence_[slot];
+    done_[kept] = 0;
+    ++kept;
+  }
+  backend.keep_sentences(kept_slots_.data(), kept);
+  return kept;
+}
+
 void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions& options) {
+  // Row = slot: the sentences still decoding, in order; finished ones are dropped from the batch
+  // when the backend can (their slots are then reused by the ones after them).
   const int64_t stride = plan_.max_target_len;
   int32_t* history = history_[0].data();
   for (int64_t s = 0; s < sentences; ++s) {
     tokens_[s] = config_.bos_id;
     log_probs_[s] = 0.0f;
   }
+  const bool can_drop = backend.can_drop_sentences();
+  int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), 1, step);
     backend.top_k(nullptr, 1, top_values_.data(), top_ids_.data());
-    bool active = false;
-    for (int64_t s = 0; s < sentences; ++s) {
-      if (done_[s]) continue;
-      const int32_t token = top_ids_[s];
-      log_probs_[s] += top_values_[s];
-      int32_t* ids = history + s * stride;
+    bool active = false, finished_now = false;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      parents_[slot] = static_cast<int32_t>(slot);
+      if (done_[slot]) continue;
+      const int64_t s = slot_sentence_[slot];
+      const int32_t token = top_ids_[slot];
+      log_probs_[slot] += top_values_[slot];
+      int32_t* ids = history + slot * stride;
       if (token == config_.eos_id) {
-        add_finished(s, ids, step, step + 1, log_probs_[s], options.length_penalty);
-        done_[s] = 1;
+        add_finished(s, ids, step, step + 1, log_probs_[slot], options.length_penalty);
+        done_[slot] = finished_now = 1;
         continue;
       }
       ids[step] = token;
-      tokens_[s] = token;
+      tokens_[slot] = token;
       if (step + 1 == max_length_[s]) {
-        add_finished(s, ids, step + 1, step + 1, log_probs_[s], options.length_penalty);
-        done_[s] = 1;
+        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], options.length_penalty);
+        done_[slot] = finished_now = 1;
       } else {
         active = true;
       }
     }
     if (!active) break;
+    if (finished_now && can_drop) {
+      slots = drop_finished(backend, slots, 1, history);
+      backend.reorder_cache(parents_.data(), step);
+    }
   }
 }
 
@@ -103,13 +144,16 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
                          const TranslateOptions& options) {
   // The beam of a sentence shrinks as its hypotheses finish: with f finished, the best k - f
   // continuations of the k - f live hypotheses are kept (tests/reference/README.md). Live
-  // hypotheses occupy the first rows of the sentence's k rows, best first.
+  // hypotheses occupy the first rows of their slot's k rows, best first. Finished sentences
+  // are dropped from the batch when the backend can.
   const int64_t stride = plan_.max_target_len;
   const int64_t k = beam;
   for (int64_t row = 0; row < sentences * k; ++row) {
     tokens_[row] = config_.bos_id;
     log_probs_[row] = 0.0f;
   }
+  const bool can_drop = backend.can_drop_sentences();
+  int64_t slots = sentences;
   int current = 0;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
@@ -118,11 +162,12 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
     backend.top_k(log_probs_.data(), k, top_values_.data(), top_ids_.data());
     const int32_t* history = history_[current].data();
     int32_t* next_history = history_[1 - current].data();
-    bool active = false, reorder = false;
-    for (int64_t s = 0; s < sentences; ++s) {
-      const int64_t first_row = s * k;
+    bool active = false, reorder = false, finished_now = false;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      const int64_t first_row = slot * k;
       for (int64_t j = 0; j < k; ++j) parents_[first_row + j] = static_cast<int32_t>(first_row + j);
-      if (done_[s]) continue;
+      if (done_[slot]) continue;
+      const int64_t s = slot_sentence_[slot];
       // At the first step every row holds the same BOS prefix: only the first one is live.
       const int64_t live = step == 0 ? 1 : k - finished_count_[s];
       const int64_t width = k - finished_count_[s];
@@ -161,13 +206,18 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         log_probs_[row] = c[i].log_prob;
         ++next_live;
       }
-      if (next_live == 0)
-        done_[s] = 1;  // every beam has ended
-      else
+      if (next_live == 0) {
+        done_[slot] = finished_now = true;  // every beam has ended
+      } else {
         active = true;
+      }
     }
     current = 1 - current;
     if (!active) break;
+    if (finished_now && can_drop) {
+      slots = drop_finished(backend, slots, k, history_[current].data());
+      reorder = true;
+    }
     if (reorder) backend.reorder_cache(parents_.data(), step);
   }
 }

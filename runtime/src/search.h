@@ -49,6 +49,9 @@ class Search {
 
   void greedy(Backend& backend, int64_t sentences, const TranslateOptions& options);
   void beam_search(Backend& backend, int64_t sentences, int64_t beam, const TranslateOptions& options);
+  // Removes the slots marked done (greedy: k = 1), moving the rest of the host state and the
+  // backend's batch forward; parents_ then maps new rows to old ones. Returns the slots left.
+  int64_t drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history);
   void add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
                     float log_prob, float alpha);
   void write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results);
@@ -60,7 +63,11 @@ class Search {
   std::vector<int32_t> source_ids_;      // [max_sentences, max_source_len]
   std::vector<int32_t> source_lengths_;  // [max_sentences]
   std::vector<int64_t> max_length_;      // [max_sentences] output limit per sentence
-  std::vector<uint8_t> done_;            // [max_sentences]
+  // Slot: a sentence's place in the backend's batch; finished sentences are dropped, so a
+  // slot's sentence changes. max_length_, finished_* are by sentence, done_ by slot.
+  std::vector<int32_t> slot_sentence_;   // [max_sentences]
+  std::vector<int32_t> kept_slots_;      // [max_sentences]
+  std::vector<uint8_t> done_;            // [max_sentences] by slot
   std::vector<int32_t> tokens_;          // [max_rows] each row's next input
   std::vector<float> log_probs_;         // [max_rows] each row's cumulative log-probability
   std::vector<int32_t> history_[2];      // [max_rows, max_target_len] tokens so far per row
