@@ -66,9 +66,11 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads,
                                           std::optional<DType> matrix_dtype = std::nullopt);
 
-// Only in builds with CUDA (XF_WITH_CUDA): computes in f16 when the model's matrices are stored
-// in f16/bf16, else in f32. Throws xf::Error when no CUDA device is available or the plan
-// exceeds a CUDA kernel's limit.
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan);
+// Only in builds with CUDA (XF_WITH_CUDA). compute_dtype: f32 or f16 (f16 storage, f32
+// accumulation); unset: f16 when the model's matrices are stored in f16/bf16, else f32. Throws
+// xf::Error for another dtype, when no CUDA device is available or when the plan exceeds a
+// CUDA kernel's limit.
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan,
+                                           std::optional<DType> compute_dtype = std::nullopt);
 
 }  // namespace xf::runtime

@@ -8,9 +8,9 @@
 // positions, parents, row offsets, the top-k output). Translating makes no cudaMalloc, cudaFree
 // or cudaMallocHost call (tests/cuda/runtime_allocation_test.cc counts them).
 //
-// Compute type: f16 (f16 storage, f32 accumulation in every product and reduction) when every
-// matrix of the model file is f16 or bf16; f32 otherwise (f32 and int8 files: int8 weights are
-// dequantized to f32 at upload). The logits are f32 either way (the output projection writes f32),
+// Compute type: TranslatorOptions::weight_dtype, f32 or f16 (f16 storage, f32 accumulation in
+// every product and reduction); unset: f16 when every matrix of the model file is f16 or bf16,
+// f32 otherwise (f32 and int8 files: int8 weights are dequantized to f32 at upload). The logits are f32 either way (the output projection writes f32),
 // so the search sees the same kind of numbers on every device.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -722,7 +723,11 @@ bool stored_in_16_bits(const ModelFile& file) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan) {
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan,
+                                           std::optional<DType> compute_dtype) {
+  if (compute_dtype && *compute_dtype != DType::f32 && *compute_dtype != DType::f16)
+    throw Error(std::string("device cuda: weights cannot be converted to ") + dtype_name(*compute_dtype) +
+                " on CUDA (f32 or f16)");
   check_cuda_limits(plan);
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
@@ -733,7 +738,8 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan&
   if (count == 0) throw Error("device cuda: no CUDA device is available");
   int device = 0;
   XF_CUDA_CHECK(cudaGetDevice(&device));
-  if (stored_in_16_bits(model.file())) return std::make_unique<CudaBackend<half>>(model, plan, device);
+  const bool f16 = compute_dtype ? *compute_dtype == DType::f16 : stored_in_16_bits(model.file());
+  if (f16) return std::make_unique<CudaBackend<half>>(model, plan, device);
   return std::make_unique<CudaBackend<float>>(model, plan, device);
 }
 

@@ -28,7 +28,7 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
     case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads, options_.weight_dtype); break;
     case Device::cuda:
 #ifdef XF_WITH_CUDA
-      backend_ = runtime::make_cuda_backend(*model_, *plan_);
+      backend_ = runtime::make_cuda_backend(*model_, *plan_, options_.weight_dtype);
       break;
 #else
       throw Error("device cuda: xf was built without CUDA");

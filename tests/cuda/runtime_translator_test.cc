@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -98,6 +99,15 @@ TEST(cuda_runtime_device, PlanBeyondTheKernelsLimitsIsRefusedBeforeTouchingAGpu)
     EXPECT_NE(std::string(e.what()).find("beam 17 exceeds the CUDA top-k limit of 16"), std::string::npos)
         << e.what();
   }
+  // int8 products are CPU-only.
+  try {
+    TranslatorOptions options = cuda_options(2, 2, 16);
+    options.weight_dtype = DType::int8;
+    Translator translator(model, options);
+    FAIL() << "int8 weights were accepted on CUDA";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "device cuda: weights cannot be converted to int8 on CUDA (f32 or f16)");
+  }
   // 65536 rows: beyond the attention and gather kernels' grids.
   try {
     Translator translator(model, cuda_options(16384, 4, 4));
@@ -109,22 +119,30 @@ TEST(cuda_runtime_device, PlanBeyondTheKernelsLimitsIsRefusedBeforeTouchingAGpu)
 
 // ---- golden cases: the PyTorch reference and the CPU backend ---------------------------------
 
+// The golden model stored as `dtype`; the CUDA backend computes in f16 for an f16 file, and for
+// an f32 file when f16_at_load (TranslatorOptions::weight_dtype f16).
 struct GoldenCase {
   std::string name;
   DType dtype;
+  bool f16_at_load = false;
 };
 
 std::string golden_case_label(const ::testing::TestParamInfo<GoldenCase>& info) {
-  return info.param.name + "_" + dtype_name(info.param.dtype);
+  return info.param.name + "_" + dtype_name(info.param.dtype) + (info.param.f16_at_load ? "_as_f16" : "");
 }
 // Test names in ctest's list (instead of the parameter's bytes).
-void PrintTo(const GoldenCase& c, std::ostream* out) { *out << c.name << " " << dtype_name(c.dtype); }
+void PrintTo(const GoldenCase& c, std::ostream* out) {
+  *out << c.name << " " << dtype_name(c.dtype) << (c.f16_at_load ? " as f16" : "");
+}
 
 std::vector<GoldenCase> golden_cases(bool with_f16) {
   std::vector<GoldenCase> cases;
   for (const std::string& name : golden::golden_case_names()) {
     cases.push_back({name, DType::f32});
-    if (with_f16) cases.push_back({name, DType::f16});
+    if (with_f16) {
+      cases.push_back({name, DType::f16});
+      cases.push_back({name, DType::f32, true});
+    }
   }
   return cases;
 }
@@ -135,7 +153,8 @@ class cuda_runtime_golden : public ::testing::TestWithParam<GoldenCase> {
     XF_SKIP_WITHOUT_GPU();
     file_ = golden::load_golden(golden::golden_path(GetParam().name));
     model_ = golden_model(GetParam().name, GetParam().dtype);
-    f32_ = GetParam().dtype == DType::f32;
+    f32_ = GetParam().dtype == DType::f32 && !GetParam().f16_at_load;
+    if (GetParam().f16_at_load) compute_dtype_ = DType::f16;
     sources_ = golden::golden_rows(file_, "source.ids", "source.lengths");
     for (auto& s : sources_) s.pop_back();  // the runtime appends EOS itself
   }
@@ -143,7 +162,8 @@ class cuda_runtime_golden : public ::testing::TestWithParam<GoldenCase> {
 
   golden::GoldenFile file_;
   std::shared_ptr<const Model> model_;
-  bool f32_ = true;
+  bool f32_ = true;                     // f32 compute on the GPU
+  std::optional<DType> compute_dtype_;  // for make_cuda_backend: unset follows the file
   std::vector<std::vector<int32_t>> sources_;
 };
 
@@ -158,7 +178,7 @@ TEST_P(cuda_runtime_golden, EncoderOutputAndStepLogitsMatchCpuAndReference) {
   options.beam = 1;
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
-  auto cuda_backend = runtime::make_cuda_backend(*model_, plan);
+  auto cuda_backend = runtime::make_cuda_backend(*model_, plan, compute_dtype_);
   auto cpu_backend = runtime::make_cpu_backend(*model_, plan, 1);
   const double tolerance = f32_ ? kF32Tolerance : kF16Tolerance;
 

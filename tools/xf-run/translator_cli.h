@@ -69,7 +69,8 @@ struct TranslatorCli {
       const std::string name = value();
       if (name == "f32") translator.weight_dtype = DType::f32;
       else if (name == "int8") translator.weight_dtype = DType::int8;
-      else if (name != "stored") throw UsageError{"--dtype expects stored, f32 or int8, got '" + name + "'"};
+      else if (name == "f16") translator.weight_dtype = DType::f16;
+      else if (name != "stored") throw UsageError{"--dtype expects stored, f32, f16 or int8, got '" + name + "'"};
     } else if (arg == "--length-penalty") {
       translate.length_penalty = parse_number(arg, value());
     } else if (arg == "--max-len-a") {
@@ -104,9 +105,10 @@ inline const char* translator_options_help() {
   --threads N           CPU threads (default 1)
   --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
                         max_positions); a longer line is an error
-  --dtype stored|f32|int8
+  --dtype stored|f32|f16|int8
                         weight matrices as stored in the file (default; f16/bf16 are widened to
-                        f32), or converted at load: f32, or int8 with per-row scales
+                        f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
+                        with per-row scales (CPU only), or f16 (CUDA only: f16 compute)
   --length-penalty A    GNMT length penalty alpha (default 0.6)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)

@@ -33,6 +33,8 @@ struct TranslatorOptions {
   int threads = 1;           // CPU threads for the kernels
   // Weight matrices converted at load: f32 (widens f16/bf16/int8) or int8 (per-row symmetric
   // quantization of f32/f16/bf16). Unset: as stored, with f16/bf16 widened to f32 on the CPU.
+  // On CUDA this is the compute type: f32, or f16 (f32 accumulation); int8 is CPU-only; unset
+  // computes in f16 when the matrices are stored in f16/bf16, else in f32.
   std::optional<DType> weight_dtype;
   // The plan's longest output, in generated tokens (EOS included):
   // max_len_a * max_source_len + max_len_b, capped by the model's max_positions.
