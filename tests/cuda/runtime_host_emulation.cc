@@ -218,19 +218,21 @@ void emulated_embed(const T* table, int64_t vocab, int64_t dim, const int32_t* i
 
 template <typename T>
 void emulated_layer_norm(const T* x, const T* bias, const T* residual, const T* gamma, const T* beta,
-                         float epsilon, int64_t rows, int64_t dim, T* out) {
+                         float epsilon, int64_t rows, int64_t dim, T* out, float* mean, float* rstd) {
   check_span(x, sizeof(T) * rows * dim, "layer_norm x");
   if (bias != nullptr) check_span(bias, sizeof(T) * dim, "layer_norm bias");
   if (residual != nullptr) check_span(residual, sizeof(T) * rows * dim, "layer_norm residual");
   check_span(gamma, sizeof(T) * dim, "layer_norm gamma");
   check_span(beta, sizeof(T) * dim, "layer_norm beta");
   check_span(out, sizeof(T) * rows * dim, "layer_norm out");
+  if (mean != nullptr) check_span(mean, sizeof(float) * rows, "layer_norm mean");
+  if (rstd != nullptr) check_span(rstd, sizeof(float) * rows, "layer_norm rstd");
   const std::vector<float> wx = widen(x, rows * dim), wb = widen(bias, dim), wr = widen(residual, rows * dim),
                            wg = widen(gamma, dim), wbeta = widen(beta, dim);
   std::vector<float> result(rows * dim);
   cpu::add_bias_residual_layer_norm(wx.data(), bias ? wb.data() : nullptr, residual ? wr.data() : nullptr,
-                                    wg.data(), wbeta.data(), epsilon, rows, dim, result.data(), nullptr,
-                                    nullptr, 1);
+                                    wg.data(), wbeta.data(), epsilon, rows, dim, result.data(), mean,
+                                    rstd, 1);
   narrow(result, out);
 }
 
@@ -290,7 +292,7 @@ void emulated_split_heads(const T* packed, int64_t packed_stride, const T* bias,
 template <typename T>
 void emulated_attention(const T* q, HeadStrides q_strides, const T* k, HeadStrides k_strides, const T* v,
                         HeadStrides v_strides, T* out, HeadStrides out_strides, const AttentionShape& shape,
-                        const int32_t* key_lengths, int64_t causal_offset) {
+                        const int32_t* key_lengths, int64_t causal_offset, float* probabilities = nullptr) {
   if (shape.key_len > max_attention_key_len()) throw Error("emulated attention: key_len beyond the limit");
   const size_t q_bytes = view_bytes<T>(q_strides, shape.batch, shape.heads, shape.query_len, shape.head_dim);
   const size_t k_bytes = view_bytes<T>(k_strides, shape.batch, shape.heads, shape.key_len, shape.head_dim);
@@ -301,6 +303,10 @@ void emulated_attention(const T* q, HeadStrides q_strides, const T* k, HeadStrid
   check_span(v, v_bytes, "attention v");
   check_span(out, out_bytes, "attention out");
   if (key_lengths != nullptr) check_span(key_lengths, sizeof(int32_t) * shape.batch, "attention key_lengths");
+  if (probabilities != nullptr)  // the trainer keeps them for its backward pass
+    check_span(probabilities,
+               sizeof(float) * shape.batch * shape.heads * shape.query_len * shape.key_len,
+               "attention probabilities");
   const std::vector<float> wq = widen(q, q_bytes / sizeof(T)), wk = widen(k, k_bytes / sizeof(T)),
                            wv = widen(v, v_bytes / sizeof(T));
   std::vector<float> result = widen(out, out_bytes / sizeof(T));
@@ -308,7 +314,7 @@ void emulated_attention(const T* q, HeadStrides q_strides, const T* k, HeadStrid
   const cpu::AttentionShape cpu_shape{shape.batch, shape.heads, shape.query_len, shape.key_len, shape.head_dim};
   cpu::attention(wq.data(), cpu_strides(q_strides), wk.data(), cpu_strides(k_strides), wv.data(),
                  cpu_strides(v_strides), result.data(), cpu_strides(out_strides), cpu_shape, key_lengths,
-                 causal_offset, nullptr, scratch.data(), 1);
+                 causal_offset, probabilities, scratch.data(), 1);
   narrow(result, out);
 }
 
@@ -369,13 +375,13 @@ void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids, co
 
 void add_bias_residual_layer_norm(const float* x, const float* bias, const float* residual, const float* gamma,
                                   const float* beta, float epsilon, int64_t rows, int64_t dim, float* out,
-                                  float*, float*, cudaStream_t) {
-  emulated_layer_norm(x, bias, residual, gamma, beta, epsilon, rows, dim, out);
+                                  float* mean, float* rstd, cudaStream_t) {
+  emulated_layer_norm(x, bias, residual, gamma, beta, epsilon, rows, dim, out, mean, rstd);
 }
 void add_bias_residual_layer_norm(const half* x, const half* bias, const half* residual, const half* gamma,
-                                  const half* beta, float epsilon, int64_t rows, int64_t dim, half* out, float*,
-                                  float*, cudaStream_t) {
-  emulated_layer_norm(x, bias, residual, gamma, beta, epsilon, rows, dim, out);
+                                  const half* beta, float epsilon, int64_t rows, int64_t dim, half* out, float* mean,
+                                  float* rstd, cudaStream_t) {
+  emulated_layer_norm(x, bias, residual, gamma, beta, epsilon, rows, dim, out, mean, rstd);
 }
 
 void add_bias_residual(float* x, const float* bias, const float* residual, int64_t rows, int64_t dim, cudaStream_t) {
@@ -405,13 +411,15 @@ void add_bias_split_heads(const half* packed, int64_t packed_stride, const half*
 
 void attention(const float* q, HeadStrides q_strides, const float* k, HeadStrides k_strides, const float* v,
                HeadStrides v_strides, float* out, HeadStrides out_strides, const AttentionShape& shape,
-               const int32_t* key_lengths, int64_t causal_offset, float*, cudaStream_t) {
-  emulated_attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape, key_lengths, causal_offset);
+               const int32_t* key_lengths, int64_t causal_offset, float* probabilities, cudaStream_t) {
+  emulated_attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape, key_lengths, causal_offset,
+                     probabilities);
 }
 void attention(const half* q, HeadStrides q_strides, const half* k, HeadStrides k_strides, const half* v,
                HeadStrides v_strides, half* out, HeadStrides out_strides, const AttentionShape& shape,
-               const int32_t* key_lengths, int64_t causal_offset, float*, cudaStream_t) {
-  emulated_attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape, key_lengths, causal_offset);
+               const int32_t* key_lengths, int64_t causal_offset, float* probabilities, cudaStream_t) {
+  emulated_attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape, key_lengths, causal_offset,
+                     probabilities);
 }
 int64_t max_attention_key_len() { return 12 * 1024 - 1024; }  // as attention.cu
 

@@ -69,19 +69,31 @@ trainer::Batch random_batch(const ModelConfig& config, RandomInputs& random, int
   return trainer::make_batch(config, sources, targets);
 }
 
-// Every gradient element within tolerance * (|cpu| + the largest |cpu| of its parameter).
+// Every gradient element within tolerance * (|cpu| + scale), scale being the largest |cpu| of
+// its parameter, or at least floor. f32 compares with floor 0. Mixed precision uses the RMS of
+// the whole gradient as floor: where a parameter's gradients are the small difference of large
+// terms (the softmax backward of a nearly uniform attention gives the cross-attention query tiny
+// gradients), f16 rounding of those terms leaves errors of the terms' magnitude, not the
+// result's.
 void expect_gradients_close(const TransformerModel& cpu, const std::vector<float>& device,
-                            double tolerance) {
+                            double tolerance, bool floor_at_rms) {
+  double floor = 0;
+  if (floor_at_rms) {
+    for (size_t i = 0; i < cpu.parameter_count(); ++i)
+      floor += double(cpu.gradients()[i]) * cpu.gradients()[i];
+    floor = std::sqrt(floor / cpu.parameter_count());
+  }
   for (const trainer::ParameterSlot& slot : cpu.slots()) {
     const float* expected = cpu.gradients() + slot.offset;
     double largest = 0;
     for (size_t i = 0; i < slot.size; ++i) largest = std::max(largest, std::fabs(double(expected[i])));
+    const double scale = std::max(largest, floor);
     int bad = 0;
     for (size_t i = 0; i < slot.size; ++i) {
       const double got = device[slot.offset + i], want = expected[i];
-      if (std::fabs(got - want) > tolerance * (std::fabs(want) + largest) && ++bad <= 3)
+      if (std::fabs(got - want) > tolerance * (std::fabs(want) + scale) && ++bad <= 3)
         ADD_FAILURE() << slot.spec.name << "[" << i << "]: CUDA " << got << ", CPU " << want
-                      << " (largest |gradient| " << largest << ")";
+                      << " (largest |gradient| " << largest << ", floor " << floor << ")";
     }
     EXPECT_EQ(bad, 0) << slot.spec.name;
   }
@@ -104,6 +116,16 @@ TEST_P(cuda_trainer_model_vs_cpu, LossAndGradientsMatchCpuModel) {
 
   TransformerModel cpu(config, options, 1);
   cpu.initialize(static_cast<uint64_t>(random.integer(1, 1 << 30)));
+  if (c.precision == CudaPrecision::mixed_f16) {
+    // ReLU's kink: an FFN pre-activation within f16 rounding of 0 switches its unit's gradient
+    // on in one backend and off in the other, a jump no tolerance covers (in this tiny model one
+    // such unit moved a layer's gradients by 10%). An inner bias of 4 (about 4 standard
+    // deviations of the pre-activations) keeps them away from 0 here; the f32 cases test the kink.
+    for (const trainer::ParameterSlot& slot : cpu.slots())
+      if (slot.spec.name.size() > 15 &&
+          slot.spec.name.compare(slot.spec.name.size() - 15, 15, ".ffn.inner.bias") == 0)
+        std::fill(cpu.parameters() + slot.offset, cpu.parameters() + slot.offset + slot.size, 4.0f);
+  }
   // A loss scale of 2^10 keeps this single step clear of f16 overflow (training would skip an
   // overflowing step and halve the scale; here the gradients themselves are compared).
   trainer::LossScaleOptions loss_scale;
@@ -132,7 +154,7 @@ TEST_P(cuda_trainer_model_vs_cpu, LossAndGradientsMatchCpuModel) {
     EXPECT_NEAR(got.nll_sum, want.nll_sum, tolerance * std::fabs(want.nll_sum));
     std::vector<float> gradients(cpu.parameter_count());
     gpu.copy_gradients_to(gradients.data());
-    expect_gradients_close(cpu, gradients, tolerance);
+    expect_gradients_close(cpu, gradients, tolerance, c.precision == CudaPrecision::mixed_f16);
 
     const trainer::LossSums want_eval = cpu.evaluate(batch);
     const trainer::LossSums got_eval = gpu.evaluate(batch);
