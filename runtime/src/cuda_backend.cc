@@ -250,6 +250,8 @@ class CudaBackend final : public Backend {
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
   void reorder_cache(const int32_t* parents, int64_t step) override;
+  bool can_drop_sentences() const override { return true; }
+  void keep_sentences(const int32_t* kept, int64_t count) override;
   void copy_encoder_output(float* out) const override;
   void copy_logits(float* out) const override;
   size_t arena_bytes() const override { return arena_->capacity(); }
@@ -353,8 +355,9 @@ class CudaBackend final : public Backend {
     *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
   float* logits_ = nullptr;  // [rows, vocab] f32
 
-  // The batch last encoded.
+  // The batch last encoded (sentences_ shrinks as keep_sentences() drops finished ones).
   int64_t sentences_ = 0, source_len_ = 0, rows_ = 0, beam_ = 1;
+  std::vector<int32_t> batch_lengths_;  // [max_sentences] the batch's source lengths, on the host
 };
 
 template <typename T>
@@ -371,6 +374,7 @@ CudaBackend<T>::CudaBackend(const Model& model, const MemoryPlan& plan, int devi
   pre_norm_ = config_.norm_position == NormPosition::pre;
   prepare_weights();
   plan_arena();
+  batch_lengths_.resize(plan_.max_sentences);
   cuda::bind_cublas_handle(cublas_.handle, stream(), cublas_workspace_, cublas_workspace_bytes_);
   // The weights went up with cudaMemcpy on the legacy stream, which a non-blocking stream does
   // not wait for.
@@ -530,6 +534,7 @@ void CudaBackend<T>::encode(const int32_t* source_ids, const int32_t* source_len
   const int64_t total_rows = sentences * source_len;
   std::copy(source_ids, source_ids + total_rows, source_ids_.begin_write());
   const int32_t* ids = source_ids_.upload(total_rows, stream());
+  std::copy(source_lengths, source_lengths + sentences, batch_lengths_.begin());
   std::copy(source_lengths, source_lengths + sentences, source_lengths_.begin_write());
   const int32_t* lengths = source_lengths_.upload(sentences, stream());
 
@@ -681,6 +686,28 @@ void CudaBackend<T>::reorder_cache(const int32_t* parents, int64_t step) {
                       self_v_[next] + offset, cache_row_stride_, stream());
   }
   current_cache_ = next;
+}
+
+template <typename T>
+void CudaBackend<T>::keep_sentences(const int32_t* kept, int64_t count) {
+  if (count < 1 || count > sentences_) throw Error("internal: keep_sentences() outside the batch");
+  for (int64_t i = 0; i < count; ++i)
+    if (kept[i] < i || kept[i] >= sentences_ || (i > 0 && kept[i] <= kept[i - 1]))
+      throw Error("internal: keep_sentences() needs ascending sentences of the batch");
+  // kept is ascending, so every sentence moves towards the front: copies in stream order, each
+  // one sentence's cross K|V in every layer (one row of source_len * 2d per layer).
+  const int64_t block = source_len_ * 2 * d_;
+  const size_t pitch = sizeof(T) * cross_kv_layer_stride_;
+  for (int64_t i = 0; i < count; ++i) {
+    if (kept[i] == i || decoder_.empty()) continue;
+    XF_CUDA_CHECK(cudaMemcpy2DAsync(cross_kv_ + i * block, pitch, cross_kv_ + kept[i] * block, pitch,
+                                    sizeof(T) * block, decoder_.size(), cudaMemcpyDeviceToDevice, stream()));
+  }
+  for (int64_t i = 0; i < count; ++i) batch_lengths_[i] = batch_lengths_[kept[i]];
+  std::copy(batch_lengths_.begin(), batch_lengths_.begin() + count, source_lengths_.begin_write());
+  source_lengths_.upload(count, stream());
+  sentences_ = count;
+  rows_ = sentences_ * beam_;
 }
 
 template <typename T>

@@ -135,6 +135,16 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
   return cudaMemcpy(dst, src, bytes, kind);
 }
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                              size_t height, cudaMemcpyKind kind, cudaStream_t) {
+  if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidPitchValue;
+  for (size_t row = 0; row < height; ++row) {
+    const cudaError_t status = cudaMemcpy(static_cast<char*>(dst) + row * dst_pitch,
+                                          static_cast<const char*>(src) + row * src_pitch, width, kind);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
