@@ -709,9 +709,7 @@ void BasicTransformerModel<T>::set_options(const TrainingOptions& options) {
   check(options.dropout, "dropout");
   check(options.attention_dropout, "attention dropout");
   check(options.label_smoothing, "label smoothing");
-  // The arenas' layout depends on whether attention dropout masks exist: replan on next use.
-  impl_->B = 0;
-  impl_->options = options;
+  impl_->options = options;  // every forward pass plans its arenas anew from these
 }
 template <typename T>
 int BasicTransformerModel<T>::threads() const { return impl_->threads; }
