@@ -206,6 +206,8 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     throw Error("--device " + options.device +
                 ": xf-train was built without CUDA training support (use --device cpu)");
   }
+#else
+  if (options.device != "cpu") require_cuda_training_device();  // before any long work
 #endif
   const CorpusLanguages languages = corpus_languages(options);
   // Fail before any long work (SentencePiece training) when an input is missing.

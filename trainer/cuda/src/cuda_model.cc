@@ -59,6 +59,19 @@ const char* to_string(CudaPrecision precision) {
   return precision == CudaPrecision::f32 ? "f32" : "mixed-f16";
 }
 
+void require_cuda_training_device(int device) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    throw Error(std::string("CUDA training: no usable CUDA device (") +
+                (status != cudaSuccess ? cudaGetErrorString(status) : "none visible") + ")");
+  }
+  if (device < 0 || device >= count)
+    throw Error("CUDA training: device " + std::to_string(device) + " does not exist (" +
+                std::to_string(count) + " visible)");
+}
+
 struct CudaTransformerModel::Impl {
   struct Linear {
     size_t weight = 0, bias = 0;
@@ -749,16 +762,7 @@ CudaTransformerModel::CudaTransformerModel(const ModelConfig& config,
     : impl_(std::make_unique<Impl>()) {
   validate_config(config);
   Impl& m = *impl_;
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    throw Error(std::string("CUDA training: no usable CUDA device (") +
-                (status != cudaSuccess ? cudaGetErrorString(status) : "none visible") + ")");
-  }
-  if (device < 0 || device >= count)
-    throw Error("CUDA training: device " + std::to_string(device) + " does not exist (" +
-                std::to_string(count) + " visible)");
+  require_cuda_training_device(device);
   if (!(loss_scale.initial_scale >= 1.0) || loss_scale.growth_interval < 1 ||
       loss_scale.max_scale < loss_scale.initial_scale)
     throw Error("CUDA training: loss scale options need initial >= 1, growth interval >= 1 and "

@@ -49,6 +49,10 @@ struct CudaStepResult {
   double loss_scale = 1;      // the scale this step's gradients carried (1 in f32)
 };
 
+// Throws the one-line xf::Error the model's constructor would (no usable CUDA device, or no
+// device with that index), so xf-train can refuse before any long work.
+void require_cuda_training_device(int device = 0);
+
 class CudaTransformerModel {
  public:
   // Takes the CUDA device, allocates the parameter-sized buffers (parameters start zeroed: call
