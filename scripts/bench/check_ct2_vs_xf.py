@@ -3,10 +3,12 @@
 
     check_ct2_vs_xf.py --xf-run BUILD/bin/xf-run MODEL.xfm [--quantization float32|int8]
                        [--lines 200] [--max-len 30] [--seed 1] [--work-dir DIR]
+                       [--text SENTENCES.txt]
 
 Converts MODEL.xfm with xfm_to_ctranslate2.py, makes --lines random source lines of token ids
-(1..--max-len ids, none of PAD/UNK/BOS/EOS), translates them with `xf-run --ids` and with
-ct2_run.py --ids, greedy (batch 32) and beam 4, and compares line by line. Greedy outputs must be
+(1..--max-len ids, none of PAD/UNK/BOS/EOS) -- or, with --text, takes the first --lines lines of
+a text file (the model needs its tokenizer) --, translates them with xf-run and with ct2_run.py
+(--ids mode for ids), greedy (batch 32) and beam 4, and compares line by line. Greedy outputs must be
 identical with float32 weights (exit status 1 otherwise); beam-4 agreement is reported only,
 because the two length penalties and beam bookkeeping differ (see ct2_run.py).
 
@@ -46,6 +48,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--work-dir")
+    p.add_argument("--text", help="sentences to translate instead of random ids")
     args = p.parse_args()
 
     model = xfm.read_xfm(args.model)
@@ -56,20 +59,26 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "xfm_to_ctranslate2.py"), args.model,
                     ct2_dir, "--quantization", args.quantization, "--force"], check=True)
 
-    rng = np.random.default_rng(args.seed)
-    first = max(c["pad_id"], c["unk_id"], c["bos_id"], c["eos_id"]) + 1
-    lines = [" ".join(str(x) for x in rng.integers(first, c["source_vocab_size"],
-                                                      rng.integers(1, args.max_len + 1)))
-             for _ in range(args.lines)]
+    if args.text:
+        with open(args.text, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f][:args.lines]
+        mode = []
+    else:
+        rng = np.random.default_rng(args.seed)
+        first = max(c["pad_id"], c["unk_id"], c["bos_id"], c["eos_id"]) + 1
+        lines = [" ".join(str(x) for x in rng.integers(first, c["source_vocab_size"],
+                                                          rng.integers(1, args.max_len + 1)))
+                 for _ in range(args.lines)]
+        mode = ["--ids"]
     text = "\n".join(lines) + "\n"
     threads = str(args.threads)
 
     failed = False
     for beam in (1, 4):
-        xf_out = run([args.xf_run, "--model", args.model, "--ids", "--beam", str(beam),
+        xf_out = run([args.xf_run, "--model", args.model] + mode + ["--beam", str(beam),
                       "--max-batch", "32", "--threads", threads], text)
-        ct2_out = run([sys.executable, os.path.join(HERE, "ct2_run.py"), "--model", ct2_dir,
-                       "--ids", "--beam", str(beam), "--max-batch", "32", "--threads", threads], text)
+        ct2_out = run([sys.executable, os.path.join(HERE, "ct2_run.py"), "--model", ct2_dir] + mode
+                      + ["--beam", str(beam), "--max-batch", "32", "--threads", threads], text)
         if len(xf_out) != len(lines) or len(ct2_out) != len(lines):
             raise SystemExit("line counts: input %d, xf-run %d, CTranslate2 %d"
                              % (len(lines), len(xf_out), len(ct2_out)))

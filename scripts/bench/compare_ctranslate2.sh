@@ -119,5 +119,14 @@ for (config, engine), r in best.items():
     print("%-22s %-12s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f" % (
         config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
         x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"]))
+print()
+print("xf peak RSS against issue 3's budget (model file + arena + 20 MB):")
+for (config, engine), r in best.items():
+    x = r["result"]
+    if engine == "xf":
+        budget = x["model_mb"] + x["arena_mb"] + 20.0
+        print("  %-22s peak %.1f MB, budget %.1f + %.1f + 20 = %.1f MB: %s" % (
+            config, x["peak_rss_mb"], x["model_mb"], x["arena_mb"], budget,
+            "within" if x["peak_rss_mb"] <= budget else "OVER"))
 EOF
 echo "all runs: $results"
