@@ -24,6 +24,10 @@
 #   REPEAT      passes over the input per run [1]   ROUNDS    runs per configuration [2]
 #   THREADS     [2]
 #   NICE        run the measured processes at this nice level (e.g. -15 on a shared machine)
+#   CT2_EXTRA   environment of a second CTranslate2 run per configuration, "" for none
+#               [CT2_FORCE_CPU_ISA=AVX512: CTranslate2 picks its AVX2 kernels on AMD CPUs by
+#               default; forcing AVX-512 was faster here]. WORK_DIR/stderr.log shows the
+#               ISA and GEMM backends each CTranslate2 run chose.
 set -euo pipefail
 
 usage() { echo "usage: $0 MODEL.xfm INPUT.txt   (see the comments at the top)" >&2; exit 2; }
@@ -43,6 +47,8 @@ lines_b1=${LINES_B1:-200}
 repeat=${REPEAT:-1}
 rounds=${ROUNDS:-2}
 threads=${THREADS:-2}
+ct2_extra=${CT2_EXTRA-CT2_FORCE_CPU_ISA=AVX512}
+ct2_extra_label=$(sed -E 's/CT2_FORCE_CPU_ISA=/isa=/g; s/CT2_USE_MKL=/mkl=/g' <<< "$ct2_extra")
 
 [[ -x $xf_bin/xf-bench ]] || { echo "$0: $xf_bin/xf-bench not found (set XF_BIN)" >&2; exit 1; }
 "$python" -c "import ctranslate2, sentencepiece, numpy, flatbuffers" 2>/dev/null ||
@@ -72,12 +78,15 @@ done
 
 # timed OUTPUT_VAR COMMAND...: runs COMMAND (at NICE when set) under /usr/bin/time; sets
 # OUTPUT_VAR to its stdout and `cpu` to its CPU share (user + sys over wall: 2.0 = both cores).
+# stderr (CTranslate2's ISA and backend lines among it) goes to WORK_DIR/stderr.log.
 timed() {
   local -n output=$1
   shift
   local prefix=()
   [[ -n ${NICE:-} ]] && prefix=(nice -n "$NICE")
-  output=$(/usr/bin/time -f '%e %U %S' -o "$work/time.txt" "${prefix[@]}" "$@")
+  echo "== $*" >> "$work/stderr.log"
+  output=$(/usr/bin/time -f '%e %U %S' -o "$work/time.txt" "${prefix[@]}" "$@" 2>> "$work/stderr.log") ||
+    { tail -5 "$work/stderr.log" >&2; exit 1; }
   cpu=$(awk '{ printf "%.2f", ($2 + $3) / ($1 > 0 ? $1 : 1) }' "$work/time.txt")
 }
 
@@ -92,7 +101,13 @@ run_config() {
     load=$(cut -d' ' -f1 /proc/loadavg)
     timed json "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
       --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
-    echo "{\"config\": \"$label\", \"engine_name\": \"ctranslate2\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    echo "{\"config\": \"$label\", \"engine_name\": \"ct2\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    if [[ -n $ct2_extra ]]; then
+      load=$(cut -d' ' -f1 /proc/loadavg)
+      timed json env $ct2_extra "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench \
+        --input "$in" --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
+      echo "{\"config\": \"$label\", \"engine_name\": \"ct2 $ct2_extra_label\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    fi
   done
 }
 
@@ -109,14 +124,14 @@ for r in rows:
     key = (r["config"], r["engine_name"])
     if key not in best or r["result"]["tokens_per_s"] > best[key]["result"]["tokens_per_s"]:
         best[key] = r
-print("%-22s %-12s %10s %9s %10s %10s %8s %7s %9s %5s %5s" % (
+print("%-22s %-14s %10s %9s %10s %10s %8s %7s %9s %5s %5s" % (
     "configuration", "engine", "tokens/s", "sent/s", "p50 ms", "p90 ms", "RSS MB", "tokens",
     "allocs", "cpu", "load"))
 for (config, engine), r in best.items():
     x = r["result"]
     allocs = ("%d+%d" % (x["allocations_xf"], x["allocations_backend"])
               if "allocations_xf" in x else "-")
-    print("%-22s %-12s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f" % (
+    print("%-22s %-14s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f" % (
         config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
         x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"]))
 print()
@@ -129,4 +144,4 @@ for (config, engine), r in best.items():
             config, x["peak_rss_mb"], x["model_mb"], x["arena_mb"], budget,
             "within" if x["peak_rss_mb"] <= budget else "OVER"))
 EOF
-echo "all runs: $results"
+echo "all runs: $results; their stderr: $work/stderr.log"

@@ -46,9 +46,14 @@ class Ct2Runner:
         import ctranslate2
 
         self.args = args
+        if args.bench:  # CTranslate2 logs the ISA and GEMM backends it picked at INFO level
+            import logging
+            ctranslate2.set_log_level(logging.INFO)
         self.translator = ctranslate2.Translator(
             args.model, device="cpu", compute_type="default", inter_threads=1,
             intra_threads=args.threads)
+        if args.bench:
+            ctranslate2.set_log_level(logging.WARNING)
         self.version = ctranslate2.__version__
         self.compute_type = self.translator.compute_type
         self.tokens = load_vocabulary(args.model)
@@ -156,6 +161,8 @@ def run_bench(runner):
         "batch": a.max_batch,
         "threads": a.threads,
         "compute_type": runner.compute_type,
+        # CTranslate2's backend switches, when set (see its docs: environment variables).
+        "ct2_env": {k: v for k, v in os.environ.items() if k.startswith("CT2_")},
     }
     if a.json:
         print(json.dumps(figures, sort_keys=True))
