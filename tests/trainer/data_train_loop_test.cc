@@ -82,7 +82,7 @@ TEST(DataTrainLoop, ArgumentsAndOptionErrorsAreOneLine) {
   EXPECT_EQ(with("d-model", "12x"), "--d-model: '12x' is not an integer");
   EXPECT_EQ(with("heads", "7"), "--heads 7 does not divide --d-model 512");
   EXPECT_EQ(with("norm", "middle"), "--norm: 'middle' is not one of pre|post");
-  EXPECT_EQ(with("device", "tpu"), "--device: 'tpu' is not one of cpu|cuda");
+  EXPECT_EQ(with("device", "tpu"), "--device: 'tpu' is not one of cpu|cuda|cuda-f32");
   EXPECT_EQ(with("dropout", "1.5"), "--dropout: 1.5 is out of range");
   EXPECT_EQ(with("tgt-lang", "en"), "--src-lang and --tgt-lang are both 'en'");
   EXPECT_EQ(with("batch-tokens", "50"), "--batch-tokens 50 cannot hold one pair of --max-length 100");
