@@ -82,7 +82,7 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<int32_t> encode(std::string_view text) const;  // no BOS/EOS
-  std::string decode(const std::vector<int32_t>& ids) const;  // stops at nothing; skips specials
+  std::string decode(const std::vector<int32_t>& ids) const;  // pad/BOS/EOS ids are skipped
   int vocab_size() const;
   const std::string& model_proto() const { return model_proto_; }
 
