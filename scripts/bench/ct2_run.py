@@ -26,6 +26,7 @@ xf's id order). One CTranslate2 worker (inter_threads 1) with --threads intra-op
 """
 import argparse
 import json
+import logging
 import os
 import resource
 import sys
@@ -47,7 +48,6 @@ class Ct2Runner:
 
         self.args = args
         if args.bench:  # CTranslate2 logs the ISA and GEMM backends it picked at INFO level
-            import logging
             ctranslate2.set_log_level(logging.INFO)
         self.translator = ctranslate2.Translator(
             args.model, device="cpu", compute_type="default", inter_threads=1,
@@ -71,9 +71,12 @@ class Ct2Runner:
         if self.sp is not None:
             return [self.tokens[i] for i in self.sp.encode(line)]
         try:
-            return [self.tokens[int(x)] for x in line.split()]
-        except (ValueError, IndexError):
-            raise SystemExit("ct2_run: bad id line %r" % line)
+            ids = [int(x) for x in line.split()]
+        except ValueError:
+            ids = [-1]
+        if any(i < 0 or i >= len(self.tokens) for i in ids):
+            raise SystemExit("ct2_run: not a line of token ids within the vocabulary: %r" % line)
+        return [self.tokens[i] for i in ids]
 
     def decode(self, tokens):
         ids = [self.token_ids[t] for t in tokens]
