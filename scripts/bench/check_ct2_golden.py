@@ -101,14 +101,14 @@ def check_case(name, work_dir):
 
     max_length = int(g["decode.max_length"].max())
     greedy = translator.translate_batch(sources, beam_size=1, max_decoding_length=max_length,
-                                        length_penalty=0.6)
+                                        min_decoding_length=0, length_penalty=0.6)
     greedy_ids = [ids_of(r.hypotheses[0]) for r in greedy]
     expected_greedy = [[int(x) for x in r] for r in rows(g, "greedy.ids", "greedy.lengths")]
     if greedy_ids != expected_greedy:
         failures.append("greedy %s, golden %s" % (greedy_ids, expected_greedy))
 
     beam = translator.translate_batch(sources, beam_size=4, max_decoding_length=max_length,
-                                      length_penalty=0.6)
+                                      min_decoding_length=0, length_penalty=0.6)
     beam_ids = [ids_of(r.hypotheses[0]) for r in beam]
     nbest = g["beam4.nbest.ids"]
     nbest_lengths = g["beam4.nbest.lengths"]

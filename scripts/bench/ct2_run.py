@@ -14,11 +14,12 @@ Benchmark (xf-bench's procedure and JSON keys, those that apply; no allocation c
   latency      p50 and p90 of the per-request wall time (one translate_batch call), in ms
   peak RSS     of the whole Python process
 
-Decoding follows xf's defaults: length penalty 0.6 (note: CTranslate2 divides the log-prob by
-length^penalty, xf by ((5+length)/6)^penalty, so beam outputs may differ while greedy outputs
-must not) and a longest output of (source tokens + EOS) + 50 tokens, EOS included. CTranslate2
-takes one max_decoding_length per call: each request of --max-batch lines (in input order, as
-xf-bench cuts them) gets the limit of its longest sentence.
+Decoding follows xf's defaults: no minimum output length (CTranslate2's default is 1), length
+penalty 0.6 (CTranslate2 divides the log-prob by length^penalty, xf by ((5+length)/6)^penalty,
+so beam outputs may differ while greedy outputs must not), and a longest output of (source
+tokens + EOS) + 50 tokens, EOS included. CTranslate2 takes one max_decoding_length per call:
+each request of --max-batch lines (in input order, as xf-bench cuts them) gets the limit of its
+longest sentence.
 
 Text mode tokenizes with the SentencePiece model saved beside the CTranslate2 model
 (sentencepiece.model); --ids reads and writes space-separated token ids (the vocabulary order is
@@ -93,6 +94,7 @@ class Ct2Runner:
         results = self.translator.translate_batch(
             request, max_batch_size=a.max_batch, beam_size=a.beam, num_hypotheses=1,
             length_penalty=a.length_penalty, max_decoding_length=longest + a.max_len_b,
+            min_decoding_length=0,  # CTranslate2's default 1 forbids EOS first; xf allows it
             return_scores=False)
         return [r.hypotheses[0] for r in results]
 
