@@ -9,6 +9,9 @@
 
 #include "xf/error.h"
 #include "xf/trainer/train_loop.h"
+#ifdef XF_TRAINER_CUDA
+#include "xf/trainer/cuda_device_training.h"
+#endif
 
 namespace {
 
@@ -53,7 +56,12 @@ int main(int argc, char** argv) {
     }
     xf::trainer::TrainOptions options = xf::trainer::resolve_train_options(given);
     std::signal(SIGINT, on_interrupt);
-    auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested);
+#ifdef XF_TRAINER_CUDA
+    const xf::trainer::DeviceTraining* devices = &xf::trainer::cuda_device_training();
+#else
+    const xf::trainer::DeviceTraining* devices = nullptr;  // --device cuda: a one-line error
+#endif
+    auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices);
     std::cerr << "done: step " << summary.final_step << " in " << summary.seconds << " s; checkpoint "
               << summary.last_checkpoint << "\n";
     return 0;

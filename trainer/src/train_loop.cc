@@ -17,11 +17,9 @@
 #include "xf/metrics.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/data.h"
+#include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
-#ifdef XF_TRAINER_CUDA
-#include "xf/trainer/cuda_model.h"
-#endif
 
 namespace xf::trainer {
 namespace fs = std::filesystem;
@@ -199,16 +197,15 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
 }  // namespace
 
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
-                          const std::atomic<bool>* stop_requested) {
+                          const std::atomic<bool>* stop_requested, const DeviceTraining* devices) {
   const auto run_start = Clock::now();
-#ifndef XF_TRAINER_CUDA
   if (options.device != "cpu") {
-    throw Error("--device " + options.device +
-                ": xf-train was built without CUDA training support (use --device cpu)");
+    if (devices == nullptr) {
+      throw Error("--device " + options.device +
+                  ": xf-train was built without CUDA training support (use --device cpu)");
+    }
+    devices->require(options.device);  // before any long work
   }
-#else
-  if (options.device != "cpu") require_cuda_training_device();  // before any long work
-#endif
   const CorpusLanguages languages = corpus_languages(options);
   // Fail before any long work (SentencePiece training) when an input is missing.
   for (const std::string* path : {&options.train_path, &options.dev_path, &options.spm_path}) {
@@ -331,26 +328,20 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     return c;
   };
   int64_t last_saved_step = -1, last_validated_step = -1;
-#ifdef XF_TRAINER_CUDA
   // --device cuda (f16 mixed precision) or cuda-f32: the step runs on the GPU; the host model and
   // optimizer get its parameters and moments back for validation and checkpoints (sync_host).
-  std::unique_ptr<CudaTransformerModel> gpu;
+  std::unique_ptr<DeviceModel> gpu;
   if (options.device != "cpu") {
-    gpu = std::make_unique<CudaTransformerModel>(
-        config, training,
-        options.device == "cuda-f32" ? CudaPrecision::f32 : CudaPrecision::mixed_f16);
+    gpu = devices->make_model(options.device, config, training);
     gpu->set_parameters(model.parameters());
     gpu->set_adam_state(adam.state());
-    progress << "device: " << gpu->device_name() << ", " << to_string(gpu->precision()) << "\n";
+    progress << "device: " << gpu->description() << "\n";
   }
   auto sync_host = [&]() {
     if (!gpu) return;
     gpu->copy_parameters_to(model.parameters());
     adam.set_state(gpu->adam_state());
   };
-#else
-  auto sync_host = []() {};
-#endif
   auto save = [&]() {
     sync_host();
     state.data = batches.position();
@@ -426,15 +417,12 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     const uint64_t dropout_seed = dropout_seed_for_step(state.rng_seed, state.step + 1);
     const double lr = schedule.at(state.step + 1);
     LossSums sums;
-#ifdef XF_TRAINER_CUDA
     if (gpu) {  // the same step on the device (a mixed-precision overflow skips the update)
       gpu->zero_gradients();
       sums = gpu->forward_backward(batch, dropout_seed);
       gpu->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
                      options.clip_norm);
-    } else
-#endif
-    {
+    } else {
       model.zero_gradients();
       sums = model.forward_backward(batch, dropout_seed);
       double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));

@@ -13,6 +13,8 @@
 
 namespace xf::trainer {
 
+class DeviceTraining;  // xf/trainer/device_training.h
+
 struct TrainOptions {
   // Data
   std::string train_path;               // --train (TSV or CSV), required
@@ -90,9 +92,11 @@ struct TrainSummary {
 // Runs training. Progress lines go to `progress`; the CSV log (metrics.csv), checkpoints
 // (step-*/ and best/), the SentencePiece model and the plot (metrics.png) go to options.out_dir.
 // When *stop_requested becomes true, the current step finishes, a checkpoint is saved and the
-// function returns with interrupted = true.
+// function returns with interrupted = true. `devices`: what trains a --device other than cpu
+// (xf_trainer_cuda's cuda_device_training()); without it such a device is a one-line error.
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
-                          const std::atomic<bool>* stop_requested = nullptr);
+                          const std::atomic<bool>* stop_requested = nullptr,
+                          const DeviceTraining* devices = nullptr);
 
 // ---- Plot ------------------------------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+#pragma once
+// The training loop's hook for a step on an accelerator (--device cuda|cuda-f32). xf_trainer
+// holds no device code and never links a device library: xf_trainer_cuda implements
+// DeviceTraining (xf/trainer/cuda_device_training.h) and xf-train passes it to run_training.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xf/format/config.h"
+#include "xf/trainer/optimizer.h"
+#include "xf/trainer/transformer.h"
+
+namespace xf::trainer {
+
+// One model's training step on a device. Parameters, gradients and Adam's moments live there,
+// in the host layout ([parameter_count] floats each); the loop copies parameters and moments
+// back for validation and checkpoints.
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  // For the progress log: "<device name>, <precision>".
+  virtual std::string description() const = 0;
+  virtual void set_parameters(const float* host) = 0;
+  virtual void copy_parameters_to(float* host) const = 0;
+  virtual void set_adam_state(const AdamState& state) = 0;
+  virtual AdamState adam_state() const = 0;
+  virtual void zero_gradients() = 0;
+  // As TransformerModel::forward_backward: ADDS the gradients of the loss sum.
+  virtual LossSums forward_backward(const Batch& batch, uint64_t dropout_seed) = 0;
+  // Adam with gradient_scale (1 / tokens) and clipping to a global norm of clip_norm (0: off).
+  virtual void adam_step(double learning_rate, double gradient_scale, double clip_norm) = 0;
+};
+
+// The devices a build can train on: every --device value but cpu.
+class DeviceTraining {
+ public:
+  virtual ~DeviceTraining() = default;
+  // Throws a one-line xf::Error when `device` cannot train here (called before any long work).
+  virtual void require(const std::string& device) const = 0;
+  virtual std::unique_ptr<DeviceModel> make_model(const std::string& device,
+                                                  const ModelConfig& config,
+                                                  const TrainingOptions& options) const = 0;
+};
+
+}  // namespace xf::trainer
