@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, then the
-# format tests again under AddressSanitizer, then a bounded libFuzzer run of the model reader. Exits non-zero when any build step or test fails.
-# Usage: scripts/test.sh            (from anywhere; builds into build/ and build-asan/)
+# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, compiles
+# the CPU sources for aarch64, runs the format tests again under AddressSanitizer, then a bounded
+# libFuzzer run of the model reader. Exits non-zero when any build step or test fails.
+# Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/ and build-fuzz/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -10,6 +11,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 900)
+
+# The CPU side must build on aarch64 (Jetson): compile it with the cross compiler.
+scripts/check_aarch64.sh build
 
 # The reader must survive hostile files with no sanitizer report (issue 2).
 cmake --preset asan >/dev/null
