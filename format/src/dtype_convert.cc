@@ -7,6 +7,7 @@
 #include <string>
 
 #include "xf/error.h"
+#include "xf/format/model_file.h"
 
 namespace xf {
 
@@ -97,6 +98,35 @@ void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* q
     for (size_t c = 0; c < cols; ++c) {
       const float q = std::nearbyint(row[c] / scale);
       quantized[r * cols + c] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+    }
+  }
+}
+
+void widen_to_f32(const TensorView& tensor, float* out) {
+  const uint64_t count = tensor.elements(), rows = tensor.rows(), cols = tensor.cols();
+  switch (tensor.dtype) {
+    case DType::f32:
+      std::memcpy(out, tensor.data, sizeof(float) * count);
+      break;
+    case DType::f16: {
+      const auto* values = static_cast<const uint16_t*>(tensor.data);
+      for (uint64_t i = 0; i < count; ++i) out[i] = half_to_float(values[i]);
+      break;
+    }
+    case DType::bf16: {
+      const auto* values = static_cast<const uint16_t*>(tensor.data);
+      for (uint64_t i = 0; i < count; ++i) out[i] = bfloat16_to_float(values[i]);
+      break;
+    }
+    case DType::int8: {
+      if (tensor.row_scales == nullptr)
+        throw Error(std::string(tensor.name) + ": int8 tensor without row scales");
+      const auto* values = static_cast<const int8_t*>(tensor.data);
+      for (uint64_t r = 0; r < rows; ++r) {
+        const float scale = tensor.row_scales[r];
+        for (uint64_t c = 0; c < cols; ++c) out[r * cols + c] = values[r * cols + c] * scale;
+      }
+      break;
     }
   }
 }

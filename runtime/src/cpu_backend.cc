@@ -98,9 +98,7 @@ class WeightStore {
     const float* values = static_cast<const float*>(t.data);
     if (t.dtype != DType::f32) {
       temporary.resize(t.elements());
-      for (uint64_t r = 0; r < t.rows(); ++r)
-        cpu::load_row({t.dtype, t.data, t.row_scales, static_cast<int64_t>(t.rows()), static_cast<int64_t>(t.cols())},
-                      static_cast<int64_t>(r), temporary.data() + r * t.cols());
+      widen_to_f32(t, temporary.data());
       values = temporary.data();
     }
     Quantized& q = quantized_[key];
@@ -115,18 +113,8 @@ class WeightStore {
     auto it = widened_.find(key);
     if (it != widened_.end()) return it->second.data();
     std::vector<float>& values = widened_[key];
-    const uint64_t count = t.elements(), cols = t.cols();
-    values.resize(count);
-    for (uint64_t i = 0; i < count; ++i) {
-      switch (t.dtype) {
-        case DType::f16: values[i] = half_to_float(static_cast<const uint16_t*>(t.data)[i]); break;
-        case DType::bf16: values[i] = bfloat16_to_float(static_cast<const uint16_t*>(t.data)[i]); break;
-        case DType::int8:
-          values[i] = static_cast<const int8_t*>(t.data)[i] * t.row_scales[i / cols];
-          break;
-        case DType::f32: values[i] = static_cast<const float*>(t.data)[i]; break;
-      }
-    }
+    values.resize(t.elements());
+    widen_to_f32(t, values.data());
     return values.data();
   }
 

@@ -46,21 +46,6 @@ using cuda::HeadStrides;
 
 // ---- host-side conversions --------------------------------------------------------------------
 
-// A stored tensor as f32 values (f16, bf16 and int8 with its row scales widened).
-std::vector<float> tensor_as_f32(const TensorView& t) {
-  const uint64_t count = t.elements(), cols = t.cols();
-  std::vector<float> values(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    switch (t.dtype) {
-      case DType::f32: values[i] = static_cast<const float*>(t.data)[i]; break;
-      case DType::f16: values[i] = half_to_float(static_cast<const uint16_t*>(t.data)[i]); break;
-      case DType::bf16: values[i] = bfloat16_to_float(static_cast<const uint16_t*>(t.data)[i]); break;
-      case DType::int8: values[i] = static_cast<const int8_t*>(t.data)[i] * t.row_scales[i / cols]; break;
-    }
-  }
-  return values;
-}
-
 template <typename T>
 T from_f32(float value);
 template <>
@@ -220,7 +205,8 @@ class DeviceWeights {
     auto it = uploaded_.find(key);
     if (it != uploaded_.end()) return static_cast<const U*>(it->second);
     const TensorView& t = file_.tensor(name);
-    const std::vector<float> values = tensor_as_f32(t);
+    std::vector<float> values(t.elements());
+    widen_to_f32(t, values.data());
     std::vector<U> converted(values.size());
     for (size_t i = 0; i < values.size(); ++i) converted[i] = from_f32<U>(values[i]);
     void* device = arena_.allocate(sizeof(U) * converted.size());

@@ -10,6 +10,7 @@
 
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
+#include "xf/format/model_file.h"
 
 namespace xf {
 namespace {
@@ -253,6 +254,62 @@ TEST(FormatInt8Quantize, RefusesNonFiniteValues) {
       EXPECT_EQ(std::string(e.what()),
                 "cannot quantize a non-finite value to int8 (row 1, column 1)");
     }
+  }
+}
+
+// widen_to_f32 over a [rows, cols] view of each dtype, against the formats' definitions in
+// double precision (int8: q * scale of its row, exact in double, one rounding to f32).
+TensorView matrix_view(DType dtype, const void* data, const float* row_scales, uint64_t rows,
+                       uint64_t cols) {
+  TensorView view;
+  view.name = "test.matrix";
+  view.dtype = dtype;
+  view.rank = 2;
+  view.shape = {rows, cols, 0, 0};
+  view.data = data;
+  view.row_scales = row_scales;
+  return view;
+}
+
+TEST(FormatWidenToF32, EveryDTypeAgainstReference) {
+  std::mt19937 rng(11);
+  const uint64_t rows = 7, cols = 13, count = rows * cols;
+  std::vector<float> out(count);
+
+  std::vector<float> f32(count);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : f32) v = normal(rng);
+  widen_to_f32(matrix_view(DType::f32, f32.data(), nullptr, rows, cols), out.data());
+  for (uint64_t i = 0; i < count; ++i) EXPECT_EQ(out[i], f32[i]) << i;
+
+  std::vector<uint16_t> bits(count);
+  for (uint16_t& b : bits) b = static_cast<uint16_t>(rng());
+  widen_to_f32(matrix_view(DType::f16, bits.data(), nullptr, rows, cols), out.data());
+  for (uint64_t i = 0; i < count; ++i) expect_same_value(out[i], half_reference_value(bits[i]), 0.0f);
+  widen_to_f32(matrix_view(DType::bf16, bits.data(), nullptr, rows, cols), out.data());
+  for (uint64_t i = 0; i < count; ++i)
+    expect_same_value(out[i], bfloat16_reference_value(bits[i]), 0.0f);
+
+  std::vector<int8_t> quantized(count);
+  for (int8_t& q : quantized) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> scales(rows);
+  std::uniform_real_distribution<float> magnitude(-20.0f, 5.0f);
+  for (float& s : scales) s = std::exp2(magnitude(rng));  // rows of different scales
+  widen_to_f32(matrix_view(DType::int8, quantized.data(), scales.data(), rows, cols), out.data());
+  for (uint64_t i = 0; i < count; ++i) {
+    const double want = static_cast<double>(quantized[i]) * scales[i / cols];
+    EXPECT_EQ(out[i], static_cast<float>(want)) << "row " << i / cols << " col " << i % cols;
+  }
+}
+
+TEST(FormatWidenToF32, Int8WithoutScalesIsAnError) {
+  const std::vector<int8_t> quantized(6, 1);
+  std::vector<float> out(6);
+  try {
+    widen_to_f32(matrix_view(DType::int8, quantized.data(), nullptr, 2, 3), out.data());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "test.matrix: int8 tensor without row scales");
   }
 }
 

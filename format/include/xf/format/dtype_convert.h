@@ -17,4 +17,11 @@ float bfloat16_to_float(uint16_t bits);
 void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* quantized,
                         float* scales);
 
+struct TensorView;  // xf/format/model_file.h
+
+// A stored tensor's values as f32, whatever its dtype: f16 and bf16 widened, int8 times its
+// row's scale (row_scales[r] for row r of [rows, cols]), f32 copied. out: [tensor.elements()].
+// The one place the runtimes and tools widen whole tensors.
+void widen_to_f32(const TensorView& tensor, float* out);
+
 }  // namespace xf
