@@ -94,6 +94,20 @@ ModelFile::~ModelFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }
 
+void ModelFile::release_pages(const TensorView& tensor) const {
+  const auto* begin = static_cast<const uint8_t*>(tensor.data);
+  if (begin < bytes_ || tensor.bytes > size_ || begin + tensor.bytes > bytes_ + size_)
+    throw Error(path_ + ": release_pages: the tensor is not in this file");
+  if (!mapped_) return;
+  // The page-aligned interior: pages shared with a neighbouring tensor stay.
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + tensor.bytes) / page * page;
+  if (last <= first) return;
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0)
+    throw Error(path_ + ": release_pages: madvise failed: " + std::strerror(errno));
+}
+
 std::string_view ModelFile::target_tokenizer() const {
   return target_tokenizer_.empty() ? source_tokenizer_ : target_tokenizer_;
 }

@@ -232,6 +232,7 @@ int64_t StaticMatmul::n() const { return impl_->n; }
 int64_t StaticMatmul::k() const { return impl_->k; }
 size_t StaticMatmul::workspace_bytes() const { return impl_->workspace_bytes; }
 const char* StaticMatmul::implementation() const { return impl_->implementation.c_str(); }
+bool StaticMatmul::reads_weights_in_place() const { return impl_->packed == nullptr; }
 
 void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace) const {
   Impl& s = *impl_;

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "xf/format/config.h"
 
 namespace xf {
 class Model;
+struct TensorView;
 }
 
 namespace xf::runtime {
@@ -59,6 +61,9 @@ class Backend {
 
   // Bytes of working memory the backend took at construction.
   virtual size_t arena_bytes() const = 0;
+  // The stored matrices whose mapped pages the backend released (ModelFile::release_pages)
+  // because it reads copies of them (for tests). Views into the model's ModelFile.
+  virtual std::vector<const TensorView*> released_weights() const { return {}; }
 };
 
 // threads: CPU threads for kernels and oneDNN. matrix_dtype: f32 or int8 to convert the weight

@@ -1,8 +1,11 @@
 // The CPU backend: oneDNN matrix products (static shapes made at plan time) and xf's CPU kernels
 // over one arena.
 //
-// Weights: f32 and int8 matrices are used in place from the mapped file; f16 and bf16 tensors
-// are widened to f32 once, here, at load (the CPU kernels compute in f32).
+// Weights: int8 matrices and the embedding tables are used in place from the mapped file; f32
+// matrices through oneDNN's packed copies, after which the file's pages of them are released
+// (ModelFile::release_pages: resident once, not twice); f16 and bf16 tensors are widened to f32
+// once, here, at load (the CPU kernels compute in f32). 1-D parameters are copied, so that
+// decoding reads no mapped page but the embedding tables'.
 #include <omp.h>
 
 #include <algorithm>
@@ -38,12 +41,10 @@ class WeightStore {
   WeightStore(const ModelFile& file, std::optional<DType> matrix_dtype)
       : file_(file), matrix_dtype_(matrix_dtype) {}
 
-  // A 1-D parameter (bias, LayerNorm gain) as f32 values.
-  const float* vector(const std::string& name) {
-    const TensorView& t = file_.tensor(name);
-    if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
-    return widened(t);
-  }
+  // A 1-D parameter (bias, LayerNorm gain) as f32 values: a copy (small), since a read of the
+  // mapping would fault back the released pages of a neighbouring matrix (the kernel maps a
+  // faulting page's cached neighbours with it).
+  const float* vector(const std::string& name) { return widened(file_.tensor(name)); }
 
   // A [rows, cols] matrix as f32 or int8 (the two dtypes StaticMatmul takes).
   WeightMatrix matrix(const std::string& name) {
@@ -66,6 +67,10 @@ class WeightStore {
     }
     return m;
   }
+
+  const TensorView& stored(const std::string& name) const { return file_.tensor(name); }
+  // Lets the file drop its mapped pages of a matrix that nothing reads any more.
+  void release_stored(const TensorView& t) { file_.release_pages(t); }
 
   // An embedding table for embed(), which reads every dtype: converted like the matrices when
   // a conversion was asked for, else as stored or as its widened copy when one exists (so that
@@ -139,6 +144,12 @@ class PlannedMatmul {
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // False when every product reads a packed copy of the weights it was given.
+  bool reads_weights_in_place() const {
+    for (const cpu::StaticMatmul& m : by_count_)
+      if (m.reads_weights_in_place()) return true;
+    return false;
+  }
 
   // y[rows, out] = x[rows, in] W^T (+ bias). x and y hold plan.padded_rows(rows) rows.
   void run(int64_t rows, const float* x, float* y, void* workspace) const {
@@ -225,12 +236,15 @@ class CpuBackend final : public Backend {
     std::memcpy(out, logits_, sizeof(float) * rows_ * vocab_);
   }
   size_t arena_bytes() const override { return arena_.bytes(); }
+  std::vector<const TensorView*> released_weights() const override { return released_; }
 
  private:
   void prepare_weights();
   void plan_arena();
   std::unique_ptr<PlannedMatmul> linear(const std::string& prefix, int64_t max_rows, bool fuse_bias,
                                         const float** separate_bias);
+  std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
+                                                const float* bias);
   Norm norm(const std::string& prefix) {
     return {weights_.vector(prefix + ".gamma"), weights_.vector(prefix + ".beta")};
   }
@@ -265,6 +279,9 @@ class CpuBackend final : public Backend {
   bool pre_norm_ = false;
 
   WeightMatrix source_table_, target_table_;
+  // Stored matrices whose mapped pages were released. Views, not names: looking a name up reads
+  // the file's header, whose pages would be mapped back, neighbours with them.
+  std::vector<const TensorView*> released_;
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
   Norm encoder_final_norm_, decoder_final_norm_;
@@ -303,9 +320,25 @@ std::unique_ptr<PlannedMatmul> CpuBackend::linear(const std::string& prefix, int
                                                   bool fuse_bias, const float** separate_bias) {
   const float* bias = weights_.vector(prefix + ".bias");
   if (separate_bias != nullptr) *separate_bias = bias;
-  auto m = std::make_unique<PlannedMatmul>(engine_, plan_, max_rows, weights_.matrix(prefix + ".weight"),
-                                           fuse_bias ? bias : nullptr);
+  return planned_matmul(prefix + ".weight", max_rows, fuse_bias ? bias : nullptr);
+}
+
+// The products of one weight matrix; the file's pages of the stored matrix are released when
+// they read a packed or converted copy (peak memory: the stored f32 weights would otherwise stay
+// resident beside their packed copies). Embedding tables stay: embed() reads them every step.
+std::unique_ptr<PlannedMatmul> CpuBackend::planned_matmul(const std::string& weight_name,
+                                                          int64_t max_rows, const float* bias) {
+  const WeightMatrix weights = weights_.matrix(weight_name);
+  auto m = std::make_unique<PlannedMatmul>(engine_, plan_, max_rows, weights, bias);
   workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
+  const bool is_table = weight_name == param::source_embedding(config_) ||
+                        weight_name == param::target_embedding(config_);
+  const TensorView& stored = weights_.stored(weight_name);
+  // Not read when the products read a converted copy (int8, widened) or a packed one.
+  if (!is_table && (weights.data != stored.data || !m->reads_weights_in_place())) {
+    weights_.release_stored(stored);
+    released_.push_back(&stored);
+  }
   return m;
 }
 
@@ -346,11 +379,13 @@ void CpuBackend::prepare_weights() {
   // The output projection first: when tied and stored as f16/bf16, it widens the target table,
   // which the embedding lookup then shares.
   const float* output_bias = config_.output_bias ? weights_.vector(param::kOutputBias) : nullptr;
-  output_projection_ = std::make_unique<PlannedMatmul>(
-      engine_, plan_, decoder_rows, weights_.matrix(param::output_projection(config_)), output_bias);
-  workspace_bytes_ = std::max(workspace_bytes_, output_projection_->workspace_bytes());
+  output_projection_ =
+      planned_matmul(param::output_projection(config_), decoder_rows, output_bias);
   source_table_ = weights_.table(param::source_embedding(config_));
   target_table_ = weights_.table(param::target_embedding(config_));
+  // Again, now that nothing more is read at load: reading the next tensors mapped back the
+  // cached pages next to them (the kernel's fault-around), tails of matrices released before.
+  for (const TensorView* t : released_) weights_.release_stored(*t);
 }
 
 void CpuBackend::plan_arena() {

@@ -3,7 +3,13 @@
 // the text path (empty lines, invalid UTF-8).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,6 +21,7 @@
 #include "tiny_model.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
 #include "xf/kernels_cpu/kernels.h"
 #include "xf/translator.h"
 
@@ -448,6 +455,97 @@ TEST(Translator, WeightDtypeConversionAtLoadMatchesStoredFiles) {
   TranslatorOptions bad;
   bad.weight_dtype = DType::f16;
   EXPECT_THROW(Translator(f32_file, bad), Error);
+}
+
+// Whether the page at `address` is mapped into this process (/proc/self/pagemap, bit 63). Not
+// mincore(), which reports the page cache: a released page of a file mapping stays cached.
+bool page_mapped(int pagemap, uintptr_t address, uintptr_t page) {
+  uint64_t entry = 0;
+  const off_t offset = static_cast<off_t>(address / page * sizeof(entry));
+  if (::pread(pagemap, &entry, sizeof(entry), offset) != static_cast<ssize_t>(sizeof(entry)))
+    throw Error("cannot read /proc/self/pagemap");
+  return (entry >> 63) != 0;
+}
+
+// Mapped pages among the whole pages inside a tensor's bytes, and how many there are.
+// (A kernel that maps file pages by 2 MB folios unmaps a whole folio when part of it is
+// released, and maps it whole again when any of it is read: so only released tensors are
+// checked, right after the backend is made, before anything reads the file.)
+std::pair<size_t, size_t> mapped_pages(int pagemap, const TensorView& t) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  size_t mapped = 0, total = 0;
+  for (uintptr_t p = (begin + page - 1) / page * page; p + page <= begin + t.bytes; p += page) {
+    ++total;
+    mapped += page_mapped(pagemap, p, page) ? 1 : 0;
+  }
+  return {mapped, total};
+}
+
+// A matrix whose products read oneDNN's packed copy is released from the mapping (resident
+// memory: the f32 weights once, not twice): its pages are no longer mapped once the backend is
+// made, embedding tables are never released, and translations equal those of the same bytes
+// opened from memory (where nothing is released). Which matrices oneDNN packs depends on the CPU
+// and the row counts; the encoder's (a whole group of rows) are packed on x86 CPUs.
+TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
+  TinyModelOptions options;
+  options.seed = 21;
+  options.with_tokenizer = false;
+  options.vocab_size = 600;
+  options.d_model = 128;
+  options.d_ff = 512;
+  static const std::string dir = test::make_temp_dir("release_pages");
+  const std::string path = dir + "/model.xfm";
+  test::write_tiny_model(path, options);
+  auto mapped = Model::open(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto in_memory = Model::from_file(ModelFile::from_memory(bytes.data(), bytes.size(), "in memory"));
+
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY);
+  ASSERT_GE(pagemap, 0) << "cannot open /proc/self/pagemap";
+  const ModelFile& file = mapped->file();
+  // Every page touched first: "not mapped" afterwards is the backend's doing.
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  volatile uint8_t sink = 0;
+  for (const TensorView& t : file.tensors())
+    for (size_t b = 0; b < t.bytes; b += page) sink = sink + static_cast<const uint8_t*>(t.data)[b];
+
+  const ModelConfig& config = mapped->config();
+  const std::string source_table = param::source_embedding(config);
+  const std::string target_table = param::target_embedding(config);
+  const auto plan = runtime::make_memory_plan(config, {});
+  auto backend = runtime::make_cpu_backend(*mapped, plan, 1);
+  // The pages first, names after: a name is read from the file's header, whose pages (and
+  // their neighbours) a read maps back.
+  const std::vector<const TensorView*> released = backend->released_weights();
+  std::vector<std::pair<size_t, size_t>> pages;  // mapped, total per released tensor
+  for (const TensorView* t : released) pages.push_back(mapped_pages(pagemap, *t));
+  ::close(pagemap);
+  size_t released_pages = 0;
+  std::vector<std::string> released_names;
+  for (size_t i = 0; i < released.size(); ++i) {
+    const std::string name(released[i]->name);
+    released_names.push_back(name);
+    EXPECT_NE(name, source_table);
+    EXPECT_NE(name, target_table);
+    EXPECT_EQ(released[i]->rank, 2u) << name;
+    EXPECT_EQ(pages[i].first, 0u) << name << ": " << pages[i].first << " of " << pages[i].second
+                                  << " pages still mapped";
+    released_pages += pages[i].second;
+  }
+  for (uint32_t i = 0; i < config.encoder_layers; ++i) {
+    const std::string name = param::encoder_layer(i) + "ffn.inner.weight";
+    EXPECT_NE(std::find(released_names.begin(), released_names.end(), name), released_names.end())
+        << name;
+  }
+  EXPECT_GT(released_pages, 100u);  // the check looked at something
+
+  const auto sources = random_sources(6, config.source_vocab_size, 22, 12);
+  std::vector<TokenTranslation> from_mapped, from_memory;
+  Translator(mapped, {}).translate_ids(sources, {}, from_mapped);
+  Translator(in_memory, {}).translate_ids(sources, {}, from_memory);
+  expect_same_translations(from_mapped, from_memory);
 }
 
 }  // namespace

@@ -63,6 +63,14 @@ class ModelFile {
   const TensorView* find(std::string_view name) const;                   // nullptr when absent
   const TensorView& tensor(std::string_view name) const;                 // throws when absent
 
+  // Drops this process's mapped pages that lie wholly inside `tensor`'s bytes, so that they stop
+  // counting in its resident memory. For a caller that keeps its own copy of a tensor (the CPU
+  // backend's packed f32 matrices) and reads the stored bytes no more. Safe either way: the
+  // mapping is private and read-only, so a page touched again is read back from the file (which
+  // must not change while it is open, as for every mapped read). A no-op for a file opened from
+  // memory. `tensor` must be one of tensors().
+  void release_pages(const TensorView& tensor) const;
+
  private:
   ModelFile() = default;
   void parse_and_validate();

@@ -75,6 +75,9 @@ class StaticMatmul {
   // engine's (omp_set_num_threads), which oneDNN follows: pass the same count as `threads` to
   // the kernels, or libgomp reallocates its thread team whenever the size changes.
   void run(const float* x, const float* bias, float* y, void* workspace) const;
+  // True when run() reads the WeightMatrix it was made with (int8, or f32 in the stored layout);
+  // false when it reads a packed copy, so the caller may release the stored bytes.
+  bool reads_weights_in_place() const;
   // oneDNN's implementation name (e.g. "brg:avx512_core"), for benchmarks and logs.
   const char* implementation() const;
 
