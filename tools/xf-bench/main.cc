@@ -191,26 +191,5 @@ int run(Options options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf(kUsage, xf::cli::translator_options_help());
-      return 0;
-    }
-  Options options;
-  try {
-    options = parse_options(argc, argv);
-    options.cli.finish(nullptr);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "xf-bench: %s\n", e.message.c_str());
-    return xf::cli::kExitUsageError;
-  }
-  try {
-    return run(options);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "xf-bench: %s\n", e.message.c_str());
-    return xf::cli::kExitUsageError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xf-bench: %s\n", e.what());
-    return xf::cli::kExitInputError;
-  }
+  return xf::cli::tool_main("xf-bench", kUsage, argc, argv, parse_options, run);
 }

@@ -2,7 +2,9 @@
 // Command-line options shared by xf-run and xf-bench: the model, the translator's plan and the
 // decoding options. Header-only; each tool includes it.
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "xf/translator.h"
@@ -113,6 +115,29 @@ inline const char* translator_options_help() {
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
 )";
+}
+
+// The main() of xf-run and xf-bench: --help (or -h) prints `usage`, whose %s is the shared
+// options' help; then parse(argc, argv) gives the options and run(options) the exit status. Errors
+// are one line "<tool>: <message>": a UsageError exits kExitUsageError, any other kExitInputError.
+template <typename Parse, typename Run>
+int tool_main(const char* tool, const char* usage, int argc, char** argv, Parse parse, Run run) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf(usage, translator_options_help());
+      return 0;
+    }
+  try {
+    auto options = parse(argc, argv);
+    options.cli.finish(nullptr);
+    return run(options);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.message.c_str());
+    return kExitUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    return kExitInputError;
+  }
 }
 
 }  // namespace xf::cli
