@@ -36,7 +36,7 @@ class CpuEngine {
   // the stored row-major layout, docs/KERNELS_CPU.md) and the copy is shared by every
   // StaticMatmul of this engine over the same weights (keyed by address and shape: the weights
   // must not change while the engine lives, as with an mmapped model). The copy costs memory
-  // as large as the f32 weights. Off: oneDNN reads the stored matrix in place (no copy, slower).
+  // as large as the f32 weights (the runtime releases the stored pages it replaces). Off: oneDNN reads the stored matrix in place (no copy, slower).
   // Affects StaticMatmuls made afterwards.
   void set_weight_packing(bool enabled);
   bool weight_packing() const;
