@@ -8,7 +8,7 @@
 #   DATA     folder with train.tsv, dev.tsv, test.tsv      [../shared/data/enfr next to the repo]
 #   BUILD    build folder holding bin/xf-train etc.         [build]
 #   RUN      run folder for checkpoints and logs            [build-enfr/run]
-#   MINUTES  wall-time budget of the training itself        [50]
+#   MINUTES  wall-time budget of the training itself        [92]
 #   THREADS  CPU threads                                    [2]
 #   MODEL    where the converted model goes                 [models/enfr.xfm]
 #   DTYPE    f16 or int8                                    [int8]
@@ -22,7 +22,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DATA=${DATA:-$ROOT/../shared/data/enfr}
 BUILD=${BUILD:-$ROOT/build}
 RUN=${RUN:-$ROOT/build-enfr/run}
-MINUTES=${MINUTES:-50}
+MINUTES=${MINUTES:-92}
 THREADS=${THREADS:-2}
 MODEL=${MODEL:-$ROOT/models/enfr.xfm}
 DTYPE=${DTYPE:-int8}
