@@ -20,12 +20,13 @@ for f in /usr/include/dnnl*.h* /usr/include/flatbuffers /usr/include/sentencepie
 
 failures=0
 count=0
-for f in format/src/*.cc kernels_cpu/src/*.cc runtime/src/*.cc runtime/metrics/src/*.cc \
+for f in format/src/*.cc modules/src/*.cc kernels_cpu/src/*.cc runtime/src/*.cc runtime/metrics/src/*.cc \
          trainer/src/*.cc trainer/src/*/*.cc; do
   [ -f "$f" ] || continue
   case $f in *cuda*) continue ;; esac
   count=$((count + 1))
-  if ! $cxx -std=c++17 -O2 -fopenmp -c -o "$out/object.o" -I format/include -I kernels_cpu/include \
+  if ! $cxx -std=c++17 -O2 -fopenmp -c -o "$out/object.o" -DXF_MODULE_ABI='"aarch64-check"' -DXF_VERSION_STRING='"aarch64-check"' \
+      -I format/include -I modules/include -I kernels_cpu/include \
       -I runtime/include -I runtime/metrics/include -I trainer/include -I runtime/src \
       -I "$build/format/generated" -I "$headers" "$f" 2>"$out/errors.txt"; then
     echo "check_aarch64: $f does not compile for aarch64:" >&2

@@ -9,9 +9,7 @@
 
 #include "xf/error.h"
 #include "xf/trainer/train_loop.h"
-#ifdef XF_TRAINER_CUDA
-#include "xf/trainer/cuda_device_training.h"
-#endif
+#include "xf/trainer/device_training.h"
 
 namespace {
 
@@ -56,11 +54,8 @@ int main(int argc, char** argv) {
     }
     xf::trainer::TrainOptions options = xf::trainer::resolve_train_options(given);
     std::signal(SIGINT, on_interrupt);
-#ifdef XF_TRAINER_CUDA
-    const xf::trainer::DeviceTraining* devices = &xf::trainer::cuda_device_training();
-#else
-    const xf::trainer::DeviceTraining* devices = nullptr;  // --device cuda: a one-line error
-#endif
+    // --device cuda: the module, loaded now (or a one-line error naming what is missing).
+    const xf::trainer::DeviceTraining* devices = &xf::trainer::module_device_training();
     auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices);
     std::cerr << "done: step " << summary.final_step << " in " << summary.seconds << " s; checkpoint "
               << summary.last_checkpoint << "\n";

@@ -93,7 +93,8 @@ struct TrainSummary {
 // (step-*/ and best/), the SentencePiece model and the plot (metrics.png) go to options.out_dir.
 // When *stop_requested becomes true, the current step finishes, a checkpoint is saved and the
 // function returns with interrupted = true. `devices`: what trains a --device other than cpu
-// (xf_trainer_cuda's cuda_device_training()); without it such a device is a one-line error.
+// (xf-train passes module_device_training(), which loads libxf_cuda_trainer.so); without it such
+// a device is a one-line error.
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                           const std::atomic<bool>* stop_requested = nullptr,
                           const DeviceTraining* devices = nullptr);
