@@ -5,7 +5,7 @@
 #   MINUTES=600 THREADS=16 scripts/train_enfr.sh
 #
 # Environment (defaults in brackets):
-#   DATA     folder with train.tsv, dev.tsv, test.tsv      [../shared/data/enfr next to the repo]
+#   XF_DATA  folder with train.tsv, dev.tsv, test.tsv      [data/enfr: scripts/get_data.sh]
 #   BUILD    build folder holding bin/xf-train etc.         [build]
 #   RUN      run folder for checkpoints and logs            [build-enfr/run]
 #   MINUTES  wall-time budget of the training itself        [92]
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-DATA=${DATA:-$ROOT/../shared/data/enfr}
+XF_DATA=${XF_DATA:-$ROOT/data/enfr}
 BUILD=${BUILD:-$ROOT/build}
 RUN=${RUN:-$ROOT/build-enfr/run}
 MINUTES=${MINUTES:-92}
@@ -32,6 +32,12 @@ BIN=$BUILD/bin
 for tool in xf-train xf-convert; do
   [[ -x $BIN/$tool ]] || { echo "train_enfr.sh: $BIN/$tool not found (build first)" >&2; exit 1; }
 done
+for split in train dev; do
+  [[ -s $XF_DATA/$split.tsv ]] || {
+    echo "train_enfr.sh: $XF_DATA/$split.tsv not found (run scripts/get_data.sh, or set XF_DATA)" >&2
+    exit 1
+  }
+done
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "== start: $(date -u +%FT%TZ)"
@@ -42,7 +48,7 @@ start=$(date +%s)
 # (more updates), a short warmup and twice the paper's learning rate (peak 2 * 256^-0.5 *
 # 400^-0.5 = 6.3e-3), pre-norm (stable at that rate) and gradient clipping.
 TRAIN_ARGS=(
-  --train "$DATA/train.tsv" --dev "$DATA/dev.tsv" --out "$RUN"
+  --train "$XF_DATA/train.tsv" --dev "$XF_DATA/dev.tsv" --out "$RUN"
   --src-lang en --tgt-lang fr --vocab-size 8000
   --encoder-layers 3 --decoder-layers 3 --d-model 256 --heads 4 --d-ff 1024 --norm pre
   --dropout 0.1 --label-smoothing 0.1 --warmup 400 --lr-scale 2 --clip-norm 1
@@ -72,14 +78,14 @@ ls -l "$MODEL"
 # their English side; the hypotheses hold one line per distinct English sentence).
 if [[ ${SCORE:-1} != 0 && -x $BIN/xf-run && -x $BIN/xf-eval ]]; then
   SCORES=$(dirname "$RUN")
-  "$BIN/xf-eval" --ref-tsv "$DATA/test.tsv" --print-sources > "$SCORES/test.en"
+  "$BIN/xf-eval" --ref-tsv "$XF_DATA/test.tsv" --print-sources > "$SCORES/test.en"
   for beam in 1 4; do
     t0=$(date +%s.%N)
     "$BIN/xf-run" --model "$MODEL" --beam "$beam" --threads "$THREADS" \
       < "$SCORES/test.en" > "$SCORES/test.beam$beam.fr"
     t1=$(date +%s.%N)
     echo "== test, beam $beam ($(wc -l < "$SCORES/test.en") sentences, $(echo "$t1 - $t0" | bc) s):"
-    "$BIN/xf-eval" --hyp "$SCORES/test.beam$beam.fr" --ref-tsv "$DATA/test.tsv"
+    "$BIN/xf-eval" --hyp "$SCORES/test.beam$beam.fr" --ref-tsv "$XF_DATA/test.tsv"
   done
 else
   echo "== xf-run or xf-eval not built: skipping the test-set scores"
