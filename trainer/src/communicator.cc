@@ -15,11 +15,4 @@ void broadcast_string(Communicator& comm, std::string* text, int root) {
   if (size > 0) comm.broadcast(text->data(), size, root);
 }
 
-void broadcast_floats(Communicator& comm, std::vector<float>* values, int root) {
-  uint64_t size = values->size();
-  comm.broadcast(&size, sizeof(size), root);
-  values->resize(size);
-  if (size > 0) comm.broadcast(values->data(), size * sizeof(float), root);
-}
-
 }  // namespace xf::trainer

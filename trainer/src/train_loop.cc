@@ -508,7 +508,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     // The global batch, cut as in one process; this rank trains on its share of the rows.
     const BatchIndices& global_batch = batches.next();
     const BatchIndices indices = rank_share(global_batch, ranks.rank(), ranks.size());
-    const size_t first_row = global_batch.size() * ranks.rank() / ranks.size();
+    const size_t first_row = share_begin(global_batch.size(), ranks.rank(), ranks.size());
     std::vector<std::vector<int32_t>> sources, targets;
     sources.reserve(indices.size());
     targets.reserve(indices.size());

@@ -53,18 +53,21 @@ class SingleProcess final : public Communicator {
   void set_timeout(double) override {}
 };
 
-// Broadcasts of variable-size data: the receivers resize to the root's size first.
+// Broadcasts a string of any size: the receivers resize to the root's size first.
 void broadcast_string(Communicator& comm, std::string* text, int root);
-void broadcast_floats(Communicator& comm, std::vector<float>* values, int root);
 
-// The rows of a global batch that `rank` of `ranks` trains on: a contiguous share, sizes
-// differing by at most one (batches are sorted by length, so shares hold similar lengths).
-// Empty when the batch has fewer rows than ranks.
+// The first row of `rank`'s share of a global batch of `rows` rows. Shares are contiguous, in
+// rank order, and differ in size by at most one row, the larger ones first (batches are sorted
+// by length, so shares hold similar lengths); with fewer rows than ranks the last ranks idle.
+inline size_t share_begin(size_t rows, int rank, int ranks) {
+  return (rows * static_cast<size_t>(rank) + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+}
+
+// The rows of a global batch that `rank` of `ranks` trains on.
 template <typename Row>
 std::vector<Row> rank_share(const std::vector<Row>& rows, int rank, int ranks) {
-  const size_t begin = rows.size() * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
-  const size_t end = rows.size() * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks);
-  return std::vector<Row>(rows.begin() + begin, rows.begin() + end);
+  return std::vector<Row>(rows.begin() + share_begin(rows.size(), rank, ranks),
+                          rows.begin() + share_begin(rows.size(), rank + 1, ranks));
 }
 
 }  // namespace xf::trainer
