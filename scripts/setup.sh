@@ -8,6 +8,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  libopenmpi-dev openmpi-bin  # data-parallel xf-train under mpirun (trainer/comm)
   g++-aarch64-linux-gnu  # scripts/check_aarch64.sh: the CPU code must compile for Jetson's CPU
 )
 missing=()
