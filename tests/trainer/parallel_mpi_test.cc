@@ -25,6 +25,13 @@ class ParallelMpi : public ::testing::Test {
     train_ = write_reverse_corpus(dir_, 120, 2);
   }
   void TearDown() override {
+    for (pid_t launcher : long_runs_) {  // still running after a failed check: end it
+      int status = 0;
+      if (waitpid(launcher, &status, WNOHANG) == 0) {
+        kill(-launcher, SIGKILL);
+        waitpid(launcher, &status, 0);
+      }
+    }
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
@@ -34,7 +41,21 @@ class ParallelMpi : public ::testing::Test {
     return values;
   }
 
+  // Starts a long run on two ranks (extra options added) and returns mpirun's pid once step 40
+  // is saved; its output goes to <dir>/run.log.
+  pid_t start_long_run(const std::map<std::string, std::string>& extra) {
+    auto values = tiny("run", 100000000);
+    values["save-every"] = "20";
+    for (const auto& [name, value] : extra) values[name] = value;
+    pid_t launcher = spawn(command(2, values), log());
+    long_runs_.push_back(launcher);
+    EXPECT_TRUE(wait_for(dir_ + "/run/" + checkpoint_name(40), 120)) << read_text(log());
+    return launcher;
+  }
+  std::string log() const { return dir_ + "/run.log"; }
+
   std::string dir_, train_;
+  std::vector<pid_t> long_runs_;
 };
 
 TEST_F(ParallelMpi, TwoRanksTrainAsOneProcessOnTheSameBatches) {
@@ -122,12 +143,7 @@ TEST_F(ParallelMpi, ResumesOnAnotherNumberOfRanks) {
 }
 
 TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
-  auto values = tiny("run", 100000000);
-  values["save-every"] = "20";
-  values["keep"] = "0";
-  const std::string log = dir_ + "/run.log";
-  pid_t launcher = spawn(command(2, values), log);
-  ASSERT_TRUE(wait_for(dir_ + "/run/" + checkpoint_name(40), 120)) << read_text(log);
+  pid_t launcher = start_long_run({{"keep", "0"}});
   pid_t victim = find_rank(launcher, 1);
   ASSERT_GT(victim, 0);
   kill(victim, SIGKILL);
@@ -135,7 +151,7 @@ TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
   const int status = wait_exit(launcher, 60, &seconds);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1) << "the run did not end within 60 s of a rank's death";
-  const std::string text = read_text(log);
+  const std::string text = read_text(log());
   EXPECT_NE(text.find("xf-train: rank 0 of 2: ended by the launcher"), std::string::npos) << text;
   std::cout << "all ranks ended " << seconds << " s after rank 1 was killed\n";
   // Every checkpoint written is whole.
@@ -145,12 +161,7 @@ TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
 }
 
 TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
-  auto values = tiny("run", 100000000);
-  values["save-every"] = "20";
-  values["comm-timeout"] = "2";
-  const std::string log = dir_ + "/run.log";
-  pid_t launcher = spawn(command(2, values), log);
-  ASSERT_TRUE(wait_for(dir_ + "/run/" + checkpoint_name(40), 120)) << read_text(log);
+  pid_t launcher = start_long_run({{"comm-timeout", "2"}});
   pid_t frozen = find_rank(launcher, 1);
   ASSERT_GT(frozen, 0);
   kill(frozen, SIGSTOP);
@@ -159,7 +170,7 @@ TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
   kill(frozen, SIGKILL);  // in case the launcher left it behind (it is stopped)
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1) << "the run hung";
-  const std::string text = read_text(log);
+  const std::string text = read_text(log());
   EXPECT_NE(text.find("xf-train: rank 0 of 2: no answer from the other ranks for 2 s"),
             std::string::npos)
       << text;
@@ -170,14 +181,10 @@ TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
 }
 
 TEST_F(ParallelMpi, SigusrToMpirunStopsEveryRankWithACheckpoint) {
-  auto values = tiny("run", 100000000);
-  values["save-every"] = "20";
-  const std::string log = dir_ + "/run.log";
-  pid_t launcher = spawn(command(2, values), log);
-  ASSERT_TRUE(wait_for(dir_ + "/run/" + checkpoint_name(40), 120)) << read_text(log);
+  pid_t launcher = start_long_run({});
   kill(launcher, SIGUSR1);  // mpirun forwards it to every rank
-  ASSERT_EQ(wait_exit(launcher, 60), 0) << read_text(log);
-  const std::string text = read_text(log);
+  ASSERT_EQ(wait_exit(launcher, 60), 0) << read_text(log());
+  const std::string text = read_text(log());
   const size_t at = text.find("interrupted at step ");
   ASSERT_NE(at, std::string::npos) << text;
   const int64_t step = std::stoll(text.substr(at + 20));

@@ -282,7 +282,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(options.spm_path));
   } else {
     log << "training SentencePiece (" << options.spm_type << ", vocabulary " << options.vocab_size
-             << ") on " << options.train_path << "\n";
+        << ") on " << options.train_path << "\n";
     SentencePieceTrainOptions spm;
     spm.vocab_size = options.vocab_size;
     spm.model_type = options.spm_type;
@@ -309,8 +309,8 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     corpus = load_training_pairs(&filter_stats);
   }
   log << "training pairs: " << filter_stats.kept << " kept, " << filter_stats.dropped_long
-           << " longer than " << options.max_length << " tokens and " << filter_stats.dropped_empty
-           << " empty dropped\n";
+      << " longer than " << options.max_length << " tokens and " << filter_stats.dropped_empty
+      << " empty dropped\n";
   std::unique_ptr<ValidationSet> dev;
   if (!options.dev_path.empty()) {
     dev = std::make_unique<ValidationSet>(load_validation_set(options, *tokenizer, languages));
@@ -377,9 +377,9 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data);
   const std::map<std::string, std::string> saved_options = train_options_to_map(options);
   log << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
-           << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
-           << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
-           << " parameters; " << batches.batches_per_epoch() << " batches per epoch\n";
+      << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
+      << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
+      << " parameters; " << batches.batches_per_epoch() << " batches per epoch\n";
   if (ranks.size() > 1) {
     log << "data parallel: " << ranks.description() << ", each on its share of every batch\n";
   }
@@ -521,7 +521,11 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     const double lr = schedule.at(state.step + 1);
     LossSums sums;  // this rank's share, then (below) the whole batch's
     int64_t batch_tokens = 0;
-    if (device_model) device_model->zero_gradients(); else model.zero_gradients();
+    if (device_model) {
+      device_model->zero_gradients();
+    } else {
+      model.zero_gradients();
+    }
     if (!indices.empty()) {  // a batch of fewer rows than ranks leaves some ranks idle
       Batch batch = make_batch(config, sources, targets);
       sums = device_model ? device_model->forward_backward(batch, dropout_seed)

@@ -21,6 +21,16 @@ void check(int code, const char* what) {
 // MPI counts are ints: large buffers go in pieces.
 constexpr size_t kPiece = INT_MAX / 8;
 
+// MPI_SUM in place over `count` values of `type`, in pieces.
+void all_reduce_sum_of(void* values, size_t count, MPI_Datatype type, size_t value_bytes) {
+  char* base = static_cast<char*>(values);
+  for (size_t done = 0; done < count; done += kPiece) {
+    const int n = static_cast<int>(std::min(kPiece, count - done));
+    check(MPI_Allreduce(MPI_IN_PLACE, base + done * value_bytes, n, type, MPI_SUM, MPI_COMM_WORLD),
+          "allreduce");
+  }
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator() {
@@ -50,20 +60,12 @@ std::string MpiCommunicator::description() const {
 
 void MpiCommunicator::all_reduce_sum(double* values, size_t count) {
   ExchangeWatchdog::Watch watch(*watchdog_, "sum over the ranks");
-  for (size_t done = 0; done < count; done += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, count - done));
-    check(MPI_Allreduce(MPI_IN_PLACE, values + done, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
-          "allreduce");
-  }
+  all_reduce_sum_of(values, count, MPI_DOUBLE, sizeof(double));
 }
 
 void MpiCommunicator::all_reduce_sum(float* values, size_t count) {
   ExchangeWatchdog::Watch watch(*watchdog_, "sum over the ranks");
-  for (size_t done = 0; done < count; done += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, count - done));
-    check(MPI_Allreduce(MPI_IN_PLACE, values + done, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-          "allreduce");
-  }
+  all_reduce_sum_of(values, count, MPI_FLOAT, sizeof(float));
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
