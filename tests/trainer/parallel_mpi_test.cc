@@ -161,7 +161,7 @@ TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
 }
 
 TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
-  pid_t launcher = start_long_run({{"comm-timeout", "2"}});
+  pid_t launcher = start_long_run({{"comm-timeout", "3"}});
   pid_t frozen = find_rank(launcher, 1);
   ASSERT_GT(frozen, 0);
   kill(frozen, SIGSTOP);
@@ -171,10 +171,10 @@ TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1) << "the run hung";
   const std::string text = read_text(log());
-  EXPECT_NE(text.find("xf-train: rank 0 of 2: no answer from the other ranks for 2 s"),
+  EXPECT_NE(text.find("xf-train: rank 0 of 2: no answer from the other ranks for 3 s"),
             std::string::npos)
       << text;
-  std::cout << "all ranks ended " << seconds << " s after rank 1 stopped (timeout 2 s)\n";
+  std::cout << "all ranks ended " << seconds << " s after rank 1 stopped (timeout 3 s)\n";
   for (const auto& checkpoint : list_checkpoints(dir_ + "/run")) {
     EXPECT_NO_THROW(read_checkpoint(checkpoint)) << checkpoint;
   }
