@@ -52,6 +52,17 @@ xf::TranslateOptions to_cpp(const xf_translate_options* options) {
     cpp.length_penalty = options->length_penalty;
     cpp.max_len_a = options->max_len_a;
     cpp.max_len_b = options->max_len_b;
+    cpp.max_decoding_length = options->max_decoding_length;
+    cpp.max_batch_size = options->max_batch_size;
+    if (options->batch_type != XF_BATCH_EXAMPLES && options->batch_type != XF_BATCH_TOKENS)
+      throw xf::Error("unknown batch_type " + std::to_string(options->batch_type));
+    cpp.batch_type = options->batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
+    cpp.sampling_topk = options->sampling_topk;
+    cpp.sampling_topp = options->sampling_topp;
+    cpp.sampling_temperature = options->sampling_temperature;
+    cpp.seed = options->seed;
+    cpp.repetition_penalty = options->repetition_penalty;
+    cpp.no_repeat_ngram_size = options->no_repeat_ngram_size;
   }
   return cpp;
 }
@@ -118,6 +129,18 @@ void xf_translate_options_init(xf_translate_options* options) {
   options->length_penalty = defaults.length_penalty;
   options->max_len_a = defaults.max_len_a;
   options->max_len_b = defaults.max_len_b;
+  options->max_decoding_length = defaults.max_decoding_length;
+  options->max_batch_size = defaults.max_batch_size;
+  options->batch_type = XF_BATCH_EXAMPLES;
+  options->sampling_topk = defaults.sampling_topk;
+  options->sampling_topp = defaults.sampling_topp;
+  options->sampling_temperature = defaults.sampling_temperature;
+  options->seed = defaults.seed;
+  options->repetition_penalty = defaults.repetition_penalty;
+  options->no_repeat_ngram_size = defaults.no_repeat_ngram_size;
+  options->target_prefix = nullptr;
+  options->target_prefix_ids = nullptr;
+  options->target_prefix_lengths = nullptr;
 }
 
 xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,
@@ -128,10 +151,16 @@ xf_status xf_translate(xf_translator* translator, const char* const* sources, si
   for (size_t i = 0; i < count; ++i)
     if (sources[i] == nullptr)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: source " + std::to_string(i + 1) + " is null");
+  const bool has_prefix = options != nullptr && options->target_prefix != nullptr;
+  for (size_t i = 0; has_prefix && i < count; ++i)
+    if (options->target_prefix[i] == nullptr)
+      return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: target prefix " + std::to_string(i + 1) + " is null");
   return guarded([&] {
     std::vector<std::string> lines(sources, sources + count);
+    std::vector<std::string> prefixes;
+    if (has_prefix) prefixes.assign(options->target_prefix, options->target_prefix + count);
     auto out = std::make_unique<xf_results>();
-    out->results = translator->translator->translate(lines, to_cpp(options));
+    out->results = translator->translator->translate(lines, to_cpp(options), prefixes);
     *results = out.release();
   });
 }
@@ -145,11 +174,19 @@ xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sour
   for (size_t i = 0; i < count; ++i)
     if (sources[i] == nullptr && lengths[i] > 0)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: source " + std::to_string(i + 1) + " is null");
+  const bool has_prefix = options != nullptr && options->target_prefix_ids != nullptr;
+  if (has_prefix && options->target_prefix_lengths == nullptr)
+    return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: target_prefix_lengths is null");
+  for (size_t i = 0; has_prefix && i < count; ++i)
+    if (options->target_prefix_ids[i] == nullptr && options->target_prefix_lengths[i] > 0)
+      return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: target prefix " + std::to_string(i + 1) + " is null");
   return guarded([&] {
-    std::vector<std::vector<int32_t>> ids(count);
+    std::vector<std::vector<int32_t>> ids(count), prefixes(has_prefix ? count : 0);
     for (size_t i = 0; i < count; ++i) ids[i].assign(sources[i], sources[i] + lengths[i]);
+    for (size_t i = 0; i < prefixes.size(); ++i)
+      prefixes[i].assign(options->target_prefix_ids[i], options->target_prefix_ids[i] + options->target_prefix_lengths[i]);
     std::vector<xf::TokenTranslation> tokens;
-    translator->translator->translate_ids(ids, to_cpp(options), tokens);
+    translator->translator->translate_ids(ids, to_cpp(options), tokens, prefixes);
     auto out = std::make_unique<xf_results>();
     out->results.resize(count);
     for (size_t i = 0; i < count; ++i)
