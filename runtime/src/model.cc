@@ -43,6 +43,17 @@ std::vector<int32_t> piece_ids(const sentencepiece::SentencePieceProcessor& toke
   return ids;
 }
 
+std::vector<std::string> pieces_of(const sentencepiece::SentencePieceProcessor& tokenizer, const int32_t* ids,
+                                   size_t count, const char* side) {
+  std::vector<std::string> pieces(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= tokenizer.GetPieceSize())
+      throw Error("token id " + std::to_string(ids[i]) + " is outside the " + side + " vocabulary");
+    pieces[i] = tokenizer.IdToPiece(ids[i]);
+  }
+  return pieces;
+}
+
 }  // namespace
 
 Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
@@ -89,15 +100,12 @@ std::vector<int32_t> Model::target_piece_ids(const std::vector<std::string>& pie
   return piece_ids(tokenizer(false), pieces, "target");
 }
 
+std::vector<std::string> Model::source_pieces(const int32_t* ids, size_t count) const {
+  return pieces_of(tokenizer(true), ids, count, "source");
+}
+
 std::vector<std::string> Model::target_pieces(const int32_t* ids, size_t count) const {
-  const auto& target = tokenizer(false);
-  std::vector<std::string> pieces(count);
-  for (size_t i = 0; i < count; ++i) {
-    if (ids[i] < 0 || ids[i] >= target.GetPieceSize())
-      throw Error("token id " + std::to_string(ids[i]) + " is outside the target vocabulary");
-    pieces[i] = target.IdToPiece(ids[i]);
-  }
-  return pieces;
+  return pieces_of(tokenizer(false), ids, count, "target");
 }
 
 std::string Model::decode_target(const int32_t* ids, size_t count) const {

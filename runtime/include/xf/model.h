@@ -46,6 +46,7 @@ class Model {
   // lacks, an id outside it, or when the model has no tokenizer.
   std::vector<int32_t> source_piece_ids(const std::vector<std::string>& pieces) const;
   std::vector<int32_t> target_piece_ids(const std::vector<std::string>& pieces) const;
+  std::vector<std::string> source_pieces(const int32_t* ids, size_t count) const;
   std::vector<std::string> target_pieces(const int32_t* ids, size_t count) const;
 
  private:
