@@ -69,8 +69,8 @@ struct TranslateOptions {
   // Random sampling, greedy search only (beam 1): a sentence's next token is drawn from the
   // sampling_topk most likely tokens (0: the whole vocabulary; 1: no sampling, the argmax),
   // cut to the smallest set whose probability reaches sampling_topp, with the probabilities
-  // raised to 1 / sampling_temperature. Reproducible: the draws of a sentence depend only on
-  // seed and the sentence's index in the call.
+  // raised to 1 / sampling_temperature. Reproducible: each sentence draws from its own stream,
+  // seeded from seed and its index in the call, so the same call gives the same outputs.
   int sampling_topk = 1;
   float sampling_topp = 1.0f;
   float sampling_temperature = 1.0f;
