@@ -1,8 +1,12 @@
 // The C API over the C++ one: every entry point catches everything and turns it into a status.
 #include "xf/xf.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +26,11 @@ namespace {
 
 thread_local std::string last_error;
 
+// An argument the API's contract rules out (XF_ERROR_INVALID_ARGUMENT).
+struct InvalidArgument : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 xf_status fail(xf_status status, const std::string& message) {
   last_error = message;
   return status;
@@ -33,6 +42,8 @@ xf_status guarded(Body&& body) {
     last_error.clear();
     body();
     return XF_OK;
+  } catch (const InvalidArgument& e) {
+    return fail(XF_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const xf::Error& e) {
     return fail(XF_ERROR, e.what());
   } catch (const std::bad_alloc&) {
@@ -44,26 +55,105 @@ xf_status guarded(Body&& body) {
   }
 }
 
-xf::TranslateOptions to_cpp(const xf_translate_options* options) {
+// The smallest struct_size of each option struct: its fields in the first release of xf.h that
+// had struct_size. Later releases append fields; these stay.
+constexpr size_t kFirstTranslatorOptionsSize = offsetof(xf_translator_options, max_len_b) + sizeof(int);
+constexpr size_t kFirstTranslateOptionsSize = offsetof(xf_translate_options, max_len_b) + sizeof(int);
+
+// Writes the defaults over the first struct_size bytes of an app's struct (all of them when the
+// app knows fewer fields than this library, zeros past this library's fields when it knows more).
+template <typename Options>
+void init_sized(Options* options, size_t struct_size, const Options& defaults) {
+  if (options == nullptr || struct_size < sizeof(size_t)) return;
+  Options filled = defaults;
+  filled.struct_size = struct_size;
+  const size_t known = std::min(struct_size, sizeof(Options));
+  std::memcpy(options, &filled, known);
+  if (struct_size > known) std::memset(reinterpret_cast<char*>(options) + known, 0, struct_size - known);
+}
+
+// Reads an app's option struct written against any release of xf.h (the rule of Linux's
+// extensible system call structs): the fields it has, the defaults for the others; fields past
+// this library's must be zero. Returns an empty string or what is wrong.
+template <typename Options>
+std::string read_sized(const Options* in, size_t first_size, const Options& defaults, Options& out) {
+  const size_t size = in->struct_size;
+  if (size < first_size)
+    return "struct_size " + std::to_string(size) + " is smaller than any release of xf.h (" +
+           std::to_string(first_size) + "): initialize the options with their _init function";
+  out = defaults;
+  std::memcpy(&out, in, std::min(size, sizeof(Options)));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(Options); i < size; ++i)
+    if (bytes[i] != 0)
+      return "sets a field (byte " + std::to_string(i) + " of " + std::to_string(size) +
+             ") that this xf " + std::string(xf::version()) + " does not know";
+  out.struct_size = sizeof(Options);
+  return {};
+}
+
+xf_translator_options translator_defaults() {
+  const xf::TranslatorOptions cpp;
+  xf_translator_options c{};
+  c.struct_size = sizeof(c);
+  c.device = XF_DEVICE_CPU;
+  c.max_batch = cpp.max_batch;
+  c.max_source_len = cpp.max_source_len;
+  c.beam = cpp.beam;
+  c.threads = cpp.threads;
+  c.max_len_a = cpp.max_len_a;
+  c.max_len_b = cpp.max_len_b;
+  return c;
+}
+
+xf_translate_options translate_defaults() {
+  const xf::TranslateOptions cpp;
+  xf_translate_options c{};
+  c.struct_size = sizeof(c);
+  c.beam = cpp.beam;
+  c.n_best = cpp.n_best;
+  c.length_penalty = cpp.length_penalty;
+  c.max_len_a = cpp.max_len_a;
+  c.max_len_b = cpp.max_len_b;
+  c.max_decoding_length = cpp.max_decoding_length;
+  c.max_batch_size = cpp.max_batch_size;
+  c.batch_type = XF_BATCH_EXAMPLES;
+  c.sampling_topk = cpp.sampling_topk;
+  c.sampling_topp = cpp.sampling_topp;
+  c.sampling_temperature = cpp.sampling_temperature;
+  c.seed = cpp.seed;
+  c.repetition_penalty = cpp.repetition_penalty;
+  c.no_repeat_ngram_size = cpp.no_repeat_ngram_size;
+  return c;  // no target prefixes
+}
+
+// The app's options as this library's struct (null: the defaults). Throws InvalidArgument.
+xf_translate_options read_translate_options(const xf_translate_options* in) {
+  if (in == nullptr) return translate_defaults();
+  xf_translate_options c;
+  const std::string problem = read_sized(in, kFirstTranslateOptionsSize, translate_defaults(), c);
+  if (!problem.empty()) throw InvalidArgument("xf_translate_options: " + problem);
+  return c;
+}
+
+xf::TranslateOptions to_cpp(const xf_translate_options& c) {
+  if (c.batch_type != XF_BATCH_EXAMPLES && c.batch_type != XF_BATCH_TOKENS)
+    throw InvalidArgument("xf_translate_options: unknown batch_type " + std::to_string(c.batch_type));
   xf::TranslateOptions cpp;
-  if (options != nullptr) {
-    cpp.beam = options->beam;
-    cpp.n_best = options->n_best;
-    cpp.length_penalty = options->length_penalty;
-    cpp.max_len_a = options->max_len_a;
-    cpp.max_len_b = options->max_len_b;
-    cpp.max_decoding_length = options->max_decoding_length;
-    cpp.max_batch_size = options->max_batch_size;
-    if (options->batch_type != XF_BATCH_EXAMPLES && options->batch_type != XF_BATCH_TOKENS)
-      throw xf::Error("unknown batch_type " + std::to_string(options->batch_type));
-    cpp.batch_type = options->batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
-    cpp.sampling_topk = options->sampling_topk;
-    cpp.sampling_topp = options->sampling_topp;
-    cpp.sampling_temperature = options->sampling_temperature;
-    cpp.seed = options->seed;
-    cpp.repetition_penalty = options->repetition_penalty;
-    cpp.no_repeat_ngram_size = options->no_repeat_ngram_size;
-  }
+  cpp.beam = c.beam;
+  cpp.n_best = c.n_best;
+  cpp.length_penalty = c.length_penalty;
+  cpp.max_len_a = c.max_len_a;
+  cpp.max_len_b = c.max_len_b;
+  cpp.max_decoding_length = c.max_decoding_length;
+  cpp.max_batch_size = c.max_batch_size;
+  cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
+  cpp.sampling_topk = c.sampling_topk;
+  cpp.sampling_topp = c.sampling_topp;
+  cpp.sampling_temperature = c.sampling_temperature;
+  cpp.seed = c.seed;
+  cpp.repetition_penalty = c.repetition_penalty;
+  cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
   return cpp;
 }
 
@@ -77,6 +167,8 @@ const xf::Hypothesis* find_hypothesis(const xf_results* results, size_t sentence
 
 extern "C" {
 
+const char* xf_version(void) { return xf::version(); }
+
 const char* xf_last_error(void) { return last_error.c_str(); }
 
 xf_status xf_model_open(const char* path, xf_model** model) {
@@ -87,16 +179,8 @@ xf_status xf_model_open(const char* path, xf_model** model) {
 
 void xf_model_free(xf_model* model) { delete model; }
 
-void xf_translator_options_init(xf_translator_options* options) {
-  if (options == nullptr) return;
-  const xf::TranslatorOptions defaults;
-  options->device = XF_DEVICE_CPU;
-  options->max_batch = defaults.max_batch;
-  options->max_source_len = defaults.max_source_len;
-  options->beam = defaults.beam;
-  options->threads = defaults.threads;
-  options->max_len_a = defaults.max_len_a;
-  options->max_len_b = defaults.max_len_b;
+void xf_translator_options_init_sized(xf_translator_options* options, size_t struct_size) {
+  init_sized(options, struct_size, translator_defaults());
 }
 
 xf_status xf_translator_create(const xf_model* model, const xf_translator_options* options,
@@ -104,6 +188,10 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
   if (model == nullptr || options == nullptr || translator == nullptr)
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: null argument");
   *translator = nullptr;
+  xf_translator_options known;
+  const std::string problem = read_sized(options, kFirstTranslatorOptionsSize, translator_defaults(), known);
+  if (!problem.empty()) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: options " + problem);
+  options = &known;
   if (options->device != XF_DEVICE_CPU && options->device != XF_DEVICE_CUDA)
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: unknown device");
   return guarded([&] {
@@ -121,26 +209,8 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
 
 void xf_translator_free(xf_translator* translator) { delete translator; }
 
-void xf_translate_options_init(xf_translate_options* options) {
-  if (options == nullptr) return;
-  const xf::TranslateOptions defaults;
-  options->beam = defaults.beam;
-  options->n_best = defaults.n_best;
-  options->length_penalty = defaults.length_penalty;
-  options->max_len_a = defaults.max_len_a;
-  options->max_len_b = defaults.max_len_b;
-  options->max_decoding_length = defaults.max_decoding_length;
-  options->max_batch_size = defaults.max_batch_size;
-  options->batch_type = XF_BATCH_EXAMPLES;
-  options->sampling_topk = defaults.sampling_topk;
-  options->sampling_topp = defaults.sampling_topp;
-  options->sampling_temperature = defaults.sampling_temperature;
-  options->seed = defaults.seed;
-  options->repetition_penalty = defaults.repetition_penalty;
-  options->no_repeat_ngram_size = defaults.no_repeat_ngram_size;
-  options->target_prefix = nullptr;
-  options->target_prefix_ids = nullptr;
-  options->target_prefix_lengths = nullptr;
+void xf_translate_options_init_sized(xf_translate_options* options, size_t struct_size) {
+  init_sized(options, struct_size, translate_defaults());
 }
 
 xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,
@@ -151,16 +221,17 @@ xf_status xf_translate(xf_translator* translator, const char* const* sources, si
   for (size_t i = 0; i < count; ++i)
     if (sources[i] == nullptr)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: source " + std::to_string(i + 1) + " is null");
-  const bool has_prefix = options != nullptr && options->target_prefix != nullptr;
-  for (size_t i = 0; has_prefix && i < count; ++i)
-    if (options->target_prefix[i] == nullptr)
-      return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: target prefix " + std::to_string(i + 1) + " is null");
   return guarded([&] {
-    std::vector<std::string> lines(sources, sources + count);
+    const xf_translate_options c = read_translate_options(options);
     std::vector<std::string> prefixes;
-    if (has_prefix) prefixes.assign(options->target_prefix, options->target_prefix + count);
+    for (size_t i = 0; c.target_prefix != nullptr && i < count; ++i) {
+      if (c.target_prefix[i] == nullptr)
+        throw InvalidArgument("xf_translate: target prefix " + std::to_string(i + 1) + " is null");
+      prefixes.emplace_back(c.target_prefix[i]);
+    }
+    std::vector<std::string> lines(sources, sources + count);
     auto out = std::make_unique<xf_results>();
-    out->results = translator->translator->translate(lines, to_cpp(options), prefixes);
+    out->results = translator->translator->translate(lines, to_cpp(c), prefixes);
     *results = out.release();
   });
 }
@@ -174,19 +245,21 @@ xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sour
   for (size_t i = 0; i < count; ++i)
     if (sources[i] == nullptr && lengths[i] > 0)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: source " + std::to_string(i + 1) + " is null");
-  const bool has_prefix = options != nullptr && options->target_prefix_ids != nullptr;
-  if (has_prefix && options->target_prefix_lengths == nullptr)
-    return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: target_prefix_lengths is null");
-  for (size_t i = 0; has_prefix && i < count; ++i)
-    if (options->target_prefix_ids[i] == nullptr && options->target_prefix_lengths[i] > 0)
-      return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: target prefix " + std::to_string(i + 1) + " is null");
   return guarded([&] {
+    const xf_translate_options c = read_translate_options(options);
+    const bool has_prefix = c.target_prefix_ids != nullptr;
+    if (has_prefix && c.target_prefix_lengths == nullptr)
+      throw InvalidArgument("xf_translate_ids: target_prefix_lengths is null");
     std::vector<std::vector<int32_t>> ids(count), prefixes(has_prefix ? count : 0);
     for (size_t i = 0; i < count; ++i) ids[i].assign(sources[i], sources[i] + lengths[i]);
-    for (size_t i = 0; i < prefixes.size(); ++i)
-      prefixes[i].assign(options->target_prefix_ids[i], options->target_prefix_ids[i] + options->target_prefix_lengths[i]);
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      if (c.target_prefix_ids[i] == nullptr && c.target_prefix_lengths[i] > 0)
+        throw InvalidArgument("xf_translate_ids: target prefix " + std::to_string(i + 1) + " is null");
+      if (c.target_prefix_lengths[i] > 0)
+        prefixes[i].assign(c.target_prefix_ids[i], c.target_prefix_ids[i] + c.target_prefix_lengths[i]);
+    }
     std::vector<xf::TokenTranslation> tokens;
-    translator->translator->translate_ids(ids, to_cpp(options), tokens, prefixes);
+    translator->translator->translate_ids(ids, to_cpp(c), tokens, prefixes);
     auto out = std::make_unique<xf_results>();
     out->results.resize(count);
     for (size_t i = 0; i < count; ++i)
