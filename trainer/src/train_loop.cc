@@ -227,9 +227,27 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     progress << "resuming from " << checkpoints.back() << "\n";
   }
 
+  // A model file to start from gives the architecture, the vocabulary and the weights.
+  std::shared_ptr<const ModelFile> init_model;
+  if (!resumed && !options.init_from_path.empty()) {
+    if (!options.spm_path.empty()) {
+      throw Error("--init-from and --spm: the model file brings its SentencePiece model");
+    }
+    init_model = ModelFile::open(options.init_from_path);
+    if (init_model->source_tokenizer().empty() ||
+        init_model->target_tokenizer() != init_model->source_tokenizer()) {
+      throw Error(options.init_from_path +
+                  ": --init-from needs one shared SentencePiece model in the file");
+    }
+    progress << "starting from the weights of " << options.init_from_path << "\n";
+  }
+
   // ---- Tokenizer -----------------------------------------------------------------------------
   std::unique_ptr<Tokenizer> tokenizer;
-  if (resumed) {
+  if (init_model) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_model_proto(
+        std::string(init_model->source_tokenizer()), options.init_from_path));
+  } else if (resumed) {
     tokenizer = std::make_unique<Tokenizer>(
         Tokenizer::from_model_proto(resumed->tokenizer_model, options.out_dir + " checkpoint"));
   } else if (!options.spm_path.empty()) {
@@ -264,6 +282,8 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   ModelConfig config;
   if (resumed) {
     config = resumed->config;
+  } else if (init_model) {
+    config = init_model->config();
   } else {
     config.source_vocab_size = config.target_vocab_size =
         static_cast<uint32_t>(tokenizer->vocab_size());
@@ -296,7 +316,13 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     state = resumed->progress;
     resumed.reset();  // free its copy of the parameters
   } else {
-    model.initialize(options.seed);
+    if (init_model) {
+      const std::vector<float> parameters = parameters_from_model_file(*init_model);
+      std::copy(parameters.begin(), parameters.end(), model.parameters());
+      init_model.reset();  // unmap the file
+    } else {
+      model.initialize(options.seed);
+    }
     state.data.seed = options.seed;
     state.rng_seed = options.seed;
   }

@@ -95,6 +95,11 @@ const std::vector<OptionSpec>& option_table() {
        [](const O& o) { return o.tsv_columns; }},
       {"spm", "MODEL       reuse this SentencePiece model instead of training one",
        [](O& o, const std::string& v) { o.spm_path = v; }, [](const O& o) { return o.spm_path; }},
+      {"init-from", "MODEL.xfm  start from this model file's weights, architecture and\n"
+                    "                   SentencePiece model (fine-tuning, or continuing a released model);\n"
+                    "                   the optimizer state and the schedule start afresh",
+       [](O& o, const std::string& v) { o.init_from_path = v; },
+       [](const O& o) { return o.init_from_path; }},
       {"vocab-size", "N   shared SentencePiece vocabulary size (default 8000)",
        [](O& o, const std::string& v) { o.vocab_size = to_int("vocab-size", v, 8, 1 << 20); },
        [](const O& o) { return std::to_string(o.vocab_size); }},

@@ -18,7 +18,7 @@ namespace xf {
 
 class ModelFile;
 
-class Model {
+class XF_API Model {
  public:
   // Opens and validates the file. Throws xf::Error("<path>: <problem>").
   static std::shared_ptr<const Model> open(const std::string& path);

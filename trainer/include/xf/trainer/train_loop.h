@@ -23,6 +23,7 @@ struct TrainOptions {
   std::string target_language = "fr";   // --tgt-lang
   std::string tsv_columns = "en,fr";    // --tsv-columns: languages of a TSV's two columns
   std::string spm_path;                 // --spm: reuse this SentencePiece model
+  std::string init_from_path;           // --init-from: start from a model file's weights
   int vocab_size = 8000;                // --vocab-size (shared vocabulary)
   std::string spm_type = "unigram";     // --spm-type unigram|bpe|char|word
   int64_t max_length = 100;             // --max-length: tokens per side, longer pairs dropped
