@@ -47,8 +47,8 @@ struct TranslatorOptions {
 
 // How a call cuts its sentences into batches (CTranslate2's batch_type).
 enum class BatchType { examples, tokens };
-const char* batch_type_name(BatchType type);         // "examples", "tokens"
-BatchType parse_batch_type(const std::string& name);  // throws xf::Error on an unknown name
+XF_API const char* batch_type_name(BatchType type);         // "examples", "tokens"
+XF_API BatchType parse_batch_type(const std::string& name);  // throws xf::Error on an unknown name
 
 // Per-call decoding options; names follow CTranslate2's where the meaning is the same.
 struct TranslateOptions {
