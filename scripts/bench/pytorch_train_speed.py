@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training speed of xf's Transformer in PyTorch on the CPU: the baseline of issue 4's goal.
 
-    pytorch_train_speed.py [--train /work/shared/data/enfr/train.tsv] [--spm SPM.model]
+    pytorch_train_speed.py [--train $XF_DATA/train.tsv] [--spm SPM.model]
                            [--d-model 256 --layers 3 --heads 4 --d-ff 1024 --vocab 8000]
                            [--batch-tokens 4096] [--threads 2] [--warmup-steps 3 --steps 20]
                            [--autocast off|bf16] [--json]
@@ -228,7 +228,10 @@ def check_against_golden(torch, case="post_shared"):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--train", default="/work/shared/data/enfr/train.tsv")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    data = os.environ.get("XF_DATA") or os.path.join(repo, "data", "enfr")
+    p.add_argument("--train", default=os.path.join(data, "train.tsv"),
+                   help="TSV pairs (default: $XF_DATA/train.tsv, XF_DATA defaulting to data/enfr)")
     p.add_argument("--pairs", type=int, default=40000, help="pairs sampled from --train")
     p.add_argument("--spm", help="SentencePiece model (default: train one here)")
     p.add_argument("--spm-lines", type=int, default=40000)
