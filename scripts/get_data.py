@@ -164,11 +164,14 @@ def split_export(path, out_dir, strict):
 
     # Write all three next to their final names, then rename: a failed run leaves old files whole.
     os.makedirs(out_dir, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     written = []
     try:
         for s in SPLITS:
             fd, tmp = tempfile.mkstemp(prefix=f".{s}.", suffix=".tmp", dir=out_dir)
             written.append(tmp)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; data files are ordinary files
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
                 out.writelines(rows[s])
         for s, tmp in zip(SPLITS, written):
