@@ -63,7 +63,7 @@ TEST(cuda_module, CpuTranslationMapsNoCudaLibraryAndCudaLoadsTheModule) {
 TEST(cuda_module, TrainerLoadsItsModuleWhenCudaIsRequired) {
   EXPECT_TRUE(mapped({"libxf_cuda_trainer"}).empty()) << join(mapped({"libxf_cuda_trainer"}));
   try {
-    trainer::module_device_training().require("cuda");
+    trainer::module_device_training().require("cuda", 0);
   } catch (const Error& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("CUDA"), std::string::npos) << message;

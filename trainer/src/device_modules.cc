@@ -33,6 +33,9 @@ class ModuleDeviceModel final : public DeviceModel {
   LossSums forward_backward(const Batch& batch, uint64_t dropout_seed) override {
     return call_module([&] { return inner_->forward_backward(batch, dropout_seed); });
   }
+  void all_reduce_gradients(Communicator& comm) override {
+    call_module([&] { inner_->all_reduce_gradients(comm); });
+  }
   void adam_step(double learning_rate, double gradient_scale, double clip_norm) override {
     call_module([&] { inner_->adam_step(learning_rate, gradient_scale, clip_norm); });
   }
@@ -43,14 +46,15 @@ class ModuleDeviceModel final : public DeviceModel {
 
 class ModuleDeviceTraining final : public DeviceTraining {
  public:
-  void require(const std::string& device) const override {
+  void require(const std::string& device, int gpu) const override {
     const DeviceTraining& inner = load(device);
-    call_module([&] { inner.require(device); });
+    call_module([&] { inner.require(device, gpu); });
   }
   std::unique_ptr<DeviceModel> make_model(const std::string& device, const ModelConfig& config,
-                                          const TrainingOptions& options) const override {
+                                          const TrainingOptions& options, int gpu) const override {
     const DeviceTraining& inner = load(device);
-    return std::make_unique<ModuleDeviceModel>(call_module([&] { return inner.make_model(device, config, options); }));
+    return std::make_unique<ModuleDeviceModel>(
+        call_module([&] { return inner.make_model(device, config, options, gpu); }));
   }
 
  private:
