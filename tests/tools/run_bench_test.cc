@@ -149,6 +149,55 @@ TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
   EXPECT_NE(ids.err.find("'x' is not a token id"), std::string::npos) << ids.err;
 }
 
+// The decoding option flags reach TranslateOptions: xf-run prints what the library gives with
+// the same options.
+TEST(XfRun, DecodingOptionFlagsMatchTheLibrary) {
+  const std::vector<std::string> lines = xf::test::sample_sentences(9, 43);
+  const std::string input = write_lines("options.txt", lines);
+  struct Case {
+    std::string flags;
+    void (*set)(xf::TranslateOptions&);
+  };
+  const std::vector<Case> cases = {
+      {"--beam 1 --sampling-topk 0 --sampling-topp 0.9 --sampling-temperature 1.5 --seed 4",
+       [](xf::TranslateOptions& o) { o.beam = 1, o.sampling_topk = 0, o.sampling_topp = 0.9f, o.sampling_temperature = 1.5f, o.seed = 4; }},
+      {"--repetition-penalty 1.5 --no-repeat-ngram-size 2",
+       [](xf::TranslateOptions& o) { o.repetition_penalty = 1.5f, o.no_repeat_ngram_size = 2; }},
+      {"--max-decoding-length 3 --batch-type tokens --max-batch-size 20",
+       [](xf::TranslateOptions& o) { o.max_decoding_length = 3, o.batch_type = xf::BatchType::tokens, o.max_batch_size = 20; }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const ProgramRun r = run(XF_RUN, "--model " + model_path() + " " + c.flags, input);
+    ASSERT_EQ(r.status, 0) << r.err;
+    xf::TranslatorOptions options;
+    xf::Translator translator(xf::Model::open(model_path()), options);
+    xf::TranslateOptions translate;
+    c.set(translate);
+    const auto expected = translator.translate(lines, translate);
+    const auto plain = translator.translate(lines);
+    const auto out = split_lines(r.out);
+    ASSERT_EQ(out.size(), lines.size());
+    size_t changed = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(out[i], expected[i].hypotheses[0].text) << "line " << i + 1;
+      changed += out[i] != plain[i].hypotheses[0].text;
+    }
+    EXPECT_GT(changed, 0u) << "the flags changed no translation";
+  }
+  // --threads 0: every core, the same translation.
+  const std::string one = write_lines("one.txt", {lines[0]});
+  const ProgramRun all_cores = run(XF_RUN, "--model " + model_path() + " --threads 0", one);
+  ASSERT_EQ(all_cores.status, 0) << all_cores.err;
+  EXPECT_EQ(all_cores.out, xf::Translator(xf::Model::open(model_path()), {}).translate({lines[0]})[0].hypotheses[0].text + "\n");
+  const ProgramRun bad = run(XF_RUN, "--model " + model_path() + " --batch-type words");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--batch-type expects examples or tokens"), std::string::npos) << bad.err;
+  const ProgramRun beam = run(XF_RUN, "--model " + model_path() + " --sampling-topk 5", input);
+  EXPECT_EQ(beam.status, 1);
+  EXPECT_NE(beam.err.find("needs greedy search (beam 1)"), std::string::npos) << beam.err;
+}
+
 TEST(XfBench, PrintsJsonWithZeroAllocationsByXf) {
   const std::string input = write_lines("bench.txt", xf::test::sample_sentences(10, 51));
   const ProgramRun r = run(XF_BENCH, "--model " + model_path() + " --input " + input + " --beam 2 --batch 4 --repeat 2 --json");

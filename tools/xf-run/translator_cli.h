@@ -63,7 +63,7 @@ struct TranslatorCli {
     } else if (arg == "--max-batch" || arg == "--batch") {
       translator.max_batch = static_cast<int>(parse_integer(arg, value(), 1, 4096));
     } else if (arg == "--threads") {
-      translator.threads = static_cast<int>(parse_integer(arg, value(), 1, 256));
+      translator.threads = static_cast<int>(parse_integer(arg, value(), 0, 256));
     } else if (arg == "--max-source-len") {
       translator.max_source_len = static_cast<int>(parse_integer(arg, value(), 1, 1 << 20));
       max_source_len_given = true;
@@ -79,6 +79,26 @@ struct TranslatorCli {
       translate.max_len_a = translator.max_len_a = parse_number(arg, value());
     } else if (arg == "--max-len-b") {
       translate.max_len_b = translator.max_len_b = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--max-decoding-length") {
+      translate.max_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--max-batch-size") {
+      translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
+    } else if (arg == "--batch-type") {
+      const std::string name = value();
+      if (name != "examples" && name != "tokens") throw UsageError{"--batch-type expects examples or tokens, got '" + name + "'"};
+      translate.batch_type = parse_batch_type(name);
+    } else if (arg == "--sampling-topk") {
+      translate.sampling_topk = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
+    } else if (arg == "--sampling-topp") {
+      translate.sampling_topp = parse_number(arg, value());
+    } else if (arg == "--sampling-temperature") {
+      translate.sampling_temperature = parse_number(arg, value());
+    } else if (arg == "--seed") {
+      translate.seed = static_cast<uint64_t>(parse_integer(arg, value(), 0, 0x7fffffffL));
+    } else if (arg == "--repetition-penalty") {
+      translate.repetition_penalty = parse_number(arg, value());
+    } else if (arg == "--no-repeat-ngram-size") {
+      translate.no_repeat_ngram_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else {
       return false;
     }
@@ -104,7 +124,7 @@ inline const char* translator_options_help() {
   --beam N              beam size; 1 is greedy search (default 4)
   --n-best N            hypotheses per sentence, <= beam (default 1)
   --max-batch N         sentences decoded together (default 32; --batch is the same)
-  --threads N           CPU threads (default 1)
+  --threads N           CPU threads; 0: every core (default 1)
   --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
                         max_positions); a longer line is an error
   --dtype stored|f32|f16|int8
@@ -114,6 +134,22 @@ inline const char* translator_options_help() {
   --length-penalty A    GNMT length penalty alpha (default 0.6)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
+  --max-decoding-length N
+                        at most N output tokens, EOS included (default 0: no cap)
+  --max-batch-size N, --batch-type examples|tokens
+                        cut batches at N sentences, or at N padded source tokens (sentences x
+                        longest); at most --max-batch sentences (default 0: --max-batch)
+  --sampling-topk K     sample the next token from the K most likely (0: all; default 1: no
+                        sampling); needs --beam 1
+  --sampling-topp P     ... from the smallest set of them holding P of the probability (default 1)
+  --sampling-temperature T
+                        ... with probabilities p^(1/T) (default 1)
+  --seed N              the sampling's seed: the same seed, the same output (default 0)
+  --repetition-penalty P
+                        logits of tokens already output divided by P (multiplied when negative;
+                        default 1: off)
+  --no-repeat-ngram-size N
+                        never repeat an n-gram of N tokens in an output (default 0: off)
 )";
 }
 
