@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, tests the
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
-# tests again under AddressSanitizer, then a bounded libFuzzer run of the model reader. Exits non-zero when any build step or test fails.
+# tests again under AddressSanitizer, then a bounded libFuzzer run of the model reader. Exits
+# non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
+# ctest includes the data-parallel runs under mpirun.
 # Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/ and build-fuzz/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

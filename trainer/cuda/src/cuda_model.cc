@@ -876,6 +876,13 @@ LossSums CudaTransformerModel::evaluate(const Batch& batch) {
   return m.loss(false);
 }
 
+void CudaTransformerModel::all_reduce_gradients(Communicator& comm) {
+  Impl& m = *impl_;
+  XF_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the backward pass wrote them on our stream
+  comm.all_reduce_device_sum(m.gradients.get(), m.parameter_count);
+  m.gradients_loss_scale = m.current_loss_scale;
+}
+
 CudaStepResult CudaTransformerModel::adam_step(double learning_rate, double gradient_scale,
                                                double clip_norm) {
   Impl& m = *impl_;
