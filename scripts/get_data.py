@@ -12,6 +12,7 @@ depends on nothing but its English side. Rows keep their input order within each
 import argparse
 import csv
 import hashlib
+import http.client
 import io
 import os
 import sys
@@ -131,9 +132,11 @@ def download(url, path):
         with urllib.request.urlopen(request, timeout=60) as response, open(partial, "wb") as out:
             while chunk := response.read(1 << 20):
                 out.write(chunk)
-    except OSError as error:
+        os.replace(partial, path)
+    except (OSError, http.client.HTTPException) as error:
+        if os.path.exists(partial):
+            os.remove(partial)
         raise InputError(f"{url}: download failed ({error})") from None
-    os.replace(partial, path)
 
 
 def split_export(path, out_dir, strict):
@@ -161,11 +164,14 @@ def split_export(path, out_dir, strict):
 
     # Write all three next to their final names, then rename: a failed run leaves old files whole.
     os.makedirs(out_dir, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     written = []
     try:
         for s in SPLITS:
             fd, tmp = tempfile.mkstemp(prefix=f".{s}.", suffix=".tmp", dir=out_dir)
             written.append(tmp)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; data files are ordinary files
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
                 out.writelines(rows[s])
         for s, tmp in zip(SPLITS, written):

@@ -2,6 +2,7 @@
 # Writes the English-French pairs xf trains on: OUT_DIR/{train,dev,test}.tsv, English<TAB>French.
 #
 #   scripts/get_data.sh [OUT_DIR]                 # download the Tatoeba/Anki fra-eng export, split it
+#                                                 # (kept as OUT_DIR/fra-eng.zip for --from)
 #   scripts/get_data.sh --from FILE [OUT_DIR]     # split a local copy instead (no network)
 #   scripts/get_data.sh --strict ...              # stop at the first bad row
 #

@@ -2,7 +2,7 @@
 # Training tokens/s of xf-train in one process against RANKS data-parallel ranks under mpirun on
 # the same machine, THREADS threads each (issue 15's scaling figures).
 #
-#   scripts/bench/train_ranks_speed.sh TRAIN.tsv
+#   scripts/bench/train_ranks_speed.sh [TRAIN.tsv]     (default $XF_DATA/train.tsv)
 #
 # Both train the same model (the bundled model's shape: d_model 256, 3+3 layers, 4 heads, d_ff
 # 1024, pre-norm) on the same global batches (--batch-tokens BATCH_TOKENS; the ranks split each
@@ -13,17 +13,18 @@
 # included).
 #
 # Environment (defaults in brackets):
+#   XF_DATA [REPO/data/enfr, see scripts/get_data.sh]
 #   XF_BIN [REPO/build/bin]  WORK_DIR [a new directory under /tmp, removed at the end]
 #   RANKS [2]  THREADS [1]  BATCH_TOKENS [2500]  STEPS [20]  ROUNDS [2]
 #   SPM [train one with xf-train first: about 2 minutes on the EN-FR data]
 #   NICE   run both at this nice level (e.g. -15 on a shared machine: see below)
 set -euo pipefail
 
-[[ $# -eq 1 ]] || { echo "usage: $0 TRAIN.tsv" >&2; exit 2; }
-train=$1
-[[ -s $train ]] || { echo "$0: $train: no such training file, or empty" >&2; exit 1; }
+[[ $# -le 1 ]] || { echo "usage: $0 [TRAIN.tsv]" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+train=${1:-${XF_DATA:-$repo/data/enfr}/train.tsv}
+[[ -s $train ]] || { echo "$0: $train: no such training file, or empty (scripts/get_data.sh)" >&2; exit 1; }
 xf_bin=${XF_BIN:-$repo/build/bin}
 ranks=${RANKS:-2}
 threads=${THREADS:-1}

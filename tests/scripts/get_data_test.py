@@ -122,6 +122,10 @@ class GetDataTest(unittest.TestCase):
         _, _, second = self.split(anki, "out")
         self.assertEqual(first, second)
         self.assertEqual(sorted(os.listdir(out)), ["dev.tsv", "test.tsv", "train.tsv"])
+        umask = os.umask(0)
+        os.umask(umask)
+        for name in os.listdir(out):  # ordinary files, not mkstemp's private 0600
+            self.assertEqual(os.stat(os.path.join(out, name)).st_mode & 0o777, 0o666 & ~umask)
 
     def test_anki_zip(self):
         archive = os.path.join(self.dir, "fra-eng.zip")
