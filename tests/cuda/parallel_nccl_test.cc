@@ -29,7 +29,7 @@ class ParallelNccl : public ::testing::Test {
   void SetUp() override {
     gpus_ = visible_gpus();
     if (gpus_ < 2) GTEST_SKIP() << "skipped: one rank per GPU needs 2 GPUs, " << gpus_ << " visible";
-    allow_mpirun_as_root();
+    prepare_mpirun_environment();
     dir_ = std::string(XF_BINARY_DIR) + "/parallel_nccl_test/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);

@@ -17,7 +17,7 @@ using namespace parallel_test;
 class ParallelMpi : public ::testing::Test {
  protected:
   void SetUp() override {
-    allow_mpirun_as_root();
+    prepare_mpirun_environment();
     dir_ = std::string(XF_BINARY_DIR) + "/parallel_mpi_test/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);

@@ -29,10 +29,13 @@ using Clock = std::chrono::steady_clock;
 
 inline const std::string kXfTrain = std::string(XF_BINARY_DIR) + "/bin/xf-train";
 
-// Root in containers and CI: OpenMPI refuses to start without these.
-inline void allow_mpirun_as_root() {
+// As root (containers, CI) OpenMPI refuses to start without the first two. In a container
+// without ptrace rights its shared-memory transport cannot copy between processes directly
+// (CMA): the third makes it go through its shared buffers, which work everywhere.
+inline void prepare_mpirun_environment() {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
 }
 
 // xf-train's command line for `values` in one process (ranks 0) or under mpirun -np ranks.

@@ -242,7 +242,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                   ": xf-train was built without CUDA training support (use --device cpu)");
     }
     devices->require(options.device, gpu);  // before any long work
-    if (!ranks.reduces_device_memory()) {
+    if (ranks.size() > 1 && !ranks.reduces_device_memory()) {
       throw Error("--device " + options.device + " on " + std::to_string(ranks.size()) +
                   " ranks needs a communicator that sums GPU memory (NCCL), not " +
                   ranks.description());
