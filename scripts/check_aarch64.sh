@@ -26,7 +26,8 @@ for f in format/src/*.cc kernels_cpu/src/*.cc runtime/src/*.cc runtime/metrics/s
   [ -f "$f" ] || continue
   case $f in *cuda*) continue ;; esac
   count=$((count + 1))
-  if ! $cxx -std=c++17 -O2 -fopenmp -c -o "$out/object.o" -I format/include -I kernels_cpu/include \
+  # XF_VERSION_STRING: what runtime/CMakeLists.txt defines for xf_runtime.
+  if ! $cxx -std=c++17 -O2 -fopenmp -DXF_VERSION_STRING='"0.0.0"' -c -o "$out/object.o" -I format/include -I kernels_cpu/include \
       -I runtime/include -I runtime/metrics/include -I trainer/include -I trainer/comm/include -I runtime/src \
       -I "$build/format/generated" -I "$headers" "$f" 2>"$out/errors.txt"; then
     echo "check_aarch64: $f does not compile for aarch64:" >&2

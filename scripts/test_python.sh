@@ -16,4 +16,7 @@ cmake --install "$build" --prefix "$build/sdk" --component xf_sdk >/dev/null
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation ./python \
   -Ccmake.define.xf_DIR="$build/sdk/lib/cmake/xf" -Cbuild-dir="$build/python"
 # From outside the checkout, so that `import xf` finds the installed package, not python/xf.
-(cd "$build" && XF_RUN="$build/bin/xf-run" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests")
+# pytest's temporary files go under BUILD and are removed after the run.
+trap 'rm -rf "$build/pytest-tmp"' EXIT
+(cd "$build" && XF_RUN="$build/bin/xf-run" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  --basetemp="$build/pytest-tmp" "$root/python/tests")

@@ -162,6 +162,17 @@ def test_missing_or_invalid_model_file(tmp_path):
         xf.Translator(MODEL, threads=-2)
 
 
+def test_compute_type_takes_ctranslate2_names(translator):
+    as_f32 = xf.Translator(MODEL, max_batch=8, threads=1, compute_type="float32")
+    assert [r.ids for r in as_f32.translate_batch(SENTENCES)] == [r.ids for r in translator.translate_batch(SENTENCES)]
+    with pytest.raises(ValueError, match="compute_type 'bfloat16' is not one of"):
+        xf.Translator(MODEL, compute_type="bfloat16")
+    with pytest.raises(ValueError, match="not both"):
+        xf.Translator(MODEL, compute_type="int8", weight_dtype="f32")
+    with pytest.raises(xf.Error, match="f16"):
+        xf.Translator(MODEL, compute_type="float16")  # CPU: f16 compute is refused
+
+
 def test_threads_zero_means_every_core():
     assert xf.Translator(MODEL, max_batch=1, threads=0).threads == (os.cpu_count() or 1)
 

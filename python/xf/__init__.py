@@ -44,14 +44,25 @@ class Translator:
     model_path: a .xfm file. device: "cpu" or "cuda". max_batch: sentences decoded together.
     max_beam: the widest beam_size a call may ask for. threads: CPU threads (0: every core).
     max_source_len: source tokens with EOS. weight_dtype: None (as stored), "f32", "int8"
-    (CPU) or "f16" (CUDA). max_len_a, max_len_b: the longest output is
+    (CPU) or "f16" (CUDA); compute_type takes CTranslate2's names for the same ("default",
+    "float32", "int8", "float16"). max_len_a, max_len_b: the longest output is
     max_len_a * source tokens + max_len_b (the plan's limit; per call too).
     Raises xf.Error with the runtime's message (missing or invalid file, bad option).
     """
 
+    # CTranslate2's compute_type names for the weight dtypes xf has.
+    _COMPUTE_TYPES = {"default": None, "auto": None, "float32": "f32", "float16": "f16", "int8": "int8",
+                      "int8_float32": "int8"}
+
     def __init__(self, model_path: str, device: str = "cpu", max_batch: int = 32, max_beam: int = 4,
                  threads: int = 0, max_source_len: int = 256, weight_dtype: Optional[str] = None,
-                 max_len_a: float = 1.0, max_len_b: int = 50):
+                 max_len_a: float = 1.0, max_len_b: int = 50, compute_type: str = "default"):
+        if compute_type not in self._COMPUTE_TYPES:
+            raise ValueError(f"compute_type {compute_type!r} is not one of {sorted(self._COMPUTE_TYPES)}")
+        if weight_dtype is None:
+            weight_dtype = self._COMPUTE_TYPES[compute_type]
+        elif compute_type != "default":
+            raise ValueError("give weight_dtype or compute_type, not both")
         self._translator = _Translator(str(model_path), device, max_batch, max_beam, threads,
                                        max_source_len, weight_dtype, max_len_a, max_len_b)
 
