@@ -62,7 +62,7 @@ TEST_F(ParallelMpi, TwoRanksTrainAsOneProcessOnTheSameBatches) {
   const int steps = 12;
   auto one = tiny("one", steps), two = tiny("two", steps);
   for (auto* values : {&one, &two}) {
-    (*values)["dropout"] = "0";  // masks depend on each share's shape: see docs/TRAINING.md
+    (*values)["attention-dropout"] = "0.1";  // and dropout 0.1: each rank draws its rows' masks
     (*values)["dev"] = train_;
     (*values)["valid-every"] = "6";
     (*values)["valid-bleu-sentences"] = "64";  // two chunks of 32: one per rank
@@ -89,7 +89,7 @@ TEST_F(ParallelMpi, BatchesOfFewerRowsThanRanksLeaveARankIdle) {
   const int steps = 10;
   auto one = tiny("one", steps), two = tiny("two", steps);
   for (auto* values : {&one, &two}) {
-    (*values)["dropout"] = "0";
+    (*values)["attention-dropout"] = "0.1";
     (*values)["max-length"] = "7";
     (*values)["batch-tokens"] = "12";
   }
@@ -102,7 +102,7 @@ TEST_F(ParallelMpi, BatchesOfFewerRowsThanRanksLeaveARankIdle) {
 
 TEST_F(ParallelMpi, ResumedTwoRankRunEqualsAStraightOneBitwise) {
   const int steps = 12;
-  auto straight = tiny("straight", steps);  // with dropout: each share's masks are reproducible
+  auto straight = tiny("straight", steps);
   ASSERT_EQ(run(2, straight, dir_ + "/straight.log"), 0) << read_text(dir_ + "/straight.log");
   auto first = tiny("parts", 5);
   ASSERT_EQ(run(2, first, dir_ + "/first.log"), 0) << read_text(dir_ + "/first.log");
@@ -127,10 +127,8 @@ TEST_F(ParallelMpi, ResumedTwoRankRunEqualsAStraightOneBitwise) {
 TEST_F(ParallelMpi, ResumesOnAnotherNumberOfRanks) {
   const int steps = 12;
   auto straight = tiny("straight", steps);
-  straight["dropout"] = "0";
   ASSERT_EQ(run(0, straight, dir_ + "/straight.log"), 0) << read_text(dir_ + "/straight.log");
   auto first = tiny("parts", 5);
-  first["dropout"] = "0";
   ASSERT_EQ(run(2, first, dir_ + "/first.log"), 0) << read_text(dir_ + "/first.log");
   // Two ranks saved it; one process continues it.
   ASSERT_EQ(run(0, {{"out", dir_ + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(steps)}},

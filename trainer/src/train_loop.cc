@@ -50,14 +50,6 @@ uint64_t dropout_seed_for_step(uint64_t rng_seed, int64_t step) {
   return mix.next();
 }
 
-// A share of a global batch other than the first draws its own masks (from its first row), so
-// that the ranks' masks are independent; in one process the whole batch is the first share.
-uint64_t dropout_seed_for_share(uint64_t step_seed, size_t first_row) {
-  if (first_row == 0) return step_seed;
-  SplitMix64 mix(step_seed ^ (static_cast<uint64_t>(first_row) * 0x9e3779b97f4a7c15ull));
-  return mix.next();
-}
-
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   long s = static_cast<long>(seconds + 0.5);
@@ -532,10 +524,15 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   ranks.set_timeout(options.comm_timeout);
 
   while (!finished()) {
-    // The global batch, cut as in one process; this rank trains on its share of the rows.
+    // The global batch, cut as in one process; this rank trains on its share of the rows, padded
+    // to the global batch's lengths so that dropout draws one process's masks for them.
     const BatchIndices& global_batch = batches.next();
     const BatchIndices indices = rank_share(global_batch, ranks.rank(), ranks.size());
-    const size_t first_row = share_begin(global_batch.size(), ranks.rank(), ranks.size());
+    int64_t global_source_len = 0, global_target_len = 0;
+    for (uint32_t i : global_batch) {
+      global_source_len = std::max<int64_t>(global_source_len, padded_source_length(corpus, i));
+      global_target_len = std::max<int64_t>(global_target_len, padded_target_length(corpus, i));
+    }
     std::vector<std::vector<int32_t>> sources, targets;
     sources.reserve(indices.size());
     targets.reserve(indices.size());
@@ -543,8 +540,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       sources.emplace_back(corpus.source(i), corpus.source(i) + corpus.source_length(i));
       targets.emplace_back(corpus.target(i), corpus.target(i) + corpus.target_length(i));
     }
-    const uint64_t dropout_seed =
-        dropout_seed_for_share(dropout_seed_for_step(state.rng_seed, state.step + 1), first_row);
+    const uint64_t dropout_seed = dropout_seed_for_step(state.rng_seed, state.step + 1);
     const double lr = schedule.at(state.step + 1);
     LossSums sums;  // this rank's share, then (below) the whole batch's
     int64_t batch_tokens = 0;
@@ -554,7 +550,9 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       model.zero_gradients();
     }
     if (!indices.empty()) {  // a batch of fewer rows than ranks leaves some ranks idle
-      Batch batch = make_batch(config, sources, targets);
+      Batch batch = make_batch(config, sources, targets, global_source_len, global_target_len);
+      batch.row_offset =
+          static_cast<int64_t>(share_begin(global_batch.size(), ranks.rank(), ranks.size()));
       sums = device_model ? device_model->forward_backward(batch, dropout_seed)
                           : model.forward_backward(batch, dropout_seed);
       batch_tokens = batch.source_tokens + batch.target_tokens;
