@@ -17,12 +17,6 @@ namespace {
 class ModuleBackend final : public Backend {
  public:
   explicit ModuleBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  ~ModuleBackend() override {
-    try {
-      inner_.reset();
-    } catch (...) {
-    }
-  }
 
   void encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
               int64_t source_len) override {

@@ -16,12 +16,6 @@ using modules::call_module;
 class ModuleDeviceModel final : public DeviceModel {
  public:
   explicit ModuleDeviceModel(std::unique_ptr<DeviceModel> inner) : inner_(std::move(inner)) {}
-  ~ModuleDeviceModel() override {
-    try {
-      inner_.reset();
-    } catch (...) {
-    }
-  }
   std::string description() const override { return call_module([&] { return inner_->description(); }); }
   void set_parameters(const float* host) override { call_module([&] { inner_->set_parameters(host); }); }
   void copy_parameters_to(float* host) const override {

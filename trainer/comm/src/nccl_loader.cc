@@ -12,12 +12,6 @@ using modules::call_module;
 class ModuleCommunicator final : public Communicator {
  public:
   explicit ModuleCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  ~ModuleCommunicator() override {
-    try {
-      inner_.reset();
-    } catch (...) {
-    }
-  }
   int rank() const override { return call_module([&] { return inner_->rank(); }); }
   int size() const override { return call_module([&] { return inner_->size(); }); }
   std::string description() const override { return call_module([&] { return inner_->description(); }); }
