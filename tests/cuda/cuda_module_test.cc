@@ -4,6 +4,7 @@
 // same for the trainer's module. Each TEST runs in its own process (gtest_discover_tests).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ TEST(cuda_module, CpuTranslationMapsNoCudaLibraryAndCudaLoadsTheModule) {
   const std::string dir = test::make_temp_dir("cuda-module");
   test::write_tiny_model(dir + "/tiny.xfm");
   auto model = Model::open(dir + "/tiny.xfm");
+  std::filesystem::remove_all(dir);  // the model stays mapped
   TranslatorOptions options;
   options.max_batch = 2;
   options.beam = 2;
