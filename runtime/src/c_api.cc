@@ -69,9 +69,22 @@ extern "C" {
 const char* xf_last_error(void) { return last_error.c_str(); }
 
 xf_status xf_model_open(const char* path, xf_model** model) {
-  if (path == nullptr || model == nullptr) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_model_open: null argument");
+  xf_model_options options;
+  xf_model_options_init(&options);
+  return xf_model_open_with_options(path, &options, model);
+}
+
+void xf_model_options_init(xf_model_options* options) {
+  if (options != nullptr) options->mmap = 1;
+}
+
+xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
+                                     xf_model** model) {
+  if (path == nullptr || options == nullptr || model == nullptr)
+    return fail(XF_ERROR_INVALID_ARGUMENT, "xf_model_open: null argument");
   *model = nullptr;
-  return guarded([&] { *model = new xf_model{xf::Model::open(path)}; });
+  const xf::FileAccess access = options->mmap ? xf::FileAccess::map : xf::FileAccess::read;
+  return guarded([&] { *model = new xf_model{xf::Model::open(path, access)}; });
 }
 
 void xf_model_free(xf_model* model) { delete model; }

@@ -46,6 +46,7 @@ size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
 void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                                const TranslateOptions& options,
                                std::vector<TokenTranslation>& results) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const ModelConfig& config = model_->config();
   const int64_t beam = options.beam == 0 ? plan_->max_beam : options.beam;
   if (beam < 1 || beam > plan_->max_beam)

@@ -11,6 +11,12 @@
  *
  * Every function returning xf_status sets a message for xf_last_error() (per thread) when it
  * fails. Handles may be freed in any order: a translator keeps its model alive.
+ *
+ * Threads: a model may be shared by any number of translators on any threads. A translator
+ * may be called from any thread; calls to one translator from several threads at once are
+ * serialized (each waits for the one before), so for parallel translation create one
+ * translator per thread. Results are owned by the caller and independent of each other.
+ * Freeing a handle while another thread still uses it is undefined.
  */
 #ifndef XF_XF_H_
 #define XF_XF_H_
@@ -57,7 +63,16 @@ typedef struct xf_translate_options {
 /* The message of this thread's last failure ("" when none). Valid until the next xf call. */
 const char* xf_last_error(void);
 
+/* Opens a model file by memory-mapping it: the file must not be overwritten in place while it is
+ * open (replace it by renaming a new file over it; see xf_model_options for the alternative). */
 xf_status xf_model_open(const char* path, xf_model** model);
+
+typedef struct xf_model_options {
+  int mmap; /* 1 (default): map the file; 0: read it into memory, so it may change or go */
+} xf_model_options;
+void xf_model_options_init(xf_model_options* options);
+xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
+                                     xf_model** model);
 void xf_model_free(xf_model* model);
 
 void xf_translator_options_init(xf_translator_options* options);
