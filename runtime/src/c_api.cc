@@ -1,8 +1,12 @@
 // The C API over the C++ one: every entry point catches everything and turns it into a status.
 #include "xf/xf.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +26,11 @@ namespace {
 
 thread_local std::string last_error;
 
+// An argument the API's contract rules out (XF_ERROR_INVALID_ARGUMENT).
+struct InvalidArgument : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 xf_status fail(xf_status status, const std::string& message) {
   last_error = message;
   return status;
@@ -33,6 +42,8 @@ xf_status guarded(Body&& body) {
     last_error.clear();
     body();
     return XF_OK;
+  } catch (const InvalidArgument& e) {
+    return fail(XF_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const xf::Error& e) {
     return fail(XF_ERROR, e.what());
   } catch (const std::bad_alloc&) {
@@ -44,9 +55,86 @@ xf_status guarded(Body&& body) {
   }
 }
 
-xf::TranslateOptions to_cpp(const xf_translate_options* options) {
+// The smallest struct_size of each option struct: its fields in the first release of xf.h that
+// had struct_size. Later releases append fields; these stay.
+constexpr size_t kFirstTranslatorOptionsSize = offsetof(xf_translator_options, max_len_b) + sizeof(int);
+constexpr size_t kFirstTranslateOptionsSize = offsetof(xf_translate_options, max_len_b) + sizeof(int);
+
+// Writes the defaults over the first struct_size bytes of an app's struct (all of them when the
+// app knows fewer fields than this library, zeros past this library's fields when it knows more).
+template <typename Options>
+void init_sized(Options* options, size_t struct_size, const Options& defaults) {
+  if (options == nullptr || struct_size < sizeof(size_t)) return;
+  Options filled = defaults;
+  filled.struct_size = struct_size;
+  const size_t known = std::min(struct_size, sizeof(Options));
+  std::memcpy(options, &filled, known);
+  if (struct_size > known) std::memset(reinterpret_cast<char*>(options) + known, 0, struct_size - known);
+}
+
+// Reads an app's option struct written against any release of xf.h (the rule of Linux's
+// extensible system call structs): the fields it has, the defaults for the others; fields past
+// this library's must be zero. Returns an empty string or what is wrong.
+template <typename Options>
+std::string read_sized(const Options* in, size_t first_size, const Options& defaults, Options& out) {
+  const size_t size = in->struct_size;
+  if (size < first_size)
+    return "struct_size " + std::to_string(size) + " is smaller than any release of xf.h (" +
+           std::to_string(first_size) + "): initialize the options with their _init function";
+  out = defaults;
+  std::memcpy(&out, in, std::min(size, sizeof(Options)));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(Options); i < size; ++i)
+    if (bytes[i] != 0)
+      return "sets a field (byte " + std::to_string(i) + " of " + std::to_string(size) +
+             ") that this xf " + std::string(xf::version()) + " does not know";
+  out.struct_size = sizeof(Options);
+  return {};
+}
+
+constexpr size_t kFirstModelOptionsSize = offsetof(xf_model_options, mmap) + sizeof(int);
+
+xf_model_options model_defaults() {
+  xf_model_options c{};
+  c.struct_size = sizeof(c);
+  c.mmap = 1;
+  return c;
+}
+
+xf_translator_options translator_defaults() {
+  const xf::TranslatorOptions cpp;
+  xf_translator_options c{};
+  c.struct_size = sizeof(c);
+  c.device = XF_DEVICE_CPU;
+  c.max_batch = cpp.max_batch;
+  c.max_source_len = cpp.max_source_len;
+  c.beam = cpp.beam;
+  c.threads = cpp.threads;
+  c.max_len_a = cpp.max_len_a;
+  c.max_len_b = cpp.max_len_b;
+  return c;
+}
+
+xf_translate_options translate_defaults() {
+  const xf::TranslateOptions cpp;
+  xf_translate_options c{};
+  c.struct_size = sizeof(c);
+  c.beam = cpp.beam;
+  c.n_best = cpp.n_best;
+  c.length_penalty = cpp.length_penalty;
+  c.max_len_a = cpp.max_len_a;
+  c.max_len_b = cpp.max_len_b;
+  return c;
+}
+
+// Null options: the defaults.
+xf::TranslateOptions to_cpp(const xf_translate_options* in) {
   xf::TranslateOptions cpp;
-  if (options != nullptr) {
+  if (in != nullptr) {
+    xf_translate_options c;
+    const std::string problem = read_sized(in, kFirstTranslateOptionsSize, translate_defaults(), c);
+    if (!problem.empty()) throw InvalidArgument("xf_translate_options: " + problem);
+    const xf_translate_options* options = &c;
     cpp.beam = options->beam;
     cpp.n_best = options->n_best;
     cpp.length_penalty = options->length_penalty;
@@ -66,16 +154,17 @@ const xf::Hypothesis* find_hypothesis(const xf_results* results, size_t sentence
 
 extern "C" {
 
+const char* xf_version(void) { return xf::version(); }
+
 const char* xf_last_error(void) { return last_error.c_str(); }
 
 xf_status xf_model_open(const char* path, xf_model** model) {
-  xf_model_options options;
-  xf_model_options_init(&options);
+  const xf_model_options options = model_defaults();
   return xf_model_open_with_options(path, &options, model);
 }
 
-void xf_model_options_init(xf_model_options* options) {
-  if (options != nullptr) options->mmap = 1;
+void xf_model_options_init_sized(xf_model_options* options, size_t struct_size) {
+  init_sized(options, struct_size, model_defaults());
 }
 
 xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
@@ -83,22 +172,19 @@ xf_status xf_model_open_with_options(const char* path, const xf_model_options* o
   if (path == nullptr || options == nullptr || model == nullptr)
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_model_open: null argument");
   *model = nullptr;
-  const xf::FileAccess access = options->mmap ? xf::FileAccess::map : xf::FileAccess::read;
-  return guarded([&] { *model = new xf_model{xf::Model::open(path, access)}; });
+  return guarded([&] {
+    xf_model_options c;
+    const std::string problem = read_sized(options, kFirstModelOptionsSize, model_defaults(), c);
+    if (!problem.empty()) throw InvalidArgument("xf_model_options: " + problem);
+    const xf::FileAccess access = c.mmap ? xf::FileAccess::map : xf::FileAccess::read;
+    *model = new xf_model{xf::Model::open(path, access)};
+  });
 }
 
 void xf_model_free(xf_model* model) { delete model; }
 
-void xf_translator_options_init(xf_translator_options* options) {
-  if (options == nullptr) return;
-  const xf::TranslatorOptions defaults;
-  options->device = XF_DEVICE_CPU;
-  options->max_batch = defaults.max_batch;
-  options->max_source_len = defaults.max_source_len;
-  options->beam = defaults.beam;
-  options->threads = defaults.threads;
-  options->max_len_a = defaults.max_len_a;
-  options->max_len_b = defaults.max_len_b;
+void xf_translator_options_init_sized(xf_translator_options* options, size_t struct_size) {
+  init_sized(options, struct_size, translator_defaults());
 }
 
 xf_status xf_translator_create(const xf_model* model, const xf_translator_options* options,
@@ -106,6 +192,10 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
   if (model == nullptr || options == nullptr || translator == nullptr)
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: null argument");
   *translator = nullptr;
+  xf_translator_options known;
+  const std::string problem = read_sized(options, kFirstTranslatorOptionsSize, translator_defaults(), known);
+  if (!problem.empty()) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: options " + problem);
+  options = &known;
   if (options->device != XF_DEVICE_CPU && options->device != XF_DEVICE_CUDA)
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translator_create: unknown device");
   return guarded([&] {
@@ -123,14 +213,8 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
 
 void xf_translator_free(xf_translator* translator) { delete translator; }
 
-void xf_translate_options_init(xf_translate_options* options) {
-  if (options == nullptr) return;
-  const xf::TranslateOptions defaults;
-  options->beam = defaults.beam;
-  options->n_best = defaults.n_best;
-  options->length_penalty = defaults.length_penalty;
-  options->max_len_a = defaults.max_len_a;
-  options->max_len_b = defaults.max_len_b;
+void xf_translate_options_init_sized(xf_translate_options* options, size_t struct_size) {
+  init_sized(options, struct_size, translate_defaults());
 }
 
 xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,

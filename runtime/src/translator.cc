@@ -12,6 +12,8 @@
 
 namespace xf {
 
+const char* version() { return XF_VERSION_STRING; }
+
 const char* device_name(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
 
 Device parse_device(const std::string& name) {

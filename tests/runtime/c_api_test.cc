@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -137,6 +139,105 @@ TEST(CApi, ErrorsBecomeStatusCodes) {
   xf_results_free(nullptr);
   xf_translator_free(nullptr);
   xf_model_free(nullptr);
+}
+
+TEST(CApi, VersionIsTheHeadersRelease) {
+  const std::string expected = std::to_string(XF_VERSION_MAJOR) + "." + std::to_string(XF_VERSION_MINOR) +
+                               "." + std::to_string(XF_VERSION_PATCH);
+  EXPECT_EQ(std::string(xf_version()), expected);
+  EXPECT_EQ(std::string(xf::version()), expected);
+}
+
+// An app's option struct as a different release of xf.h lays it out: the current struct, then
+// `extra` more bytes, in a buffer that holds a few more bytes of garbage past struct_size.
+template <typename Options>
+struct SizedOptions {
+  alignas(Options) unsigned char bytes[sizeof(Options) + 64];
+  Options* get() { return reinterpret_cast<Options*>(bytes); }
+};
+
+TEST(CApi, OptionStructsCarryTheAppsSize) {
+  xf_translator_options topts;
+  std::memset(&topts, 0xAB, sizeof(topts));
+  xf_translator_options_init(&topts);
+  EXPECT_EQ(topts.struct_size, sizeof(xf_translator_options));
+  EXPECT_EQ(topts.max_batch, xf::TranslatorOptions().max_batch);
+  xf_translate_options options;
+  std::memset(&options, 0xAB, sizeof(options));
+  xf_translate_options_init(&options);
+  EXPECT_EQ(options.struct_size, sizeof(xf_translate_options));
+  EXPECT_EQ(options.n_best, 1);
+
+  // An app compiled with more fields than this library knows: init zeroes the unknown tail.
+  SizedOptions<xf_translator_options> newer;
+  std::memset(newer.bytes, 0xAB, sizeof(newer.bytes));
+  xf_translator_options_init_sized(newer.get(), sizeof(xf_translator_options) + 8);
+  EXPECT_EQ(newer.get()->struct_size, sizeof(xf_translator_options) + 8);
+  for (size_t i = sizeof(xf_translator_options); i < sizeof(xf_translator_options) + 8; ++i)
+    EXPECT_EQ(newer.bytes[i], 0) << i;
+  EXPECT_EQ(newer.bytes[sizeof(xf_translator_options) + 8], 0xAB);  // nothing past struct_size
+}
+
+TEST(CApi, OptionStructsOfOtherReleasesAreReadByTheirSize) {
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator* translator = nullptr;
+
+  // The first release's fields only (what an app built then passes): later fields, garbage in
+  // the buffer here, are not read; they take their defaults.
+  const size_t first = offsetof(xf_translator_options, max_len_b) + sizeof(int);
+  SizedOptions<xf_translator_options> older;
+  std::memset(older.bytes, 0xAB, sizeof(older.bytes));
+  xf_translator_options_init_sized(older.get(), first);
+  older.get()->max_batch = 2;
+  older.get()->beam = 2;
+  ASSERT_EQ(xf_translator_create(model, older.get(), &translator), XF_OK) << xf_last_error();
+  xf_translator_free(translator);
+
+  // Smaller than any release: refused, saying how to fill the struct.
+  xf_translator_options_init_sized(older.get(), first - sizeof(int));
+  EXPECT_EQ(xf_translator_create(model, older.get(), &translator), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(translator, nullptr);
+  EXPECT_NE(std::string(xf_last_error()).find("struct_size"), std::string::npos) << xf_last_error();
+
+  // A newer app: unknown fields left at zero are accepted, a set one is refused by its offset.
+  SizedOptions<xf_translator_options> newer;
+  const size_t bigger = sizeof(xf_translator_options) + 8;
+  xf_translator_options_init_sized(newer.get(), bigger);
+  newer.get()->max_batch = 2;
+  ASSERT_EQ(xf_translator_create(model, newer.get(), &translator), XF_OK) << xf_last_error();
+  xf_translator_free(translator);
+  translator = nullptr;
+  newer.bytes[sizeof(xf_translator_options) + 3] = 1;
+  EXPECT_EQ(xf_translator_create(model, newer.get(), &translator), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(xf_last_error()).find("byte " + std::to_string(sizeof(xf_translator_options) + 3)),
+            std::string::npos)
+      << xf_last_error();
+  EXPECT_EQ(translator, nullptr);
+
+  // The same rules for the per-call options.
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_batch = 2;
+  topts.beam = 2;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  const char* lines[] = {"the cat"};
+  xf_results* results = nullptr;
+  SizedOptions<xf_translate_options> call;
+  std::memset(call.bytes, 0xAB, sizeof(call.bytes));
+  xf_translate_options_init_sized(call.get(), offsetof(xf_translate_options, max_len_b) + sizeof(int));
+  call.get()->n_best = 2;
+  ASSERT_EQ(xf_translate(translator, lines, 1, call.get(), &results), XF_OK) << xf_last_error();
+  EXPECT_EQ(xf_results_hypotheses(results, 0), 2u);
+  xf_results_free(results);
+  results = nullptr;
+  call.get()->struct_size = 4;
+  EXPECT_EQ(xf_translate(translator, lines, 1, call.get(), &results), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(xf_last_error()).find("xf_translate_options: struct_size 4"), std::string::npos)
+      << xf_last_error();
+  EXPECT_EQ(results, nullptr);
+  xf_translator_free(translator);
+  xf_model_free(model);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@
 
 namespace xf {
 
+// The library's release, "MAJOR.MINOR.PATCH" (xf_version() in the C API).
+const char* version();
+
 enum class Device { cpu, cuda };
 const char* device_name(Device device);      // "cpu", "cuda"
 Device parse_device(const std::string& name);  // throws xf::Error on an unknown name

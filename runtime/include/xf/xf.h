@@ -12,6 +12,13 @@
  * Every function returning xf_status sets a message for xf_last_error() (per thread) when it
  * fails. Handles may be freed in any order: a translator keeps its model alive.
  *
+ * Versions: XF_VERSION_* is the release this header belongs to, xf_version() the library's.
+ * XF_ABI_VERSION is the SONAME's number (libxf.so.XF_ABI_VERSION); it changes only when an app
+ * must be rebuilt. Option structs begin with struct_size, which xf_*_options_init sets to the
+ * size the app was compiled with: fields are only ever appended, so a newer library reads the
+ * fields an older app knows and gives the others their defaults, and an older library accepts
+ * a newer app's struct as long as the fields it does not know are zero (what init leaves them).
+ *
  * Threads: a model may be shared by any number of translators on any threads. A translator
  * may be called from any thread; calls to one translator from several threads at once are
  * serialized (each waits for the one before), so for parallel translation create one
@@ -26,6 +33,21 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* CMakeLists.txt reads the release and ABI numbers from these lines. */
+#define XF_VERSION_MAJOR 0
+#define XF_VERSION_MINOR 1
+#define XF_VERSION_PATCH 0
+#define XF_ABI_VERSION 1
+
+/* Symbols of the C and C++ APIs are the only ones libxf exports. */
+#if defined(XF_STATIC)
+#define XF_API
+#elif defined(_WIN32)
+#define XF_API __declspec(dllimport)
+#else
+#define XF_API __attribute__((visibility("default")))
 #endif
 
 typedef enum xf_status {
@@ -43,6 +65,7 @@ typedef struct xf_results xf_results;
 typedef enum xf_device { XF_DEVICE_CPU = 0, XF_DEVICE_CUDA = 1 } xf_device;
 
 typedef struct xf_translator_options {
+  size_t struct_size; /* sizeof(xf_translator_options) as the app compiled it: set by init */
   xf_device device;
   int max_batch;
   int max_source_len;
@@ -53,6 +76,7 @@ typedef struct xf_translator_options {
 } xf_translator_options;
 
 typedef struct xf_translate_options {
+  size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
   int beam; /* 0: the translator's beam */
   int n_best;
   float length_penalty;
@@ -60,43 +84,60 @@ typedef struct xf_translate_options {
   int max_len_b;
 } xf_translate_options;
 
+/* The library's release, "MAJOR.MINOR.PATCH". */
+XF_API const char* xf_version(void);
+
 /* The message of this thread's last failure ("" when none). Valid until the next xf call. */
-const char* xf_last_error(void);
+XF_API const char* xf_last_error(void);
 
 /* Opens a model file by memory-mapping it: the file must not be overwritten in place while it is
- * open (replace it by renaming a new file over it; see xf_model_options for the alternative). */
-xf_status xf_model_open(const char* path, xf_model** model);
+ * open (replace it by renaming a new file over it; xf_model_options.mmap = 0 reads it instead). */
+XF_API xf_status xf_model_open(const char* path, xf_model** model);
 
 typedef struct xf_model_options {
+  size_t struct_size; /* sizeof(xf_model_options) as the app compiled it: set by init */
   int mmap; /* 1 (default): map the file; 0: read it into memory, so it may change or go */
 } xf_model_options;
-void xf_model_options_init(xf_model_options* options);
-xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
-                                     xf_model** model);
-void xf_model_free(xf_model* model);
+XF_API void xf_model_options_init_sized(xf_model_options* options, size_t struct_size);
+static inline void xf_model_options_init(xf_model_options* options) {
+  xf_model_options_init_sized(options, sizeof(*options));
+}
+XF_API xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
+                                            xf_model** model);
+XF_API void xf_model_free(xf_model* model);
 
-void xf_translator_options_init(xf_translator_options* options);
-xf_status xf_translator_create(const xf_model* model, const xf_translator_options* options,
-                               xf_translator** translator);
-void xf_translator_free(xf_translator* translator);
+/* Fills the first struct_size bytes of *options with the defaults and sets struct_size.
+ * Call it through xf_translator_options_init, which passes the app's sizeof. */
+XF_API void xf_translator_options_init_sized(xf_translator_options* options, size_t struct_size);
+static inline void xf_translator_options_init(xf_translator_options* options) {
+  xf_translator_options_init_sized(options, sizeof(*options));
+}
+/* XF_ERROR_INVALID_ARGUMENT when options->struct_size is not one a release of xf.h had, or
+ * sets a field this library does not know. */
+XF_API xf_status xf_translator_create(const xf_model* model, const xf_translator_options* options,
+                                      xf_translator** translator);
+XF_API void xf_translator_free(xf_translator* translator);
 
-void xf_translate_options_init(xf_translate_options* options);
+XF_API void xf_translate_options_init_sized(xf_translate_options* options, size_t struct_size);
+static inline void xf_translate_options_init(xf_translate_options* options) {
+  xf_translate_options_init_sized(options, sizeof(*options));
+}
 /* options may be NULL (defaults). */
-xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,
-                       const xf_translate_options* options, xf_results** results);
+XF_API xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,
+                              const xf_translate_options* options, xf_results** results);
 /* Token ids: sources[i] holds lengths[i] piece ids, without EOS. */
-xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sources,
-                           const size_t* lengths, size_t count, const xf_translate_options* options,
-                           xf_results** results);
+XF_API xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sources,
+                                  const size_t* lengths, size_t count,
+                                  const xf_translate_options* options, xf_results** results);
 
-size_t xf_results_count(const xf_results* results);
-size_t xf_results_hypotheses(const xf_results* results, size_t sentence);
+XF_API size_t xf_results_count(const xf_results* results);
+XF_API size_t xf_results_hypotheses(const xf_results* results, size_t sentence);
 /* NULL when the index is out of range. Text is "" for results of xf_translate_ids. */
-const char* xf_results_text(const xf_results* results, size_t sentence, size_t hypothesis);
-const int32_t* xf_results_ids(const xf_results* results, size_t sentence, size_t hypothesis,
-                              size_t* length);
-float xf_results_score(const xf_results* results, size_t sentence, size_t hypothesis);
-void xf_results_free(xf_results* results);
+XF_API const char* xf_results_text(const xf_results* results, size_t sentence, size_t hypothesis);
+XF_API const int32_t* xf_results_ids(const xf_results* results, size_t sentence,
+                                     size_t hypothesis, size_t* length);
+XF_API float xf_results_score(const xf_results* results, size_t sentence, size_t hypothesis);
+XF_API void xf_results_free(xf_results* results);
 
 #ifdef __cplusplus
 }
