@@ -35,6 +35,10 @@ Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
 
 Model::~Model() = default;
 
+std::shared_ptr<const Model> Model::open(const std::string& path) {
+  return open(path, FileAccess::map);
+}
+
 std::shared_ptr<const Model> Model::open(const std::string& path, FileAccess access) {
   return from_file(ModelFile::open(path, access));
 }

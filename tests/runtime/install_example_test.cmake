@@ -1,6 +1,7 @@
 # Installs the xf_sdk component into a temporary prefix, builds examples/embed against it with
 # find_package(xf), and checks that it translates a sentence exactly as xf-run does.
-# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, MODEL, XF_RUN.
+# With a shared libxf (SONAME set), the example must load it, and no other xf library.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, MODEL, XF_RUN, READELF, SONAME (empty: static).
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 
@@ -12,7 +13,7 @@ function(run_step)
 endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix --component xf_sdk)
-foreach(installed include/xf/translator.h include/xf/xf.h lib/cmake/xf/xfConfig.cmake)
+foreach(installed include/xf/translator.h include/xf/xf.h include/xf/export.h lib/cmake/xf/xfConfig.cmake)
   if(NOT EXISTS ${WORK_DIR}/prefix/${installed})
     message(FATAL_ERROR "not installed: ${installed}")
   endif()
@@ -20,6 +21,16 @@ endforeach()
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/embed -B ${WORK_DIR}/build
   -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+
+if(SONAME)
+  execute_process(COMMAND ${READELF} -d ${WORK_DIR}/build/embed OUTPUT_VARIABLE dynamic)
+  if(NOT dynamic MATCHES "Shared library: \\[${SONAME}\\]")
+    message(FATAL_ERROR "embed does not load ${SONAME}:\n${dynamic}")
+  endif()
+  if(dynamic MATCHES "Shared library: \\[(libcuda|libcublas)")
+    message(FATAL_ERROR "embed loads a CUDA library:\n${dynamic}")
+  endif()
+endif()
 
 set(sentence "the dog runs to the river")
 execute_process(COMMAND ${WORK_DIR}/build/embed ${MODEL} ${sentence}

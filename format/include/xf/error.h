@@ -4,9 +4,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "xf/export.h"
+
 namespace xf {
 
-class Error : public std::runtime_error {
+// Exported (its type_info is one across libxf and the app), so that an app catches it.
+class XF_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };

@@ -26,11 +26,11 @@
 namespace xf {
 
 // The library's release, "MAJOR.MINOR.PATCH" (xf_version() in the C API).
-const char* version();
+XF_API const char* version();
 
 enum class Device { cpu, cuda };
-const char* device_name(Device device);      // "cpu", "cuda"
-Device parse_device(const std::string& name);  // throws xf::Error on an unknown name
+XF_API const char* device_name(Device device);      // "cpu", "cuda"
+XF_API Device parse_device(const std::string& name);  // throws xf::Error on an unknown name
 
 struct TranslatorOptions {
   Device device = Device::cpu;
@@ -86,7 +86,7 @@ struct MemoryPlan;
 class Search;
 }  // namespace runtime
 
-class Translator {
+class XF_API Translator {
  public:
   // Throws xf::Error when an option is out of range or the device is not available.
   Translator(std::shared_ptr<const Model> model, const TranslatorOptions& options = {});

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xf/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -41,14 +43,6 @@ extern "C" {
 #define XF_VERSION_PATCH 0
 #define XF_ABI_VERSION 1
 
-/* Symbols of the C and C++ APIs are the only ones libxf exports. */
-#if defined(XF_STATIC)
-#define XF_API
-#elif defined(_WIN32)
-#define XF_API __declspec(dllimport)
-#else
-#define XF_API __attribute__((visibility("default")))
-#endif
 
 typedef enum xf_status {
   XF_OK = 0,

@@ -1,0 +1,38 @@
+# libxf exports the C API (xf_*) and the C++ API (namespace xf, with its classes' type_info and
+# vtables) and nothing else, and its SONAME carries the ABI version.
+# Variables: LIBRARY (the libxf.so file), NM, READELF, SONAME (expected, e.g. libxf.so.1).
+execute_process(COMMAND ${NM} -D --defined-only -C ${LIBRARY}
+  RESULT_VARIABLE status OUTPUT_VARIABLE symbols ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "nm failed (${status}): ${err}")
+endif()
+string(REPLACE "\n" ";" lines "${symbols}")
+set(api 0)
+set(foreign "")
+foreach(line IN LISTS lines)
+  # "ADDRESS TYPE NAME"; the name may contain spaces ("typeinfo for xf::Error").
+  if(NOT line MATCHES "^[0-9a-f]+ [A-Za-z] (.+)$")
+    continue()
+  endif()
+  set(name "${CMAKE_MATCH_1}")
+  if(name MATCHES "^(xf_|xf::|typeinfo for xf::|typeinfo name for xf::|vtable for xf::)")
+    math(EXPR api "${api} + 1")
+  else()
+    string(APPEND foreign "  ${name}\n")
+  endif()
+endforeach()
+if(NOT foreign STREQUAL "")
+  message(FATAL_ERROR "${LIBRARY} exports symbols outside the C and C++ APIs:\n${foreign}")
+endif()
+foreach(expected " T xf_translate\n" " T xf_version\n" " T xf::Translator::Translator(" " typeinfo for xf::Error\n")
+  string(FIND "${symbols}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${LIBRARY} does not export ${expected}")
+  endif()
+endforeach()
+
+execute_process(COMMAND ${READELF} -d ${LIBRARY} OUTPUT_VARIABLE dynamic RESULT_VARIABLE status)
+if(NOT status EQUAL 0 OR NOT dynamic MATCHES "Library soname: \\[${SONAME}\\]")
+  message(FATAL_ERROR "${LIBRARY}: SONAME is not ${SONAME}:\n${dynamic}")
+endif()
+message(STATUS "${LIBRARY}: ${api} exported symbols, all xf_ or xf::; SONAME ${SONAME}")
