@@ -158,10 +158,10 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   dnnl::memory weights_memory;
   if (s.int8) {
     // y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]. oneDNN applies W's
-    // scales as output scales, one per column (runtime scales pointed at the file's row scales:
-    // static ones gave wrong products with oneDNN 2.6's gemm:jit, measured); the per-row input
-    // scales and the bias are our epilogue in run(): oneDNN 2.6 has per-column output scales
-    // only, and a per-row binary post-op falls back to its reference kernel (1000x slower).
+    // scales as output scales, one per column (runtime scales, pointed at the file's row scales
+    // once); the per-row input scales and the bias are our epilogue in run(): oneDNN 2.6 has
+    // per-column output scales only, and a per-row binary post-op falls back to its reference
+    // kernel (1000x slower, measured).
     attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
     // The stored layout is read in place (measured: as fast as a packed copy, docs/KERNELS_CPU.md).
     const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
