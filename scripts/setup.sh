@@ -7,7 +7,8 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  python3 python3-venv python3-dev  # the Python package (python/) and its tests
+  libopenmpi-dev openmpi-bin  # data-parallel xf-train under mpirun (trainer/comm)
   g++-aarch64-linux-gnu  # scripts/check_aarch64.sh: the CPU code must compile for Jetson's CPU
 )
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, compiles
-# the CPU sources for aarch64, runs the format tests again under AddressSanitizer and the threads
-# test under ThreadSanitizer, then a bounded libFuzzer run of the model reader. Exits non-zero
-# when any build step or test fails.
+# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, tests the
+# Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
+# tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
+# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where
+# OpenMPI is installed (scripts/setup.sh), ctest includes the data-parallel runs under mpirun.
 # Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/, build-tsan/, build-fuzz/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +13,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 900)
+
+# The Python package, built against the libraries just built, and its pytest tests.
+scripts/test_python.sh build
 
 # The CPU side must build on aarch64 (Jetson): compile it with the cross compiler.
 scripts/check_aarch64.sh build

@@ -41,6 +41,11 @@ class Backend {
   // k best values (descending) and their token ids. values, ids: [rows, k], host memory.
   virtual void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) = 0;
 
+  // The last step's logits [rows, target_vocab] in host memory, writable: the search adjusts
+  // them before top_k() (repetition penalty, n-gram bans) and reads them for sampling and forced
+  // target prefixes. Null when the logits stay on the device: those options are then refused.
+  virtual float* host_logits() { return nullptr; }
+
   // Reorders the self-attention caches after a beam step: row i continues from row parents[i]
   // (positions 0..step). parents: [rows].
   virtual void reorder_cache(const int32_t* parents, int64_t step) = 0;

@@ -124,23 +124,45 @@ xf_translate_options translate_defaults() {
   c.length_penalty = cpp.length_penalty;
   c.max_len_a = cpp.max_len_a;
   c.max_len_b = cpp.max_len_b;
+  c.max_decoding_length = cpp.max_decoding_length;
+  c.max_batch_size = cpp.max_batch_size;
+  c.batch_type = XF_BATCH_EXAMPLES;
+  c.sampling_topk = cpp.sampling_topk;
+  c.sampling_topp = cpp.sampling_topp;
+  c.sampling_temperature = cpp.sampling_temperature;
+  c.seed = cpp.seed;
+  c.repetition_penalty = cpp.repetition_penalty;
+  c.no_repeat_ngram_size = cpp.no_repeat_ngram_size;
+  return c;  // no target prefixes
+}
+
+// The app's options as this library's struct (null: the defaults). Throws InvalidArgument.
+xf_translate_options read_translate_options(const xf_translate_options* in) {
+  if (in == nullptr) return translate_defaults();
+  xf_translate_options c;
+  const std::string problem = read_sized(in, kFirstTranslateOptionsSize, translate_defaults(), c);
+  if (!problem.empty()) throw InvalidArgument("xf_translate_options: " + problem);
   return c;
 }
 
-// Null options: the defaults.
-xf::TranslateOptions to_cpp(const xf_translate_options* in) {
+xf::TranslateOptions to_cpp(const xf_translate_options& c) {
+  if (c.batch_type != XF_BATCH_EXAMPLES && c.batch_type != XF_BATCH_TOKENS)
+    throw InvalidArgument("xf_translate_options: unknown batch_type " + std::to_string(c.batch_type));
   xf::TranslateOptions cpp;
-  if (in != nullptr) {
-    xf_translate_options c;
-    const std::string problem = read_sized(in, kFirstTranslateOptionsSize, translate_defaults(), c);
-    if (!problem.empty()) throw InvalidArgument("xf_translate_options: " + problem);
-    const xf_translate_options* options = &c;
-    cpp.beam = options->beam;
-    cpp.n_best = options->n_best;
-    cpp.length_penalty = options->length_penalty;
-    cpp.max_len_a = options->max_len_a;
-    cpp.max_len_b = options->max_len_b;
-  }
+  cpp.beam = c.beam;
+  cpp.n_best = c.n_best;
+  cpp.length_penalty = c.length_penalty;
+  cpp.max_len_a = c.max_len_a;
+  cpp.max_len_b = c.max_len_b;
+  cpp.max_decoding_length = c.max_decoding_length;
+  cpp.max_batch_size = c.max_batch_size;
+  cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
+  cpp.sampling_topk = c.sampling_topk;
+  cpp.sampling_topp = c.sampling_topp;
+  cpp.sampling_temperature = c.sampling_temperature;
+  cpp.seed = c.seed;
+  cpp.repetition_penalty = c.repetition_penalty;
+  cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
   return cpp;
 }
 
@@ -226,9 +248,16 @@ xf_status xf_translate(xf_translator* translator, const char* const* sources, si
     if (sources[i] == nullptr)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: source " + std::to_string(i + 1) + " is null");
   return guarded([&] {
+    const xf_translate_options c = read_translate_options(options);
+    std::vector<std::string> prefixes;
+    for (size_t i = 0; c.target_prefix != nullptr && i < count; ++i) {
+      if (c.target_prefix[i] == nullptr)
+        throw InvalidArgument("xf_translate: target prefix " + std::to_string(i + 1) + " is null");
+      prefixes.emplace_back(c.target_prefix[i]);
+    }
     std::vector<std::string> lines(sources, sources + count);
     auto out = std::make_unique<xf_results>();
-    out->results = translator->translator->translate(lines, to_cpp(options));
+    out->results = translator->translator->translate(lines, to_cpp(c), prefixes);
     *results = out.release();
   });
 }
@@ -243,10 +272,20 @@ xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sour
     if (sources[i] == nullptr && lengths[i] > 0)
       return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_ids: source " + std::to_string(i + 1) + " is null");
   return guarded([&] {
-    std::vector<std::vector<int32_t>> ids(count);
+    const xf_translate_options c = read_translate_options(options);
+    const bool has_prefix = c.target_prefix_ids != nullptr;
+    if (has_prefix && c.target_prefix_lengths == nullptr)
+      throw InvalidArgument("xf_translate_ids: target_prefix_lengths is null");
+    std::vector<std::vector<int32_t>> ids(count), prefixes(has_prefix ? count : 0);
     for (size_t i = 0; i < count; ++i) ids[i].assign(sources[i], sources[i] + lengths[i]);
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      if (c.target_prefix_ids[i] == nullptr && c.target_prefix_lengths[i] > 0)
+        throw InvalidArgument("xf_translate_ids: target prefix " + std::to_string(i + 1) + " is null");
+      if (c.target_prefix_lengths[i] > 0)
+        prefixes[i].assign(c.target_prefix_ids[i], c.target_prefix_ids[i] + c.target_prefix_lengths[i]);
+    }
     std::vector<xf::TokenTranslation> tokens;
-    translator->translator->translate_ids(ids, to_cpp(options), tokens);
+    translator->translator->translate_ids(ids, to_cpp(c), tokens, prefixes);
     auto out = std::make_unique<xf_results>();
     out->results.resize(count);
     for (size_t i = 0; i < count; ++i)

@@ -226,6 +226,7 @@ class CpuBackend final : public Backend {
               int64_t source_len) override;
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
+  float* host_logits() override { return logits_; }
   void reorder_cache(const int32_t* parents, int64_t step) override;
   bool can_drop_sentences() const override { return true; }
   void keep_sentences(const int32_t* kept, int64_t count) override;

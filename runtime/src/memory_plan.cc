@@ -77,8 +77,8 @@ MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& 
 
 int64_t max_output_length(const MemoryPlan& plan, const TranslateOptions& options,
                           int64_t source_tokens) {
-  const double length =
-      std::floor(static_cast<double>(options.max_len_a) * source_tokens + options.max_len_b);
+  double length = std::floor(static_cast<double>(options.max_len_a) * source_tokens + options.max_len_b);
+  if (options.max_decoding_length > 0) length = std::min<double>(length, options.max_decoding_length);
   return static_cast<int64_t>(std::clamp(length, 1.0, static_cast<double>(plan.max_target_len)));
 }
 

@@ -35,8 +35,8 @@ struct MemoryPlan {
 // Throws xf::Error naming the option when a limit is out of range for the model.
 MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& options);
 
-// The longest output for a source of source_tokens tokens (EOS included) under the options,
-// capped by the plan; at least 1.
+// The longest output for a source of source_tokens tokens (EOS included) under the options
+// (max_len_a/b, max_decoding_length), capped by the plan; at least 1.
 int64_t max_output_length(const MemoryPlan& plan, const TranslateOptions& options,
                           int64_t source_tokens);
 

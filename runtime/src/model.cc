@@ -21,6 +21,39 @@ std::unique_ptr<sentencepiece::SentencePieceProcessor> load_tokenizer(std::strin
   return processor;
 }
 
+std::vector<int32_t> encode(const sentencepiece::SentencePieceProcessor& tokenizer, std::string_view text,
+                            const char* label) {
+  metrics::check_utf8(text, label);
+  std::vector<int> pieces;
+  const auto status = tokenizer.Encode(text, &pieces);
+  if (!status.ok()) throw Error("tokenization failed: " + status.ToString());
+  return std::vector<int32_t>(pieces.begin(), pieces.end());
+}
+
+std::vector<int32_t> piece_ids(const sentencepiece::SentencePieceProcessor& tokenizer,
+                               const std::vector<std::string>& pieces, const char* side) {
+  std::vector<int32_t> ids(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int id = tokenizer.PieceToId(pieces[i]);
+    // PieceToId answers unk_id for an unknown piece: only the unknown piece itself may map there.
+    if (id == tokenizer.unk_id() && pieces[i] != tokenizer.IdToPiece(id))
+      throw Error("piece '" + pieces[i] + "' is not in the " + side + " vocabulary");
+    ids[i] = id;
+  }
+  return ids;
+}
+
+std::vector<std::string> pieces_of(const sentencepiece::SentencePieceProcessor& tokenizer, const int32_t* ids,
+                                   size_t count, const char* side) {
+  std::vector<std::string> pieces(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (ids[i] < 0 || ids[i] >= tokenizer.GetPieceSize())
+      throw Error("token id " + std::to_string(ids[i]) + " is outside the " + side + " vocabulary");
+    pieces[i] = tokenizer.IdToPiece(ids[i]);
+  }
+  return pieces;
+}
+
 }  // namespace
 
 Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
@@ -50,20 +83,39 @@ std::shared_ptr<const Model> Model::from_file(std::shared_ptr<const ModelFile> f
 
 const ModelConfig& Model::config() const { return file_->config(); }
 
-std::vector<int32_t> Model::encode_source(std::string_view text) const {
+const sentencepiece::SentencePieceProcessor& Model::tokenizer(bool source) const {
   if (!source_tokenizer_) throw Error(file_->path() + ": the model has no tokenizer (use token ids)");
-  metrics::check_utf8(text, "source text");
-  std::vector<int> pieces;
-  const auto status = source_tokenizer_->Encode(text, &pieces);
-  if (!status.ok()) throw Error("tokenization failed: " + status.ToString());
-  return std::vector<int32_t>(pieces.begin(), pieces.end());
+  return source ? *source_tokenizer_ : *target_tokenizer_;
+}
+
+std::vector<int32_t> Model::encode_source(std::string_view text) const {
+  return encode(tokenizer(true), text, "source text");
+}
+
+std::vector<int32_t> Model::encode_target(std::string_view text) const {
+  return encode(tokenizer(false), text, "target text");
+}
+
+std::vector<int32_t> Model::source_piece_ids(const std::vector<std::string>& pieces) const {
+  return piece_ids(tokenizer(true), pieces, "source");
+}
+
+std::vector<int32_t> Model::target_piece_ids(const std::vector<std::string>& pieces) const {
+  return piece_ids(tokenizer(false), pieces, "target");
+}
+
+std::vector<std::string> Model::source_pieces(const int32_t* ids, size_t count) const {
+  return pieces_of(tokenizer(true), ids, count, "source");
+}
+
+std::vector<std::string> Model::target_pieces(const int32_t* ids, size_t count) const {
+  return pieces_of(tokenizer(false), ids, count, "target");
 }
 
 std::string Model::decode_target(const int32_t* ids, size_t count) const {
-  if (!target_tokenizer_) throw Error(file_->path() + ": the model has no tokenizer (use token ids)");
   std::vector<int> pieces(ids, ids + count);
   std::string text;
-  const auto status = target_tokenizer_->Decode(pieces, &text);
+  const auto status = tokenizer(false).Decode(pieces, &text);
   if (!status.ok()) throw Error("detokenization failed: " + status.ToString());
   return text;
 }

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "memory_plan.h"
 #include "xf/error.h"
+#include "xf/kernels_cpu/kernels.h"
 
 namespace xf::runtime {
 
@@ -20,6 +21,26 @@ float length_penalty(int64_t length, float alpha) {
   return std::pow((5.0f + static_cast<float>(length)) / 6.0f, alpha);
 }
 
+namespace {
+
+constexpr float kBanned = -std::numeric_limits<float>::infinity();
+
+// SplitMix64: a tiny generator whose sequence is the same on every platform.
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A sentence's own stream: the same for a seed and index whatever the batching.
+uint64_t sentence_stream(uint64_t seed, int64_t index) {
+  uint64_t state = seed;
+  return next_random(state) ^ (static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
+}
+
+}  // namespace
+
 Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan), config_(config) {
   const int64_t k = plan.max_beam, rows = plan.max_rows, len = plan.max_target_len;
   // Per sentence: a beam of k ends with exactly k finished hypotheses.
@@ -27,7 +48,11 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
   source_ids_.resize(plan.max_sentences * plan.max_source_len);
   source_lengths_.resize(plan.max_sentences);
   max_length_.resize(plan.max_sentences);
+  sentence_indices_.resize(plan.max_sentences);
+  prefixes_.resize(plan.max_sentences);
+  rng_.resize(plan.max_sentences);
   done_.resize(plan.max_sentences);
+  live_.resize(plan.max_sentences);
   tokens_.resize(rows);
   log_probs_.resize(rows);
   history_[0].resize(rows * len);
@@ -41,6 +66,9 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
   finished_count_.resize(plan.max_sentences);
   slot_sentence_.resize(plan.max_sentences);
   kept_slots_.resize(plan.max_sentences);
+  seen_.resize(config.target_vocab_size);
+  sample_ids_.resize(config.target_vocab_size);
+  sample_weights_.resize(config.target_vocab_size);
 }
 
 void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
@@ -48,7 +76,9 @@ void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, 
   backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
   for (int64_t s = 0; s < sentences; ++s) {
     max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);
+    rng_[s] = sentence_stream(options.seed, sentence_indices_[s]);
     done_[s] = 0;
+    live_[s] = 1;
     finished_count_[s] = 0;
     slot_sentence_[s] = static_cast<int32_t>(s);
   }
@@ -57,6 +87,75 @@ void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, 
   else
     beam_search(backend, sentences, beam, options);
   write_results(sentences, options.n_best, results);
+}
+
+int32_t Search::forced_token(int64_t sentence, int64_t step) const {
+  const std::vector<int32_t>* prefix = prefixes_[sentence];
+  return prefix != nullptr && step < static_cast<int64_t>(prefix->size()) ? (*prefix)[step] : -1;
+}
+
+void Search::adjust_logits(float* logits, const int32_t* ids, int64_t count,
+                           const TranslateOptions& options) {
+  const float penalty = options.repetition_penalty;
+  if (penalty != 1.0f) {
+    ++stamp_;  // each distinct token is penalized once
+    for (int64_t i = 0; i < count; ++i) {
+      if (seen_[ids[i]] == stamp_) continue;
+      seen_[ids[i]] = stamp_;
+      float& logit = logits[ids[i]];
+      logit = logit < 0.0f ? logit * penalty : logit / penalty;
+    }
+  }
+  // Every earlier n-gram whose first n - 1 tokens equal the last n - 1 bans its last token.
+  const int64_t n = options.no_repeat_ngram_size;
+  if (n > 0 && count >= n) {
+    const int32_t* suffix = ids + count - (n - 1);
+    for (int64_t i = 0; i + n - 1 < count; ++i)
+      if (std::equal(ids + i, ids + i + n - 1, suffix)) logits[ids[i + n - 1]] = kBanned;
+  }
+}
+
+int32_t Search::sample(const float* log_probs, int64_t sentence, const TranslateOptions& options) {
+  const int64_t vocab = config_.target_vocab_size;
+  const int64_t k = options.sampling_topk <= 0 ? vocab : std::min<int64_t>(options.sampling_topk, vocab);
+  int32_t* ids = sample_ids_.data();
+  for (int64_t v = 0; v < vocab; ++v) ids[v] = static_cast<int32_t>(v);
+  // A total order (ties to the lower id), so the candidates' order is the same everywhere.
+  auto more_likely = [&](int32_t a, int32_t b) {
+    return log_probs[a] != log_probs[b] ? log_probs[a] > log_probs[b] : a < b;
+  };
+  if (k < vocab)
+    std::partial_sort(ids, ids + k, ids + vocab, more_likely);
+  else
+    std::sort(ids, ids + vocab, more_likely);
+  // Weights p^(1/T), relative to the best candidate; banned tokens weigh nothing.
+  float* weights = sample_weights_.data();
+  const float inverse_temperature = 1.0f / options.sampling_temperature;
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    weights[i] = std::exp((log_probs[ids[i]] - log_probs[ids[0]]) * inverse_temperature);
+    total += weights[i];
+  }
+  // Nucleus: the most likely candidates until their share reaches top-p.
+  int64_t kept = k;
+  if (options.sampling_topp < 1.0f) {
+    double share = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+      share += weights[i];
+      if (share >= options.sampling_topp * total) {
+        kept = i + 1;
+        total = share;
+        break;
+      }
+    }
+  }
+  const double u = static_cast<double>(next_random(rng_[sentence]) >> 11) * 0x1.0p-53 * total;
+  double cumulative = 0.0;
+  for (int64_t i = 0; i < kept; ++i) {
+    cumulative += weights[i];
+    if (u < cumulative) return ids[i];
+  }
+  return ids[0];  // rounding: u at the very top of the range
 }
 
 void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
@@ -88,6 +187,7 @@ int64_t Search::drop_finished(Backend& backend, int64_t slots, int64_t k, int32_
     }
     kept_slots_[kept] = static_cast<int32_t>(slot);
     slot_sentence_[kept] = slot_sentence_[slot];
+    live_[kept] = live_[slot];
     done_[kept] = 0;
     ++kept;
   }
@@ -105,18 +205,33 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
     log_probs_[s] = 0.0f;
   }
   const bool can_drop = backend.can_drop_sentences();
+  const bool sampling = options.sampling() || always_sample;
+  const bool adjust = options.adjusts_logits();
+  const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), 1, step);
-    backend.top_k(nullptr, 1, top_values_.data(), top_ids_.data());
+    float* logits = backend.host_logits();  // null unless an option needs it (checked before)
+    if (adjust)
+      for (int64_t slot = 0; slot < slots; ++slot)
+        if (!done_[slot]) adjust_logits(logits + slot * vocab, history + slot * stride, step, options);
+    if (!sampling) backend.top_k(nullptr, 1, top_values_.data(), top_ids_.data());
     bool active = false, finished_now = false;
     for (int64_t slot = 0; slot < slots; ++slot) {
       parents_[slot] = static_cast<int32_t>(slot);
       if (done_[slot]) continue;
       const int64_t s = slot_sentence_[slot];
-      const int32_t token = top_ids_[slot];
-      log_probs_[slot] += top_values_[slot];
+      int32_t token = forced_token(s, step);
+      if (token >= 0 || sampling) {
+        float* row = logits + slot * vocab;
+        cpu::log_softmax(row, 1, vocab, 1);
+        if (token < 0) token = sample(row, s, options);
+        log_probs_[slot] += row[token];
+      } else {
+        token = top_ids_[slot];
+        log_probs_[slot] += top_values_[slot];
+      }
       int32_t* ids = history + slot * stride;
       if (token == config_.eos_id) {
         add_finished(s, ids, step, step + 1, log_probs_[slot], options.length_penalty);
@@ -153,11 +268,20 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
     log_probs_[row] = 0.0f;
   }
   const bool can_drop = backend.can_drop_sentences();
+  const bool adjust = options.adjusts_logits();
+  const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   int current = 0;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), k, step);
+    float* logits = backend.host_logits();  // null unless an option needs it (checked before)
+    if (adjust)
+      for (int64_t slot = 0; slot < slots; ++slot)
+        for (int64_t j = 0; !done_[slot] && j < live_[slot]; ++j) {
+          const int64_t row = slot * k + j;
+          adjust_logits(logits + row * vocab, history_[current].data() + row * stride, step, options);
+        }
     // A row's best k continuations hold every one of its candidates that can make the top k - f.
     backend.top_k(log_probs_.data(), k, top_values_.data(), top_ids_.data());
     const int32_t* history = history_[current].data();
@@ -168,24 +292,34 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
       for (int64_t j = 0; j < k; ++j) parents_[first_row + j] = static_cast<int32_t>(first_row + j);
       if (done_[slot]) continue;
       const int64_t s = slot_sentence_[slot];
-      // At the first step every row holds the same BOS prefix: only the first one is live.
-      const int64_t live = step == 0 ? 1 : k - finished_count_[s];
-      const int64_t width = k - finished_count_[s];
+      // Live hypotheses: one at the first step (every row holds BOS) and while a target prefix
+      // is forced, then k - f.
+      const int64_t live = live_[slot];
+      int64_t width = k - finished_count_[s];
       Candidate* c = candidates_.data();
-      for (int64_t j = 0; j < live; ++j)
-        for (int64_t i = 0; i < k; ++i) {
-          const int64_t at = (first_row + j) * k + i;
-          c[j * k + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
-        }
-      // Equal scores keep the order of (live rank, token id), as a stable sort of all live x vocab.
-      std::partial_sort(c, c + width, c + live * k, [](const Candidate& a, const Candidate& b) {
-        if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
-        if (a.parent != b.parent) return a.parent < b.parent;
-        return a.order < b.order;
-      });
+      const int32_t forced = forced_token(s, step);
+      if (forced >= 0) {
+        float* row = logits + first_row * vocab;
+        cpu::log_softmax(row, 1, vocab, 1);
+        c[0] = {log_probs_[first_row] + row[forced], forced, 0, 0};
+        width = 1;
+      } else {
+        for (int64_t j = 0; j < live; ++j)
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t at = (first_row + j) * k + i;
+            c[j * k + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
+          }
+        // Equal scores keep the order of (live rank, token id), as a stable sort of all live x vocab.
+        std::partial_sort(c, c + width, c + live * k, [](const Candidate& a, const Candidate& b) {
+          if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
+          if (a.parent != b.parent) return a.parent < b.parent;
+          return a.order < b.order;
+        });
+      }
       const bool last_step = step + 1 == max_length_[s];
       int64_t next_live = 0;
       for (int64_t i = 0; i < width; ++i) {
+        if (c[i].log_prob == kBanned) continue;  // a repeated n-gram (fewer allowed than the beam)
         const int64_t parent_row = first_row + c[i].parent;
         const int32_t* prefix = history + parent_row * stride;
         if (c[i].token == config_.eos_id) {
@@ -206,6 +340,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         log_probs_[row] = c[i].log_prob;
         ++next_live;
       }
+      live_[slot] = static_cast<int32_t>(next_live);
       if (next_live == 0) {
         done_[slot] = finished_now = true;  // every beam has ended
       } else {

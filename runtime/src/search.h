@@ -19,9 +19,12 @@ class Search {
  public:
   Search(const MemoryPlan& plan, const ModelConfig& config);
 
-  // Staging for the next batch: source ids [max_sentences, max_source_len] and lengths.
+  // Staging for the next batch: source ids [max_sentences, max_source_len] and lengths; each
+  // sentence's index in the call (it seeds the sampling) and target prefix (null when none).
   int32_t* source_ids() { return source_ids_.data(); }
   int32_t* source_lengths() { return source_lengths_.data(); }
+  int64_t* sentence_indices() { return sentence_indices_.data(); }
+  const std::vector<int32_t>** target_prefixes() { return prefixes_.data(); }
 
   // Translates the staged batch: `sentences` sentences padded to source_len tokens (EOS
   // included). results[i] receives sentence i's n_best hypotheses, best first; each result's
@@ -31,6 +34,8 @@ class Search {
 
   // A beam of one runs the simpler greedy loop; tests turn this off to compare the two.
   bool use_greedy_for_beam_one = true;
+  // Greedy search samples even with sampling_topk 1 (tests check that it then equals greedy).
+  bool always_sample = false;
 
  private:
   struct Candidate {
@@ -52,6 +57,12 @@ class Search {
   // Removes the slots marked done (greedy: k = 1), moving the rest of the host state and the
   // backend's batch forward; parents_ then maps new rows to old ones. Returns the slots left.
   int64_t drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history);
+  // The forced token of a sentence at a step, or -1.
+  int32_t forced_token(int64_t sentence, int64_t step) const;
+  // Applies the repetition penalty and the n-gram ban to a row's logits, given its tokens so far.
+  void adjust_logits(float* logits, const int32_t* ids, int64_t count, const TranslateOptions& options);
+  // Draws the next token of a sentence from a row's log-probabilities (sampling options).
+  int32_t sample(const float* log_probs, int64_t sentence, const TranslateOptions& options);
   void add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
                     float log_prob, float alpha);
   void write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results);
@@ -63,11 +74,15 @@ class Search {
   std::vector<int32_t> source_ids_;      // [max_sentences, max_source_len]
   std::vector<int32_t> source_lengths_;  // [max_sentences]
   std::vector<int64_t> max_length_;      // [max_sentences] output limit per sentence
+  std::vector<int64_t> sentence_indices_;  // [max_sentences] index in the call
+  std::vector<const std::vector<int32_t>*> prefixes_;  // [max_sentences] forced first tokens
+  std::vector<uint64_t> rng_;            // [max_sentences] sampling state per sentence
   // Slot: a sentence's place in the backend's batch; finished sentences are dropped, so a
   // slot's sentence changes. max_length_, finished_* are by sentence, done_ by slot.
   std::vector<int32_t> slot_sentence_;   // [max_sentences]
   std::vector<int32_t> kept_slots_;      // [max_sentences]
   std::vector<uint8_t> done_;            // [max_sentences] by slot
+  std::vector<int32_t> live_;            // [max_sentences] by slot: live hypotheses (beam)
   std::vector<int32_t> tokens_;          // [max_rows] each row's next input
   std::vector<float> log_probs_;         // [max_rows] each row's cumulative log-probability
   std::vector<int32_t> history_[2];      // [max_rows, max_target_len] tokens so far per row
@@ -78,6 +93,10 @@ class Search {
   std::vector<int32_t> finished_ids_;    // [max_sentences, max_finished, max_target_len]
   std::vector<Finished> finished_;       // [max_sentences, max_finished]
   std::vector<int64_t> finished_count_;  // [max_sentences]
+  std::vector<uint64_t> seen_;           // [target_vocab] repetition penalty: stamp of last use
+  uint64_t stamp_ = 0;
+  std::vector<int32_t> sample_ids_;      // [target_vocab] sampling candidates
+  std::vector<float> sample_weights_;    // [target_vocab]
 };
 
 }  // namespace xf::runtime

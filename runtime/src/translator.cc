@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <thread>
 
 #include "backend.h"
 #include "memory_plan.h"
@@ -22,9 +23,52 @@ Device parse_device(const std::string& name) {
   throw Error("unknown device '" + name + "' (expected cpu or cuda)");
 }
 
+const char* batch_type_name(BatchType type) { return type == BatchType::tokens ? "tokens" : "examples"; }
+
+BatchType parse_batch_type(const std::string& name) {
+  if (name == "examples") return BatchType::examples;
+  if (name == "tokens") return BatchType::tokens;
+  throw Error("unknown batch type '" + name + "' (expected examples or tokens)");
+}
+
+namespace {
+
+void check_options(const TranslateOptions& options, int64_t beam) {
+  if (options.n_best < 1 || options.n_best > beam)
+    throw Error("n_best " + std::to_string(options.n_best) + " must be between 1 and the beam " +
+                std::to_string(beam));
+  if (!std::isfinite(options.length_penalty))
+    throw Error("length_penalty must be a finite number");
+  if (!std::isfinite(options.max_len_a) || options.max_len_a < 0.0f)
+    throw Error("max_len_a must be a non-negative number");
+  if (options.max_decoding_length < 0)
+    throw Error("max_decoding_length must be 0 (no cap) or more, got " + std::to_string(options.max_decoding_length));
+  if (options.max_batch_size < 0)
+    throw Error("max_batch_size must be 0 (the translator's max_batch) or more, got " +
+                std::to_string(options.max_batch_size));
+  if (options.sampling_topk < 0)
+    throw Error("sampling_topk must be 0 (the whole vocabulary) or more, got " + std::to_string(options.sampling_topk));
+  if (!(options.sampling_topp > 0.0f && options.sampling_topp <= 1.0f))
+    throw Error("sampling_topp must be in (0, 1], got " + std::to_string(options.sampling_topp));
+  if (!(std::isfinite(options.sampling_temperature) && options.sampling_temperature > 0.0f))
+    throw Error("sampling_temperature must be a positive number, got " + std::to_string(options.sampling_temperature));
+  if (options.sampling() && beam != 1)
+    throw Error("sampling (sampling_topk " + std::to_string(options.sampling_topk) +
+                ") needs greedy search (beam 1), got beam " + std::to_string(beam));
+  if (!(std::isfinite(options.repetition_penalty) && options.repetition_penalty > 0.0f))
+    throw Error("repetition_penalty must be a positive number, got " + std::to_string(options.repetition_penalty));
+  if (options.no_repeat_ngram_size < 0)
+    throw Error("no_repeat_ngram_size must be 0 (off) or more, got " + std::to_string(options.no_repeat_ngram_size));
+}
+
+}  // namespace
+
 Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptions& options)
     : model_(std::move(model)), options_(options) {
   if (!model_) throw Error("Translator: no model");
+  if (options_.threads < 0)
+    throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
+  if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
   switch (options_.device) {
     case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads, options_.weight_dtype); break;
@@ -47,20 +91,43 @@ size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
 
 void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                                const TranslateOptions& options,
-                               std::vector<TokenTranslation>& results) {
+                               std::vector<TokenTranslation>& results,
+                               const std::vector<std::vector<int32_t>>& target_prefix) {
   std::lock_guard<std::mutex> lock(mutex_);
   const ModelConfig& config = model_->config();
   const int64_t beam = options.beam == 0 ? plan_->max_beam : options.beam;
   if (beam < 1 || beam > plan_->max_beam)
     throw Error("beam " + std::to_string(options.beam) + " is outside the translator's 1.." +
                 std::to_string(plan_->max_beam));
-  if (options.n_best < 1 || options.n_best > beam)
-    throw Error("n_best " + std::to_string(options.n_best) + " must be between 1 and the beam " +
-                std::to_string(beam));
-  if (!std::isfinite(options.length_penalty))
-    throw Error("length_penalty must be a finite number");
-  if (!std::isfinite(options.max_len_a) || options.max_len_a < 0.0f)
-    throw Error("max_len_a must be a non-negative number");
+  check_options(options, beam);
+  if (!target_prefix.empty() && target_prefix.size() != sources.size())
+    throw Error("target_prefix has " + std::to_string(target_prefix.size()) + " entries for " +
+                std::to_string(sources.size()) + " sources");
+  const bool has_prefix = std::any_of(target_prefix.begin(), target_prefix.end(),
+                                      [](const std::vector<int32_t>& p) { return !p.empty(); });
+  if (backend_->host_logits() == nullptr) {
+    const char* option = options.sampling()                  ? "sampling (sampling_topk != 1)"
+                         : options.repetition_penalty != 1.0f ? "repetition_penalty"
+                         : options.no_repeat_ngram_size > 0   ? "no_repeat_ngram_size"
+                         : has_prefix                         ? "target_prefix"
+                                                              : nullptr;
+    if (option != nullptr)
+      throw Error(std::string("device ") + device_name(options_.device) + ": " + option +
+                  " is not implemented on this device (CPU only)");
+  }
+  for (size_t i = 0; i < target_prefix.size(); ++i) {
+    const int64_t source_tokens = static_cast<int64_t>(sources[i].size()) + 1;
+    const int64_t limit = runtime::max_output_length(*plan_, options, source_tokens);
+    if (static_cast<int64_t>(target_prefix[i].size()) > limit)
+      throw Error("sentence " + std::to_string(i + 1) + ": a target prefix of " +
+                  std::to_string(target_prefix[i].size()) + " tokens is longer than its output limit of " +
+                  std::to_string(limit));
+    for (int32_t id : target_prefix[i])
+      if (id < 0 || static_cast<uint32_t>(id) >= config.target_vocab_size || id == config.eos_id)
+        throw Error("sentence " + std::to_string(i + 1) + ": target prefix token id " + std::to_string(id) +
+                    (id == config.eos_id ? " is EOS" : " is outside the target vocabulary of " +
+                                                           std::to_string(config.target_vocab_size)));
+  }
   for (size_t i = 0; i < sources.size(); ++i) {
     const auto& ids = sources[i];
     if (static_cast<int64_t>(ids.size()) + 1 > plan_->max_source_len)
@@ -83,6 +150,15 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
   });
 
   TokenTranslation** batch_results = batch_results_.data();
+  last_call_batches_ = 0;
+  // 0 leaves only the plan's limit; a tokens budget counts padded source tokens.
+  const int64_t batch_limit = options.max_batch_size;
+  auto batch_full = [&](int64_t count, int64_t source_len) {
+    if (count >= plan_->max_sentences) return true;
+    if (batch_limit == 0 || count == 0) return false;
+    return options.batch_type == BatchType::examples ? count >= batch_limit
+                                                     : (count + 1) * source_len > batch_limit;
+  };
   size_t next = 0;
   while (next < order_.size()) {
     if (sources[order_[next]].empty()) {
@@ -97,35 +173,45 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
     const int64_t source_len = static_cast<int64_t>(sources[order_[next]].size()) + 1;
     int32_t* staged = search_->source_ids();
     int32_t* lengths = search_->source_lengths();
+    int64_t* indices = search_->sentence_indices();
+    const std::vector<int32_t>** prefixes = search_->target_prefixes();
     int64_t count = 0;
-    while (next < order_.size() && count < plan_->max_sentences &&
-           !sources[order_[next]].empty()) {
-      const auto& ids = sources[order_[next]];
+    while (next < order_.size() && !batch_full(count, source_len) && !sources[order_[next]].empty()) {
+      const int32_t index = order_[next];
+      const auto& ids = sources[index];
       int32_t* row = staged + count * source_len;
       std::copy(ids.begin(), ids.end(), row);
       row[ids.size()] = config.eos_id;
       std::fill(row + ids.size() + 1, row + source_len, config.pad_id);
       lengths[count] = static_cast<int32_t>(ids.size() + 1);
-      batch_results[count] = &results[order_[next]];
+      indices[count] = index;
+      prefixes[count] = has_prefix && !target_prefix[index].empty() ? &target_prefix[index] : nullptr;
+      batch_results[count] = &results[index];
       ++count;
       ++next;
     }
     search_->translate(*backend_, count, source_len, beam, options, batch_results);
+    ++last_call_batches_;
   }
 }
 
 std::vector<TranslationResult> Translator::translate(const std::vector<std::string>& sources,
-                                                     const TranslateOptions& options) {
-  std::vector<std::vector<int32_t>> ids(sources.size());
+                                                     const TranslateOptions& options,
+                                                     const std::vector<std::string>& target_prefix) {
+  if (!target_prefix.empty() && target_prefix.size() != sources.size())
+    throw Error("target_prefix has " + std::to_string(target_prefix.size()) + " entries for " +
+                std::to_string(sources.size()) + " sources");
+  std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(target_prefix.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     try {
       ids[i] = model_->encode_source(sources[i]);
+      if (!target_prefix.empty()) prefix_ids[i] = model_->encode_target(target_prefix[i]);
     } catch (const Error& e) {
       throw Error("sentence " + std::to_string(i + 1) + ": " + e.what());
     }
   }
   std::vector<TokenTranslation> tokens;
-  translate_ids(ids, options, tokens);
+  translate_ids(ids, options, tokens, prefix_ids);
   std::vector<TranslationResult> results(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     for (const TokenHypothesis& h : tokens[i].hypotheses) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training tokens/s of xf-train against PyTorch on the CPU: issue 4's performance goal.
 #
-#   scripts/bench/compare_train_speed.sh [TRAIN.tsv]     (default /work/shared/data/enfr/train.tsv)
+#   scripts/bench/compare_train_speed.sh [TRAIN.tsv]     (default $XF_DATA/train.tsv)
 #
 # The same model (d_model 256, 3+3 layers, 4 heads, d_ff 1024, shared SentencePiece vocabulary of
 # VOCAB pieces, tied embeddings, dropout 0.1, label smoothing 0.1, Adam), the same batches rule
@@ -13,6 +13,7 @@
 #   PyTorch:  pytorch_train_speed.py, WARMUP_STEPS untimed steps, then STEPS timed steps.
 #
 # Environment (defaults in brackets):
+#   XF_DATA [REPO/data/enfr, see scripts/get_data.sh]
 #   XF_BIN [REPO/build/bin]  PYTHON [python3, with torch, sentencepiece, numpy]
 #   WORK_DIR [a new directory under /tmp]  THREADS [2]  BATCH_TOKENS [4096]  NORM [post]
 #   VOCAB [8000]  STEPS [20]  WARMUP_STEPS [5]  SPM [train one with xf-train]
@@ -22,11 +23,10 @@
 set -euo pipefail
 
 [[ $# -le 1 ]] || { echo "usage: $0 [TRAIN.tsv]" >&2; exit 2; }
-train=${1:-/work/shared/data/enfr/train.tsv}
-[[ -s $train ]] || { echo "$0: $train: no such training file, or empty" >&2; exit 1; }
-
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+train=${1:-${XF_DATA:-$repo/data/enfr}/train.tsv}
+[[ -s $train ]] || { echo "$0: $train: no such training file, or empty (scripts/get_data.sh)" >&2; exit 1; }
 xf_bin=${XF_BIN:-$repo/build/bin}
 python=${PYTHON:-python3}
 work=${WORK_DIR:-$(mktemp -d /tmp/xf-train-compare-XXXXXX)}

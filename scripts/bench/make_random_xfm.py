@@ -2,7 +2,7 @@
 """Writes an xf model file (.xfm) with random weights, for benchmarks and converter checks.
 
     make_random_xfm.py --out M.xfm [--d-model 256 --heads 4 --d-ff 1024 --layers 3]
-                       [--vocab 8000 --spm-train /work/shared/data/enfr/train.tsv]
+                       [--vocab 8000 --spm-train $XF_DATA/train.tsv]
                        [--dtype f32|f16|int8] [--seed 1]
 
 With --spm-train, a shared SentencePiece model (pad 0, unk 1, bos 2, eos 3, like xf-train's) is

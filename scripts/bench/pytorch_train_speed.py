@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Training speed of xf's Transformer in PyTorch on the CPU: the baseline of issue 4's goal.
 
-    pytorch_train_speed.py [--train /work/shared/data/enfr/train.tsv] [--spm SPM.model]
+    pytorch_train_speed.py [--train $XF_DATA/train.tsv] [--spm SPM.model]
                            [--d-model 256 --layers 3 --heads 4 --d-ff 1024 --vocab 8000]
                            [--batch-tokens 4096] [--threads 2] [--warmup-steps 3 --steps 20]
-                           [--json]
+                           [--autocast off|bf16] [--json]
 
 The model is xf's (tests/reference/README.md): post-norm (or --norm pre) encoder-decoder, one
 embedding table shared by source, target and the output projection, embeddings scaled by
@@ -124,11 +124,16 @@ def build_model(torch, args, vocab):
             T = target_in.shape[1]
             causal = torch.ones(T, T, dtype=torch.bool).triu(1)     # [T, T], True: masked
             memory = self.encoder(self.embed(source), src_key_padding_mask=source_pad)
-            hidden = self.decoder(self.embed(target_in), memory, tgt_mask=causal, tgt_is_causal=True,
+            hidden = self.decoder(self.embed(target_in), memory, tgt_mask=causal,
                                   tgt_key_padding_mask=target_pad,
-                                  memory_key_padding_mask=source_pad)
+                                  memory_key_padding_mask=source_pad, **causal_hint)
             return hidden @ self.embedding.weight.T                   # [B, T, V] (tied)
 
+    # PyTorch >= 2.0 can skip checking the mask when told it is causal; 1.13 (Debian 12) has no
+    # such argument.
+    import inspect
+    causal_hint = ({"tgt_is_causal": True} if "tgt_is_causal" in
+                   inspect.signature(torch.nn.TransformerDecoder.forward).parameters else {})
     return XfTransformer()
 
 
@@ -223,7 +228,10 @@ def check_against_golden(torch, case="post_shared"):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--train", default="/work/shared/data/enfr/train.tsv")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    data = os.environ.get("XF_DATA") or os.path.join(repo, "data", "enfr")
+    p.add_argument("--train", default=os.path.join(data, "train.tsv"),
+                   help="TSV pairs (default: $XF_DATA/train.tsv, XF_DATA defaulting to data/enfr)")
     p.add_argument("--pairs", type=int, default=40000, help="pairs sampled from --train")
     p.add_argument("--spm", help="SentencePiece model (default: train one here)")
     p.add_argument("--spm-lines", type=int, default=40000)
@@ -241,6 +249,9 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="bf16: forward and loss under torch.autocast('cpu', bfloat16) (matrix "
+                        "products in bf16, f32 master weights), as a PyTorch user would try it")
     p.add_argument("--json", action="store_true")
     p.add_argument("--check-golden", action="store_true",
                    help="only check the model against tests/reference/golden (float64) and exit")
@@ -304,9 +315,10 @@ def main():
         # Batch assembly is inside the timed step, as it is in xf-train's interval.
         t0, c0 = time.perf_counter(), time.process_time()
         source, target_in, target_out, tokens = make_batch(batches[step])
-        logits = model(source, target_in)
-        scored = int((target_out != 0).sum())
-        loss = loss_fn(logits.reshape(-1, vocab), target_out.reshape(-1)) / scored
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            logits = model(source, target_in)
+            scored = int((target_out != 0).sum())
+            loss = loss_fn(logits.reshape(-1, vocab).float(), target_out.reshape(-1)) / scored
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -326,6 +338,7 @@ def main():
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "threads": args.threads,
+        "autocast": args.autocast,
         "parameters": parameters,
         "vocab": vocab,
         "d_model": args.d_model,

@@ -251,8 +251,14 @@ TEST_P(cuda_runtime_golden_search, GreedyAndBeamOutputsEqualTheCpus) {
     TranslateOptions short_beam = beam;
     short_beam.max_len_a = 0.0f;
     short_beam.max_len_b = 3;
+    // The decoding options every backend has: a length cap per call, batches cut by tokens.
+    TranslateOptions capped_tokens = beam;
+    capped_tokens.max_decoding_length = 2;
+    capped_tokens.batch_type = BatchType::tokens;
+    capped_tokens.max_batch_size = 12;
     const std::vector<std::pair<std::string, TranslateOptions>> runs = {
-        {"greedy", greedy}, {"beam4", beam}, {"beam4 max length 3", short_beam}};
+        {"greedy", greedy}, {"beam4", beam}, {"beam4 max length 3", short_beam},
+        {"beam4 max_decoding_length 2, token batches", capped_tokens}};
     for (const auto& [label, translate] : runs) {
       SCOPED_TRACE(label);
       std::vector<TokenTranslation> expected, actual;
@@ -275,6 +281,32 @@ TEST_P(cuda_runtime_golden_search, GreedyAndBeamOutputsEqualTheCpus) {
       }
     }
   }
+}
+
+// The options that need the logits on the host are refused with one line naming the option.
+TEST_P(cuda_runtime_golden_search, HostLogitOptionsAreRefusedWithOneLine) {
+  Translator gpu(model_, cuda_options(2, 2, 64));
+  const std::vector<std::pair<std::string, void (*)(TranslateOptions&)>> options = {
+      {"sampling (sampling_topk != 1)", [](TranslateOptions& o) { o.beam = 1, o.sampling_topk = 5; }},
+      {"repetition_penalty", [](TranslateOptions& o) { o.repetition_penalty = 1.2f; }},
+      {"no_repeat_ngram_size", [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }},
+  };
+  std::vector<TokenTranslation> results;
+  for (const auto& [name, set] : options) {
+    TranslateOptions translate;
+    set(translate);
+    try {
+      gpu.translate_ids(sources_, translate, results);
+      ADD_FAILURE() << name << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "device cuda: " + name + " is not implemented on this device (CPU only)");
+    }
+  }
+  std::vector<std::vector<int32_t>> prefixes(sources_.size());
+  prefixes[0] = {5};
+  EXPECT_THROW(gpu.translate_ids(sources_, {}, results, prefixes), Error);
+  gpu.translate_ids(sources_, {}, results);  // still usable
+  EXPECT_EQ(results.size(), sources_.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden, ::testing::ValuesIn(golden_cases(true)), golden_case_label);

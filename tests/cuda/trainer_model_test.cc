@@ -141,7 +141,10 @@ TEST_P(cuda_trainer_model_vs_cpu, LossAndGradientsMatchCpuModel) {
   EXPECT_TRUE(std::equal(round_trip.begin(), round_trip.end(), cpu.parameters()));
 
   for (int batch_index = 0; batch_index < 2; ++batch_index) {  // two shapes: arenas replan
-    const trainer::Batch batch = random_batch(config, random, 3 + 2 * batch_index);
+    trainer::Batch batch = random_batch(config, random, 3 + 2 * batch_index);
+    // The second batch as rows 5.. of a larger one (a data-parallel rank's share): both models
+    // must draw the dropout masks of those rows.
+    batch.row_offset = batch_index == 0 ? 0 : 5;
     const uint64_t seed = static_cast<uint64_t>(random.integer(1, 1 << 30));
     cpu.zero_gradients();
     gpu.zero_gradients();

@@ -91,5 +91,56 @@ INSTANTIATE_TEST_SUITE_P(
              "_threads" + std::to_string(info.param.threads);
     });
 
+// Each decoding option, steady state at the plan's maximum batch: nothing allocated by xf.
+struct OptionCase {
+  const char* name;
+  int beam;
+  void (*set)(TranslateOptions&);
+  bool prefix;
+};
+
+class OptionSteadyState : public ::testing::TestWithParam<OptionCase> {};
+
+TEST_P(OptionSteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
+  const OptionCase c = GetParam();
+  auto model = model_with(DType::f32);
+  TranslatorOptions topts;
+  topts.max_batch = 8;
+  topts.beam = 4;
+  topts.max_source_len = 32;
+  Translator translator(model, topts);
+  TranslateOptions options;
+  options.beam = c.beam;
+  c.set(options);
+  const auto input = sources(2 * topts.max_batch, model->config().source_vocab_size);
+  std::vector<std::vector<int32_t>> prefixes;
+  if (c.prefix) prefixes = sources(input.size(), model->config().target_vocab_size);
+  for (auto& p : prefixes) p.resize(std::min<size_t>(p.size(), 3));
+  std::vector<TokenTranslation> results;
+  translator.translate_ids(input, options, results, prefixes);
+
+  alloc_counter::Scope scope;
+  translator.translate_ids(input, options, results, prefixes);
+  const auto counts = scope.stop();
+  EXPECT_EQ(counts.xf, 0u) << "heap allocations by xf during translate_ids (" << c.name << ")";
+  ASSERT_EQ(results.size(), input.size());
+  EXPECT_FALSE(results[0].hypotheses.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runtime, OptionSteadyState,
+    ::testing::Values(
+        OptionCase{"sampling", 1, [](TranslateOptions& o) { o.sampling_topk = 0, o.sampling_topp = 0.9f, o.sampling_temperature = 0.8f; }, false},
+        OptionCase{"sampling_topk", 1, [](TranslateOptions& o) { o.sampling_topk = 5, o.seed = 3; }, false},
+        OptionCase{"prefix_greedy", 1, [](TranslateOptions&) {}, true},
+        OptionCase{"prefix_beam", 4, [](TranslateOptions&) {}, true},
+        OptionCase{"repetition_greedy", 1, [](TranslateOptions& o) { o.repetition_penalty = 1.3f; }, false},
+        OptionCase{"repetition_beam", 4, [](TranslateOptions& o) { o.repetition_penalty = 1.3f; }, false},
+        OptionCase{"ngram_greedy", 1, [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }, false},
+        OptionCase{"ngram_beam", 4, [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }, false},
+        OptionCase{"max_decoding_length", 4, [](TranslateOptions& o) { o.max_decoding_length = 5; }, false},
+        OptionCase{"batch_tokens", 4, [](TranslateOptions& o) { o.batch_type = BatchType::tokens, o.max_batch_size = 40; }, false}),
+    [](const ::testing::TestParamInfo<OptionCase>& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace xf

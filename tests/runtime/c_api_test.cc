@@ -95,6 +95,99 @@ TEST(CApi, TranslatesLikeTheCppApi) {
   xf_translator_free(translator);
 }
 
+// Every decoding option reaches the C++ API: the same translations as TranslateOptions with the
+// same values, for text and ids with target prefixes.
+TEST(CApi, DecodingOptionsMatchTheCppApi) {
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_batch = 4;
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  xf::Translator cpp(xf::Model::open(model_path()), {});
+
+  const std::vector<std::string> lines = xf::test::sample_sentences(5, 32);
+  const std::vector<std::string> prefixes = {"the", "", "a cat", "", "the dog"};
+  std::vector<const char*> line_pointers, prefix_pointers;
+  for (const auto& l : lines) line_pointers.push_back(l.c_str());
+  for (const auto& p : prefixes) prefix_pointers.push_back(p.c_str());
+
+  xf_translate_options options;
+  xf_translate_options_init(&options);
+  options.beam = 1;
+  options.max_decoding_length = 9;
+  options.max_batch_size = 20;
+  options.batch_type = XF_BATCH_TOKENS;
+  options.sampling_topk = 4;
+  options.sampling_topp = 0.9f;
+  options.sampling_temperature = 1.3f;
+  options.seed = 11;
+  options.repetition_penalty = 1.2f;
+  options.no_repeat_ngram_size = 2;
+  options.target_prefix = prefix_pointers.data();
+  xf::TranslateOptions same;
+  same.beam = 1;
+  same.max_decoding_length = 9;
+  same.max_batch_size = 20;
+  same.batch_type = xf::BatchType::tokens;
+  same.sampling_topk = 4;
+  same.sampling_topp = 0.9f;
+  same.sampling_temperature = 1.3f;
+  same.seed = 11;
+  same.repetition_penalty = 1.2f;
+  same.no_repeat_ngram_size = 2;
+  const auto expected = cpp.translate(lines, same, prefixes);
+  const auto plain = cpp.translate(lines, {});
+
+  xf_results* results = nullptr;
+  ASSERT_EQ(xf_translate(translator, line_pointers.data(), lines.size(), &options, &results), XF_OK)
+      << xf_last_error();
+  size_t differ = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(std::string(xf_results_text(results, i, 0)), expected[i].hypotheses[0].text) << "line " << i;
+    differ += expected[i].hypotheses[0].ids != plain[i].hypotheses[0].ids;
+  }
+  EXPECT_GT(differ, 0u) << "the options should change some translations";
+  xf_results_free(results);
+
+  // Ids with id prefixes.
+  std::vector<std::vector<int32_t>> source_ids, prefix_ids;
+  std::vector<const int32_t*> source_pointers, prefix_id_pointers;
+  std::vector<size_t> source_lengths, prefix_lengths;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    source_ids.push_back(cpp.model().encode_source(lines[i]));
+    prefix_ids.push_back(cpp.model().encode_target(prefixes[i]));
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    source_pointers.push_back(source_ids[i].data());
+    source_lengths.push_back(source_ids[i].size());
+    prefix_id_pointers.push_back(prefix_ids[i].data());
+    prefix_lengths.push_back(prefix_ids[i].size());
+  }
+  options.target_prefix = nullptr;
+  options.target_prefix_ids = prefix_id_pointers.data();
+  options.target_prefix_lengths = prefix_lengths.data();
+  ASSERT_EQ(xf_translate_ids(translator, source_pointers.data(), source_lengths.data(), lines.size(), &options,
+                             &results), XF_OK) << xf_last_error();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    size_t length = 0;
+    const int32_t* out = xf_results_ids(results, i, 0, &length);
+    EXPECT_EQ(std::vector<int32_t>(out, out + length), expected[i].hypotheses[0].ids) << "line " << i;
+  }
+  xf_results_free(results);
+
+  options.batch_type = static_cast<xf_batch_type>(7);
+  EXPECT_EQ(xf_translate(translator, line_pointers.data(), lines.size(), &options, &results), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(xf_last_error()).find("batch_type"), std::string::npos) << xf_last_error();
+  options.batch_type = XF_BATCH_EXAMPLES;
+  options.beam = 2;
+  EXPECT_EQ(xf_translate(translator, line_pointers.data(), lines.size(), &options, &results), XF_ERROR);
+  EXPECT_NE(std::string(xf_last_error()).find("needs greedy search"), std::string::npos) << xf_last_error();
+  xf_translator_free(translator);
+  xf_model_free(model);
+}
+
 TEST(CApi, ErrorsBecomeStatusCodes) {
   xf_model* model = nullptr;
   ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK);

@@ -219,6 +219,101 @@ TEST(XfRun, KeepsEveryLineAndWarnsAboutBadOnes) {
   EXPECT_NE(strict.err.find("mixed.txt: line 9: "), std::string::npos) << strict.err;
 }
 
+// The decoding option flags reach TranslateOptions: xf-run prints what the library gives with
+// the same options.
+TEST(XfRun, DecodingOptionFlagsMatchTheLibrary) {
+  const std::vector<std::string> lines = xf::test::sample_sentences(9, 43);
+  const std::string input = write_lines("options.txt", lines);
+  struct Case {
+    std::string flags;
+    void (*set)(xf::TranslateOptions&);
+  };
+  const std::vector<Case> cases = {
+      {"--beam 1 --sampling-topk 0 --sampling-topp 0.9 --sampling-temperature 1.5 --seed 4",
+       [](xf::TranslateOptions& o) { o.beam = 1, o.sampling_topk = 0, o.sampling_topp = 0.9f, o.sampling_temperature = 1.5f, o.seed = 4; }},
+      {"--repetition-penalty 1.5 --no-repeat-ngram-size 2",
+       [](xf::TranslateOptions& o) { o.repetition_penalty = 1.5f, o.no_repeat_ngram_size = 2; }},
+      {"--max-decoding-length 3 --batch-type tokens --max-batch-size 20",
+       [](xf::TranslateOptions& o) { o.max_decoding_length = 3, o.batch_type = xf::BatchType::tokens, o.max_batch_size = 20; }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const ProgramRun r = run(XF_RUN, "--model " + model_path() + " " + c.flags, input);
+    ASSERT_EQ(r.status, 0) << r.err;
+    xf::TranslatorOptions options;
+    xf::Translator translator(xf::Model::open(model_path()), options);
+    xf::TranslateOptions translate;
+    c.set(translate);
+    const auto expected = translator.translate(lines, translate);
+    const auto plain = translator.translate(lines);
+    const auto out = split_lines(r.out);
+    ASSERT_EQ(out.size(), lines.size());
+    size_t changed = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(out[i], expected[i].hypotheses[0].text) << "line " << i + 1;
+      changed += out[i] != plain[i].hypotheses[0].text;
+    }
+    EXPECT_GT(changed, 0u) << "the flags changed no translation";
+  }
+  // --threads 0: every core, the same translation.
+  const std::string one = write_lines("one.txt", {lines[0]});
+  const ProgramRun all_cores = run(XF_RUN, "--model " + model_path() + " --threads 0", one);
+  ASSERT_EQ(all_cores.status, 0) << all_cores.err;
+  EXPECT_EQ(all_cores.out, xf::Translator(xf::Model::open(model_path()), {}).translate({lines[0]})[0].hypotheses[0].text + "\n");
+  const ProgramRun bad = run(XF_RUN, "--model " + model_path() + " --batch-type words");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--batch-type expects examples or tokens"), std::string::npos) << bad.err;
+  const ProgramRun beam = run(XF_RUN, "--model " + model_path() + " --sampling-topk 5", input);
+  EXPECT_EQ(beam.status, 1);
+  EXPECT_NE(beam.err.find("needs greedy search (beam 1)"), std::string::npos) << beam.err;
+}
+
+// --input/--output files, --with-scores and --target-prefix: the library's translations with
+// the same prefixes, and their scores.
+TEST(XfRun, FilesScoresAndTargetPrefixes) {
+  const std::vector<std::string> lines = xf::test::sample_sentences(6, 44);
+  const std::vector<std::string> prefixes = {"the cat", "", "a", "", "the", "dog"};
+  const std::string input = write_lines("files_in.txt", lines);
+  const std::string prefix_file = write_lines("files_prefix.txt", prefixes);
+  const std::string output = work_dir() + "/files_out.txt";
+  const ProgramRun r = run(XF_RUN, "--model " + model_path() + " --input " + input + " --output " + output +
+                                       " --with-scores --target-prefix " + prefix_file);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  const auto out = split_lines(read_file(output));
+  ASSERT_EQ(out.size(), lines.size());
+  xf::Translator translator(xf::Model::open(model_path()), {});
+  const auto expected = translator.translate(lines, {}, prefixes);
+  const auto plain = translator.translate(lines);
+  size_t changed = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t tab = out[i].rfind('\t');
+    ASSERT_NE(tab, std::string::npos) << out[i];
+    EXPECT_EQ(out[i].substr(0, tab), expected[i].hypotheses[0].text) << "line " << i + 1;
+    EXPECT_NEAR(std::stod(out[i].substr(tab + 1)), expected[i].hypotheses[0].score, 1e-5) << "line " << i + 1;
+    changed += expected[i].hypotheses[0].ids != plain[i].hypotheses[0].ids;
+  }
+  EXPECT_GT(changed, 0u) << "the prefixes changed no translation";
+
+  const ProgramRun no_input = run(XF_RUN, "--model " + model_path() + " --input " + work_dir() + "/absent.txt");
+  EXPECT_EQ(no_input.status, 1);
+  EXPECT_EQ(count_lines(no_input.err), 1u) << no_input.err;
+  EXPECT_NE(no_input.err.find("absent.txt: cannot open the input"), std::string::npos) << no_input.err;
+  const ProgramRun no_output = run(XF_RUN, "--model " + model_path() + " --input " + input + " --output " +
+                                               work_dir() + "/no/such/dir/out.txt");
+  EXPECT_EQ(no_output.status, 1);
+  EXPECT_NE(no_output.err.find("cannot write the output"), std::string::npos) << no_output.err;
+  const std::string short_prefixes = write_lines("short_prefix.txt", {"a", "b"});
+  const ProgramRun short_run = run(XF_RUN, "--model " + model_path() + " --input " + input + " --target-prefix " +
+                                               short_prefixes);
+  EXPECT_EQ(short_run.status, 1);
+  EXPECT_NE(short_run.err.find("short_prefix.txt: ends after 2 lines, before the input"), std::string::npos)
+      << short_run.err;
+  const ProgramRun no_value = run(XF_RUN, "--model " + model_path() + " --input");
+  EXPECT_EQ(no_value.status, 2);
+  EXPECT_NE(no_value.err.find("--input needs a value"), std::string::npos) << no_value.err;
+}
+
 TEST(XfBench, PrintsJsonWithZeroAllocationsByXf) {
   const std::string input = write_lines("bench.txt", xf::test::sample_sentences(10, 51));
   const ProgramRun r = run(XF_BENCH, "--model " + model_path() + " --input " + input + " --beam 2 --batch 4 --repeat 2 --json");

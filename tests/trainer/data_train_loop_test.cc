@@ -16,6 +16,7 @@
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/train_loop.h"
+#include "reverse_corpus.h"
 
 namespace xf::trainer {
 namespace {
@@ -35,29 +36,6 @@ std::string test_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-// A reverse-the-letters corpus: "abc<TAB>cba".
-std::string write_reverse_corpus(const std::string& dir, int pairs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> length(3, 6), letter(0, 5);
-  std::string path = dir + "/train.tsv";
-  std::ofstream out(path);
-  for (int i = 0; i < pairs; ++i) {
-    std::string s;
-    for (int k = length(rng); k > 0; --k) s.push_back(static_cast<char>('a' + letter(rng)));
-    out << s << "\t" << std::string(s.rbegin(), s.rend()) << "\n";
-  }
-  return path;
-}
-
-std::map<std::string, std::string> tiny_run(const std::string& train, const std::string& out) {
-  return {{"train", train},        {"out", out},           {"spm-type", "char"},
-          {"vocab-size", "20"},    {"layers", "1"},        {"d-model", "16"},
-          {"heads", "2"},          {"d-ff", "32"},         {"dropout", "0.1"},
-          {"batch-tokens", "60"},  {"warmup", "10"},       {"threads", "1"},
-          {"log-every", "1000"},   {"valid-every", "0"},   {"save-every", "0"},
-          {"max-length", "20"},    {"max-positions", "32"}, {"seed", "5"}};
 }
 
 TEST(DataTrainLoop, ArgumentsAndOptionErrorsAreOneLine) {
@@ -251,6 +229,62 @@ TEST(DataTrainLoop, ConvertAveragesTwoKnownCheckpoints) {
   other.config.d_ff = 64;
   EXPECT_EQ(error_of([&] { average_checkpoints({a, other}, {"a", "other"}); }),
             "other: model config differs from a; cannot average");
+}
+
+TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
+  std::string dir = test_dir("init_from");
+  std::string train = write_reverse_corpus(dir, 80, 7);
+  std::ostringstream log;
+  auto values = tiny_run(train, dir + "/source");
+  values["max-steps"] = "12";
+  TrainSummary source = run_training(train_options_from_map(values), log);
+  Checkpoint trained = read_checkpoint(source.last_checkpoint);
+
+  // f32 files give the checkpoint's parameters back bit for bit, int8 within half a step of
+  // each row's scale.
+  write_model_file(trained, DType::f32, {}, dir + "/source.xfm");
+  write_model_file(trained, DType::int8, {}, dir + "/source8.xfm");
+  EXPECT_EQ(parameters_from_model_file(*ModelFile::open(dir + "/source.xfm")), trained.parameters);
+  auto int8_file = ModelFile::open(dir + "/source8.xfm");
+  std::vector<float> widened = parameters_from_model_file(*int8_file);
+  ASSERT_EQ(widened.size(), trained.parameters.size());
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(trained.config)) {
+    const TensorView& tensor = int8_file->tensor(spec.name);
+    for (uint64_t i = 0; i < tensor.elements(); ++i, ++offset) {
+      const float tolerance = tensor.dtype == DType::int8
+                                  ? 0.5001f * tensor.row_scales[i / tensor.cols()]
+                                  : 0.0f;
+      ASSERT_NEAR(widened[offset], trained.parameters[offset], tolerance) << spec.name << "[" << i << "]";
+    }
+  }
+
+  // A run started from the file takes its shape and vocabulary (the options' --d-model is
+  // ignored) and its first loss is the trained model's, far below a fresh start's.
+  auto init_values = tiny_run(train, dir + "/continued");
+  init_values["init-from"] = dir + "/source.xfm";
+  init_values["d-model"] = "32";
+  init_values["max-steps"] = "1";
+  init_values["save-every"] = "1";
+  TrainSummary continued = run_training(train_options_from_map(init_values), log);
+  Checkpoint first = read_checkpoint(continued.last_checkpoint);
+  EXPECT_EQ(config_to_key_values(first.config), config_to_key_values(trained.config));
+  EXPECT_EQ(first.tokenizer_model, trained.tokenizer_model);
+  auto fresh_values = tiny_run(train, dir + "/fresh");
+  fresh_values["max-steps"] = "1";
+  TrainSummary fresh = run_training(train_options_from_map(fresh_values), log);
+  ASSERT_EQ(continued.step_losses.size(), 1u);
+  EXPECT_LT(continued.step_losses[0], source.step_losses.front() * 0.8);
+  EXPECT_LT(continued.step_losses[0], fresh.step_losses[0] * 0.8);
+
+  init_values["spm"] = dir + "/source/sentencepiece.model";
+  EXPECT_EQ(error_of([&] { run_training(train_options_from_map(init_values), log); }),
+            "--init-from and --spm: the model file brings its SentencePiece model");
+  init_values.erase("spm");
+  init_values["init-from"] = dir + "/missing.xfm";
+  EXPECT_NE(error_of([&] { run_training(train_options_from_map(init_values), log); })
+                .find("missing.xfm"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // An independent PNG reader for the test: bitwise CRC, stored blocks only.

@@ -178,6 +178,15 @@ TEST(Dropout, MaskIsReproducibleAndHasTheRate) {
   for (uint8_t m : none) EXPECT_EQ(m, 1);
 }
 
+// A rank's rows of a larger batch: the mask from first_index on is that part of the whole mask.
+TEST(Dropout, MaskFromAFirstIndexIsThatPartOfTheWholeMask) {
+  const size_t n = 10000, first = 3217;
+  std::vector<uint8_t> whole(n), part(n - first);
+  make_dropout_mask(42, 5, n, 0.3f, whole.data(), 2);
+  make_dropout_mask(42, 5, part.size(), 0.3f, part.data(), 2, first);
+  EXPECT_EQ(part, std::vector<uint8_t>(whole.begin() + first, whole.end()));
+}
+
 TEST(Dropout, ApplyScalesKeptAndZeroesDropped) {
   std::vector<double> x = {1, 2, 3, 4};
   const std::vector<uint8_t> mask = {1, 0, 1, 0};

@@ -1,10 +1,12 @@
-// xf-run: translates stdin to stdout, one line each, in order.
+// xf-run: translates stdin (or --input) to stdout (or --output), one line each, in order.
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -19,12 +21,18 @@ using xf::cli::UsageError;
 
 const char* const kUsage = R"(usage: xf-run --model FILE [options] < input > output
 
-Translates stdin to stdout: one output line per input line, in order. Lines are decoded in
-batches sorted by length; what has been read is translated as soon as the input pauses, so an
-app can write a line into a pipe and read its translation. An empty line gives an empty line.
+Translates stdin (or --input) to stdout (or --output): one output line per input line, in
+order. Lines are decoded in batches sorted by length; what has been read is translated as soon
+as the input pauses, so an app can write a line into a pipe and read its translation. An empty
+line gives an empty line.
 
 %s  --ids                 read and write space-separated token ids instead of text: input ids
                         are source pieces without EOS, output ids exclude EOS
+  --input FILE          read the sources from FILE instead of stdin
+  --output FILE         write the translations to FILE instead of stdout
+  --with-scores         append a tab and the score to each 1-best translation
+  --target-prefix FILE  line i of FILE starts the translation of input line i (text, or ids
+                        with --ids; an empty line forces nothing)
   --help                print this help
 
 With --n-best N > 1, each input line gives N lines, best first, in the form
@@ -34,13 +42,15 @@ An empty line has a single hypothesis, the empty one.
 A line longer than --max-source-len is truncated; a line that is not valid UTF-8 (or, with
 --ids, holds a bad id) gives an empty output line. Each gets a warning naming its line, and a
 count is printed at the end; the exit status stays 0 (--strict: stop there with status 1).
-Exit status: 0 on success, 1 on bad input (model file; with --strict, a bad line) or when the
-output cannot be written (full disk, closed pipe), 2 on a bad command line.
+Exit status: 0 on success, 1 on bad input (model file, a bad target prefix; with --strict, a
+bad line) or when the output cannot be written (full disk, closed pipe), 2 on a bad command line.
 )";
 
 struct Options {
   xf::cli::TranslatorCli cli;
   bool ids = false;
+  std::string input, output, target_prefix;  // empty: stdin, stdout, none
+  bool with_scores = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -48,7 +58,15 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (options.cli.parse(argc, argv, i)) continue;
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
     if (arg == "--ids") options.ids = true;
+    else if (arg == "--input") options.input = value();
+    else if (arg == "--output") options.output = value();
+    else if (arg == "--target-prefix") options.target_prefix = value();
+    else if (arg == "--with-scores") options.with_scores = true;
     else throw UsageError{"unknown option '" + arg + "' (try --help)"};
   }
   if (options.cli.model_path.empty()) throw UsageError{"--model is required (try --help)"};
@@ -113,14 +131,25 @@ class LineReader {
   bool end_ = false;
 };
 
-// Translates one block of lines and writes the results to stdout, checking every write.
+// Translates one block of lines and writes the results to `output_fd`, checking every write.
+// prefixes: empty, or one target prefix line per line.
 void translate_block(xf::Translator& translator, const Options& options, xf::cli::SourceReader& reader,
-                     const std::vector<std::string>& lines, size_t first_line,
-                     std::vector<xf::TokenTranslation>& results) {
+                     const std::vector<std::string>& lines, const std::vector<std::string>& prefixes,
+                     size_t first_line, std::vector<xf::TokenTranslation>& results, int output_fd) {
   const xf::Model& model = translator.model();
-  std::vector<std::vector<int32_t>> sources(lines.size());
-  for (size_t i = 0; i < lines.size(); ++i) reader.read(lines[i], first_line + i + 1, sources[i]);
-  translator.translate_ids(sources, options.cli.translate, results);
+  std::vector<std::vector<int32_t>> sources(lines.size()), prefix_ids(prefixes.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t line_number = first_line + i + 1;
+    reader.read(lines[i], line_number, sources[i]);
+    if (prefixes.empty()) continue;
+    try {
+      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix_ids[i]);
+      else prefix_ids[i] = model.encode_target(prefixes[i]);
+    } catch (const xf::Error& e) {
+      throw xf::Error(options.target_prefix + ": line " + std::to_string(line_number) + ": " + e.what());
+    }
+  }
+  translator.translate_ids(sources, options.cli.translate, results, prefix_ids);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     for (const xf::TokenHypothesis& h : results[i].hypotheses) {
@@ -130,16 +159,18 @@ void translate_block(xf::Translator& translator, const Options& options, xf::cli
       } else {
         text = model.decode_target(h.ids.data(), h.ids.size());
       }
+      char score[32];
+      std::snprintf(score, sizeof score, "%.6f", h.score);
       if (options.cli.translate.n_best > 1) {
-        char score[32];
-        std::snprintf(score, sizeof score, "%.6f", h.score);
         out += std::to_string(first_line + i) + " ||| " + text + " ||| " + score + "\n";
+      } else if (options.with_scores) {
+        out += text + "\t" + score + "\n";
       } else {
         out += text + "\n";
       }
     }
   }
-  xf::write_all(STDOUT_FILENO, out.data(), out.size(), "output");
+  xf::write_all(output_fd, out.data(), out.size(), "output");
 }
 
 int run(const Options& options_in) {
@@ -151,19 +182,36 @@ int run(const Options& options_in) {
   xf::Translator translator(model, options.cli.translator);
   xf::cli::SourceReader reader("xf-run", *model, options.cli.translator.max_source_len, options.ids,
                                options.cli.strict);
+  int input_fd = STDIN_FILENO, output_fd = STDOUT_FILENO;
+  if (!options.input.empty()) {
+    input_fd = ::open(options.input.c_str(), O_RDONLY | O_CLOEXEC);
+    if (input_fd < 0) throw xf::Error(options.input + ": cannot open the input: " + std::strerror(errno));
+  }
+  std::ifstream prefix_file;
+  const bool with_prefix = !options.target_prefix.empty();
+  if (with_prefix) {
+    prefix_file.open(options.target_prefix);
+    if (!prefix_file)
+      throw xf::Error(options.target_prefix + ": cannot open the target prefixes: " + std::strerror(errno));
+  }
+  if (!options.output.empty()) {
+    output_fd = ::open(options.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (output_fd < 0) throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
+  }
   // Blocks of several batches when input is plentiful, so that sorting by length has
   // something to sort; fewer when the input pauses.
   const size_t block = static_cast<size_t>(options.cli.translator.max_batch) * 8;
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, prefixes;
   std::vector<xf::TokenTranslation> results;
   size_t first_line = 0;
   const auto flush = [&] {
     if (lines.empty()) return;
-    translate_block(translator, options, reader, lines, first_line, results);
+    translate_block(translator, options, reader, lines, prefixes, first_line, results, output_fd);
     first_line += lines.size();
     lines.clear();
+    prefixes.clear();
   };
-  LineReader input(STDIN_FILENO);
+  LineReader input(input_fd);
   std::string line;
   for (;;) {
     const LineReader::Status status = input.next(line, /*wait=*/lines.empty());
@@ -173,9 +221,18 @@ int run(const Options& options_in) {
       continue;
     }
     lines.push_back(line);
+    if (with_prefix) {
+      prefixes.emplace_back();
+      if (!std::getline(prefix_file, prefixes.back()))
+        throw xf::Error(options.target_prefix + ": ends after " + std::to_string(first_line + lines.size() - 1) +
+                        " lines, before the input");
+      if (!prefixes.back().empty() && prefixes.back().back() == '\r') prefixes.back().pop_back();
+    }
     if (lines.size() == block) flush();
   }
   flush();
+  if (output_fd != STDOUT_FILENO && ::close(output_fd) != 0)
+    throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
   reader.print_summary(first_line);
   return 0;
 }

@@ -71,7 +71,7 @@ struct TranslatorCli {
     } else if (arg == "--max-batch" || arg == "--batch") {
       translator.max_batch = static_cast<int>(parse_integer(arg, value(), 1, 4096));
     } else if (arg == "--threads") {
-      translator.threads = static_cast<int>(parse_integer(arg, value(), 1, 256));
+      translator.threads = static_cast<int>(parse_integer(arg, value(), 0, 256));
     } else if (arg == "--max-source-len") {
       translator.max_source_len = static_cast<int>(parse_integer(arg, value(), 1, 1 << 20));
       max_source_len_given = true;
@@ -91,6 +91,26 @@ struct TranslatorCli {
       translate.max_len_a = translator.max_len_a = parse_number(arg, value());
     } else if (arg == "--max-len-b") {
       translate.max_len_b = translator.max_len_b = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--max-decoding-length") {
+      translate.max_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--max-batch-size") {
+      translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
+    } else if (arg == "--batch-type") {
+      const std::string name = value();
+      if (name != "examples" && name != "tokens") throw UsageError{"--batch-type expects examples or tokens, got '" + name + "'"};
+      translate.batch_type = parse_batch_type(name);
+    } else if (arg == "--sampling-topk") {
+      translate.sampling_topk = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
+    } else if (arg == "--sampling-topp") {
+      translate.sampling_topp = parse_number(arg, value());
+    } else if (arg == "--sampling-temperature") {
+      translate.sampling_temperature = parse_number(arg, value());
+    } else if (arg == "--seed") {
+      translate.seed = static_cast<uint64_t>(parse_integer(arg, value(), 0, 0x7fffffffL));
+    } else if (arg == "--repetition-penalty") {
+      translate.repetition_penalty = parse_number(arg, value());
+    } else if (arg == "--no-repeat-ngram-size") {
+      translate.no_repeat_ngram_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else {
       return false;
     }
@@ -108,6 +128,30 @@ struct TranslatorCli {
           std::min<uint32_t>(static_cast<uint32_t>(translator.max_source_len), model->config().max_positions));
   }
 };
+
+// Space-separated token ids (no EOS) of a vocabulary of `vocab_size` ids (`which`: "source" or
+// "target", for the message), appended to `ids`. Throws xf::Error naming the bad word.
+inline void parse_token_ids(const std::string& line, uint32_t vocab_size, const char* which,
+                            std::vector<int32_t>& ids) {
+  size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] == ' ' || line[i] == '\t') {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
+    const std::string word = line.substr(i, end - i);
+    char* stop = nullptr;
+    errno = 0;
+    const long id = std::strtol(word.c_str(), &stop, 10);
+    if (*stop != '\0' || errno != 0 || id < 0 || id > INT32_MAX) throw Error("'" + word + "' is not a token id");
+    if (static_cast<uint32_t>(id) >= vocab_size)
+      throw Error("token id " + word + " is outside the " + which + " vocabulary of " + std::to_string(vocab_size));
+    ids.push_back(static_cast<int32_t>(id));
+    i = end;
+  }
+}
 
 // Input lines -> source ids under the tools' rules for bad lines (never lose a line): a line
 // longer than the plan is truncated to --max-source-len; a line that cannot be read (invalid
@@ -153,28 +197,8 @@ class SourceReader {
   }
 
  private:
-  // Space-separated ids of the source vocabulary (no EOS).
   void parse_ids(const std::string& line, std::vector<int32_t>& ids) const {
-    size_t i = 0;
-    while (i < line.size()) {
-      if (line[i] == ' ' || line[i] == '\t') {
-        ++i;
-        continue;
-      }
-      size_t end = i;
-      while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
-      const std::string word = line.substr(i, end - i);
-      char* stop = nullptr;
-      errno = 0;
-      const long id = std::strtol(word.c_str(), &stop, 10);
-      if (*stop != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
-        throw Error("'" + word + "' is not a token id");
-      if (static_cast<uint32_t>(id) >= model_.config().source_vocab_size)
-        throw Error("token id " + word + " is outside the source vocabulary of " +
-                    std::to_string(model_.config().source_vocab_size));
-      ids.push_back(static_cast<int32_t>(id));
-      i = end;
-    }
+    parse_token_ids(line, model_.config().source_vocab_size, "source", ids);
   }
 
   const char* tool_;
@@ -191,7 +215,7 @@ inline const char* translator_options_help() {
   --beam N              beam size; 1 is greedy search (default 4)
   --n-best N            hypotheses per sentence, <= beam (default 1)
   --max-batch N         sentences decoded together (default 32; --batch is the same)
-  --threads N           CPU threads (default 1)
+  --threads N           CPU threads; 0: every core (default 1)
   --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
                         max_positions); a longer line is truncated to it, with a warning
   --strict              stop at the first line that is too long or unreadable (invalid UTF-8,
@@ -205,6 +229,22 @@ inline const char* translator_options_help() {
   --length-penalty A    GNMT length penalty alpha (default 0.6)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
+  --max-decoding-length N
+                        at most N output tokens, EOS included (default 0: no cap)
+  --max-batch-size N, --batch-type examples|tokens
+                        cut batches at N sentences, or at N padded source tokens (sentences x
+                        longest); at most --max-batch sentences (default 0: --max-batch)
+  --sampling-topk K     sample the next token from the K most likely (0: all; default 1: no
+                        sampling); needs --beam 1
+  --sampling-topp P     ... from the smallest set of them holding P of the probability (default 1)
+  --sampling-temperature T
+                        ... with probabilities p^(1/T) (default 1)
+  --seed N              the sampling's seed: the same seed, the same output (default 0)
+  --repetition-penalty P
+                        logits of tokens already output divided by P (multiplied when negative;
+                        default 1: off)
+  --no-repeat-ngram-size N
+                        never repeat an n-gram of N tokens in an output (default 0: off)
 )";
 }
 

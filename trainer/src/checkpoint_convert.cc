@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "xf/error.h"
+#include "xf/format/dtype_convert.h"
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
@@ -98,6 +99,18 @@ void write_model_file(const Checkpoint& checkpoint, DType dtype,
     throw Error("checkpoint has more parameters than its config lists");
   }
   writer.write(path);
+}
+
+std::vector<float> parameters_from_model_file(const ModelFile& model) {
+  std::vector<float> parameters;
+  for (const auto& spec : transformer_parameters(model.config())) {
+    // ModelFile::open already checked every tensor's presence and shape against the config.
+    const TensorView& tensor = model.tensor(spec.name);
+    const size_t offset = parameters.size();
+    parameters.resize(offset + tensor.elements());
+    widen_to_f32(tensor, parameters.data() + offset);
+  }
+  return parameters;
 }
 
 }  // namespace xf::trainer

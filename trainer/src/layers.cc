@@ -185,10 +185,10 @@ void attention_forward(const T* q, HeadStrides q_strides, const T* k, HeadStride
 }
 
 void make_dropout_mask(uint64_t seed, uint64_t site, size_t count, float p, uint8_t* mask,
-                       int threads) {
+                       int threads, uint64_t first_index) {
   // Keep when the top 24 bits of the hash are >= p * 2^24.
   const uint64_t threshold = static_cast<uint64_t>(std::llround(double(p) * double(1 << 24)));
-  const uint64_t stream = mix64(seed ^ mix64(site));
+  const uint64_t stream = mix64(seed ^ mix64(site)) + first_index;
   const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t i = 0; i < n; ++i)

@@ -16,6 +16,7 @@
 #include "xf/format/model_writer.h"
 #include "xf/metrics.h"
 #include "xf/trainer/checkpoint.h"
+#include "xf/trainer/communicator.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
@@ -120,14 +121,20 @@ struct ValidationResult {
   double bleu = 0;
 };
 
+// Each rank takes every size()-th loss batch and BLEU chunk; the NLL and BLEU's sufficient
+// statistics are then added over the ranks, so every rank gets the same result.
 ValidationResult validate(TransformerModel& model, const ValidationSet& set,
-                          const Tokenizer& tokenizer, const TrainOptions& options) {
+                          const Tokenizer& tokenizer, const TrainOptions& options,
+                          Communicator& ranks) {
   ValidationResult result;
   const ModelConfig& config = model.config();
+  const size_t rank = static_cast<size_t>(ranks.rank()), rank_count = static_cast<size_t>(ranks.size());
   double nll = 0;
   int64_t tokens = 0;
-  for (const auto& indices :
-       plan_batches(set.corpus, static_cast<size_t>(options.batch_tokens), 0, 0, /*shuffle=*/false)) {
+  const std::vector<BatchIndices> loss_batches =
+      plan_batches(set.corpus, static_cast<size_t>(options.batch_tokens), 0, 0, /*shuffle=*/false);
+  for (size_t b = rank; b < loss_batches.size(); b += rank_count) {
+    const BatchIndices& indices = loss_batches[b];
     std::vector<std::vector<int32_t>> sources, targets;
     for (uint32_t i : indices) {
       sources.emplace_back(set.corpus.source(i), set.corpus.source(i) + set.corpus.source_length(i));
@@ -137,23 +144,36 @@ ValidationResult validate(TransformerModel& model, const ValidationSet& set,
     nll += sums.nll_sum;
     tokens += sums.token_count;
   }
-  result.loss = tokens > 0 ? nll / tokens : 0;
-  if (!set.bleu_sources.empty()) {
-    std::vector<std::string> hypotheses;
-    const size_t chunk = 32;
-    for (size_t start = 0; start < set.bleu_sources.size(); start += chunk) {
-      std::vector<std::vector<int32_t>> sources(
-          set.bleu_sources.begin() + start,
-          set.bleu_sources.begin() + std::min(set.bleu_sources.size(), start + chunk));
-      int64_t longest = 0;
-      for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size());
-      int64_t max_len = std::min<int64_t>(longest + 50, config.max_positions - 1);
-      for (const auto& ids : model.greedy_decode(sources, max_len)) {
-        hypotheses.push_back(tokenizer.decode(ids));
-      }
+  metrics::BleuStats bleu;
+  const size_t chunk = 32;
+  for (size_t start = rank * chunk; start < set.bleu_sources.size(); start += rank_count * chunk) {
+    std::vector<std::vector<int32_t>> sources(
+        set.bleu_sources.begin() + start,
+        set.bleu_sources.begin() + std::min(set.bleu_sources.size(), start + chunk));
+    int64_t longest = 0;
+    for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size());
+    int64_t max_len = std::min<int64_t>(longest + 50, config.max_positions - 1);
+    size_t i = start;
+    for (const auto& ids : model.greedy_decode(sources, max_len)) {
+      bleu += metrics::bleu_sentence_stats(tokenizer.decode(ids), set.bleu_references[i++]);
     }
-    result.bleu = metrics::corpus_bleu(hypotheses, set.bleu_references).score;
   }
+  // Counts below 2^53 add exactly in double.
+  std::vector<double> sums = {nll, static_cast<double>(tokens), static_cast<double>(bleu.hyp_len),
+                              static_cast<double>(bleu.ref_len)};
+  for (int n = 0; n < metrics::kBleuMaxOrder; ++n) {
+    sums.push_back(static_cast<double>(bleu.correct[n]));
+    sums.push_back(static_cast<double>(bleu.total[n]));
+  }
+  ranks.all_reduce_sum(sums.data(), sums.size());
+  bleu.hyp_len = static_cast<int64_t>(sums[2]);
+  bleu.ref_len = static_cast<int64_t>(sums[3]);
+  for (int n = 0; n < metrics::kBleuMaxOrder; ++n) {
+    bleu.correct[n] = static_cast<int64_t>(sums[4 + 2 * n]);
+    bleu.total[n] = static_cast<int64_t>(sums[5 + 2 * n]);
+  }
+  result.loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  if (!set.bleu_sources.empty()) result.bleu = metrics::bleu_from_stats(bleu).score;
   return result;
 }
 
@@ -199,18 +219,34 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
 }  // namespace
 
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
-                          const std::atomic<bool>* stop_requested, const DeviceTraining* devices) {
+                          const std::atomic<bool>* stop_requested, const DeviceTraining* devices,
+                          Communicator* comm, int gpu) {
   const auto run_start = Clock::now();
+  SingleProcess one_process;
+  Communicator& ranks = comm != nullptr ? *comm : one_process;
+  const bool root = ranks.rank() == 0;  // writes the run directory and the progress lines
+  std::ostream silent(nullptr);
+  std::ostream& log = root ? progress : silent;
+  // Until the first step the others wait for rank 0 (vocabulary, corpus cache) without a limit;
+  // a rank that dies meanwhile still ends the job through its launcher.
+  ranks.set_timeout(0);
   if (options.device != "cpu") {
     if (devices == nullptr) {
       throw Error("--device " + options.device +
                   ": xf-train was built without CUDA training support (use --device cpu)");
     }
-    devices->require(options.device);  // before any long work
+    devices->require(options.device, gpu);  // before any long work
+    if (ranks.size() > 1 && !ranks.reduces_device_memory()) {
+      throw Error("--device " + options.device + " on " + std::to_string(ranks.size()) +
+                  " ranks needs a communicator that sums GPU memory (NCCL), not " +
+                  ranks.description());
+    }
   }
   const CorpusLanguages languages = corpus_languages(options);
-  // Fail before any long work (SentencePiece training) when an input is missing.
+  // Fail before any long work (SentencePiece training) when an input is missing. Every rank
+  // reads the training and dev files; rank 0 alone makes the vocabulary.
   for (const std::string* path : {&options.train_path, &options.dev_path, &options.spm_path}) {
+    if (!root && path == &options.spm_path) continue;
     if (!path->empty() && !std::ifstream(*path)) {
       throw Error(*path + ": cannot open (" + std::strerror(errno) + ")");
     }
@@ -220,25 +256,46 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   if (ec) throw Error(options.out_dir + ": cannot create the run directory: " + ec.message());
   const std::string out = options.out_dir + "/";
 
-  // ---- Resume point or fresh start -----------------------------------------------------------
+  // ---- Resume point or fresh start (rank 0 reads, then hands it to the others) ----------------
   std::unique_ptr<Checkpoint> resumed;
-  if (options.resume) {
+  if (options.resume && root) {
     auto checkpoints = list_checkpoints(options.out_dir);
     if (checkpoints.empty()) throw Error("--resume: no step-* checkpoint in " + options.out_dir);
     resumed = std::make_unique<Checkpoint>(read_checkpoint(checkpoints.back()));
-    progress << "resuming from " << checkpoints.back() << "\n";
+    log << "resuming from " << checkpoints.back() << "\n";
   }
 
-  // ---- Tokenizer -----------------------------------------------------------------------------
+  // A model file to start from gives the architecture, the vocabulary and the weights (rank 0
+  // reads it and hands them to the others).
+  std::shared_ptr<const ModelFile> init_model;
+  if (root && !resumed && !options.init_from_path.empty()) {
+    if (!options.spm_path.empty()) {
+      throw Error("--init-from and --spm: the model file brings its SentencePiece model");
+    }
+    init_model = ModelFile::open(options.init_from_path);
+    if (init_model->source_tokenizer().empty() ||
+        init_model->target_tokenizer() != init_model->source_tokenizer()) {
+      throw Error(options.init_from_path +
+                  ": --init-from needs one shared SentencePiece model in the file");
+    }
+    log << "starting from the weights of " << options.init_from_path << "\n";
+  }
+
+  // ---- Tokenizer and data: rank 0 first (it writes the corpus cache the others then read) -----
   std::unique_ptr<Tokenizer> tokenizer;
-  if (resumed) {
+  if (!root) {
+    // Filled by the broadcast below.
+  } else if (init_model) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_model_proto(
+        std::string(init_model->source_tokenizer()), options.init_from_path));
+  } else if (resumed) {
     tokenizer = std::make_unique<Tokenizer>(
         Tokenizer::from_model_proto(resumed->tokenizer_model, options.out_dir + " checkpoint"));
   } else if (!options.spm_path.empty()) {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(options.spm_path));
   } else {
-    progress << "training SentencePiece (" << options.spm_type << ", vocabulary " << options.vocab_size
-             << ") on " << options.train_path << "\n";
+    log << "training SentencePiece (" << options.spm_type << ", vocabulary " << options.vocab_size
+        << ") on " << options.train_path << "\n";
     SentencePieceTrainOptions spm;
     spm.vocab_size = options.vocab_size;
     spm.model_type = options.spm_type;
@@ -246,17 +303,27 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     tokenizer = std::make_unique<Tokenizer>(
         Tokenizer::train(read_parallel_corpus(options.train_path, languages), spm));
   }
-  write_file_atomically(out + "sentencepiece.model", tokenizer->model_proto().data(),
-                        tokenizer->model_proto().size());
-
-  // ---- Data ----------------------------------------------------------------------------------
+  auto load_training_pairs = [&](LengthFilterStats* stats) {
+    return filter_by_length(load_corpus(options.train_path, languages, *tokenizer, options.out_dir),
+                            static_cast<size_t>(options.max_length), stats);
+  };
   LengthFilterStats filter_stats;
-  TokenizedCorpus corpus =
-      filter_by_length(load_corpus(options.train_path, languages, *tokenizer, options.out_dir),
-                       static_cast<size_t>(options.max_length), &filter_stats);
-  progress << "training pairs: " << filter_stats.kept << " kept, " << filter_stats.dropped_long
-           << " longer than " << options.max_length << " tokens and " << filter_stats.dropped_empty
-           << " empty dropped\n";
+  TokenizedCorpus corpus;
+  if (root) {
+    write_file_atomically(out + "sentencepiece.model", tokenizer->model_proto().data(),
+                          tokenizer->model_proto().size());
+    corpus = load_training_pairs(&filter_stats);
+  }
+  std::string tokenizer_proto = root ? tokenizer->model_proto() : std::string();
+  broadcast_string(ranks, &tokenizer_proto, 0);
+  if (!root) {
+    tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::from_model_proto(std::move(tokenizer_proto), "rank 0's vocabulary"));
+    corpus = load_training_pairs(&filter_stats);
+  }
+  log << "training pairs: " << filter_stats.kept << " kept, " << filter_stats.dropped_long
+      << " longer than " << options.max_length << " tokens and " << filter_stats.dropped_empty
+      << " empty dropped\n";
   std::unique_ptr<ValidationSet> dev;
   if (!options.dev_path.empty()) {
     dev = std::make_unique<ValidationSet>(load_validation_set(options, *tokenizer, languages));
@@ -264,8 +331,12 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
 
   // ---- Model and optimizer -------------------------------------------------------------------
   ModelConfig config;
-  if (resumed) {
+  if (!root) {
+    // Filled by the broadcast below.
+  } else if (resumed) {
     config = resumed->config;
+  } else if (init_model) {
+    config = init_model->config();
   } else {
     config.source_vocab_size = config.target_vocab_size =
         static_cast<uint32_t>(tokenizer->vocab_size());
@@ -281,6 +352,12 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     config.bos_id = kBosId;
     config.eos_id = kEosId;
     validate_config(config);
+  }
+  std::string config_text = root ? format_key_values(config_to_key_values(config)) : std::string();
+  broadcast_string(ranks, &config_text, 0);
+  if (!root) {
+    config = config_from_key_values(parse_key_values(config_text, "rank 0's config"),
+                                    "rank 0's config");
   }
   TrainingOptions training;
   training.dropout = options.dropout;
@@ -298,24 +375,44 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     state = resumed->progress;
     resumed.reset();  // free its copy of the parameters
   } else {
-    model.initialize(options.seed);
+    if (init_model) {
+      const std::vector<float> parameters = parameters_from_model_file(*init_model);
+      std::copy(parameters.begin(), parameters.end(), model.parameters());
+      init_model.reset();  // unmap the file
+    } else {
+      model.initialize(options.seed);
+    }
     state.data.seed = options.seed;
     state.rng_seed = options.seed;
   }
+  // Every rank starts from rank 0's parameters, moments and progress (a resume may run on
+  // another number of ranks: the checkpoint holds the global state only).
+  static_assert(std::is_trivially_copyable_v<TrainingProgress>);
+  ranks.broadcast(&state, sizeof(state), 0);
+  ranks.broadcast(model.parameters(), model.parameter_count() * sizeof(float), 0);
+  ranks.broadcast(&adam.state().step, sizeof(adam.state().step), 0);
+  ranks.broadcast(adam.state().first_moment.data(), model.parameter_count() * sizeof(float), 0);
+  ranks.broadcast(adam.state().second_moment.data(), model.parameter_count() * sizeof(float), 0);
   const LearningRateSchedule schedule{options.lr_scale, static_cast<int64_t>(config.d_model),
                                       options.warmup};
   BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data);
   const std::map<std::string, std::string> saved_options = train_options_to_map(options);
-  progress << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
-           << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
-           << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
-           << " parameters; " << batches.batches_per_epoch() << " batches per epoch\n";
+  log << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
+      << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
+      << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
+      << " parameters; " << batches.batches_per_epoch() << " batches per epoch\n";
+  if (ranks.size() > 1) {
+    log << "data parallel: " << ranks.description() << ", each on its share of every batch\n";
+  }
 
   // ---- Logs ----------------------------------------------------------------------------------
   const std::string csv_path = out + kMetricsCsv;
-  truncate_metrics_csv(csv_path, state.step);
-  std::ofstream csv(csv_path, std::ios::app);
-  if (!csv) throw Error(csv_path + ": cannot open for appending");
+  std::ofstream csv;  // rank 0's; writes elsewhere go nowhere
+  if (root) {
+    truncate_metrics_csv(csv_path, state.step);
+    csv.open(csv_path, std::ios::app);
+    if (!csv) throw Error(csv_path + ": cannot open for appending");
+  }
 
   TrainSummary summary;
   summary.first_step = state.step;
@@ -332,22 +429,38 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   int64_t last_saved_step = -1, last_validated_step = -1;
   // --device cuda (f16 mixed precision) or cuda-f32: the step runs on the GPU; the host model and
   // optimizer get its parameters and moments back for validation and checkpoints (sync_host).
-  std::unique_ptr<DeviceModel> gpu;
+  std::unique_ptr<DeviceModel> device_model;
   if (options.device != "cpu") {
-    gpu = devices->make_model(options.device, config, training);
-    gpu->set_parameters(model.parameters());
-    gpu->set_adam_state(adam.state());
-    progress << "device: " << gpu->description() << "\n";
+    device_model = devices->make_model(options.device, config, training, gpu);
+    device_model->set_parameters(model.parameters());
+    device_model->set_adam_state(adam.state());
+    log << "device: " << device_model->description() << "\n";
   }
   auto sync_host = [&]() {
-    if (!gpu) return;
-    gpu->copy_parameters_to(model.parameters());
-    adam.set_state(gpu->adam_state());
+    if (!device_model) return;
+    device_model->copy_parameters_to(model.parameters());
+    adam.set_state(device_model->adam_state());
+  };
+  // The ranks hold the same parameters by construction (the same sums, the same steps); each
+  // save checks it, so that an exchange that went wrong cannot go unnoticed.
+  auto check_ranks_agree = [&]() {
+    if (ranks.size() == 1 || device_model) return;
+    uint64_t hash = fnv1a_64(std::string_view(reinterpret_cast<const char*>(model.parameters()),
+                                              model.parameter_count() * sizeof(float)));
+    uint64_t root_hash = hash;
+    ranks.broadcast(&root_hash, sizeof(root_hash), 0);
+    if (hash != root_hash) {
+      throw Error("rank " + std::to_string(ranks.rank()) + ": parameters differ from rank 0's at step " +
+                  std::to_string(state.step) + " (the ranks no longer train the same model)");
+    }
   };
   auto save = [&]() {
-    sync_host();
     state.data = batches.position();
-    summary.last_checkpoint = save_checkpoint(options.out_dir, make_checkpoint(), options.keep);
+    check_ranks_agree();
+    if (root) {
+      sync_host();
+      summary.last_checkpoint = save_checkpoint(options.out_dir, make_checkpoint(), options.keep);
+    }
     last_saved_step = state.step;
   };
   auto epoch_fraction = [&]() {
@@ -358,7 +471,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   auto run_validation = [&]() {
     if (!dev) return;
     sync_host();
-    ValidationResult v = validate(model, *dev, *tokenizer, options);
+    ValidationResult v = validate(model, *dev, *tokenizer, options, ranks);
     last_validated_step = state.step;
     state.last_valid_loss = v.loss;
     state.last_valid_bleu = v.bleu;
@@ -370,7 +483,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       state.best_valid_bleu = v.bleu;
       state.validations_without_improvement = 0;
       state.data = batches.position();
-      save_best_checkpoint(options.out_dir, make_checkpoint());
+      if (root) save_best_checkpoint(options.out_dir, make_checkpoint());
     } else {
       ++state.validations_without_improvement;
     }
@@ -379,7 +492,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                   "valid step %lld | loss %.4f | ppl %.2f | bleu %.2f%s\n",
                   static_cast<long long>(state.step), v.loss, std::exp(v.loss), v.bleu,
                   improved ? " | best" : "");
-    progress << line << std::flush;
+    log << line << std::flush;
     csv << "valid," << state.step << "," << epoch_fraction() << "," << v.loss << ","
         << std::exp(v.loss) << ",," << "," << v.bleu << "," << state.elapsed_seconds << "\n";
     csv.flush();
@@ -396,18 +509,32 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     DataPosition p = batches.position();
     return static_cast<int64_t>(p.epoch) + (static_cast<int64_t>(p.batch_index) >= steps_per_epoch ? 1 : 0);
   };
+  // Rank 0's clock decides --max-minutes for every rank (it comes with each step's sums).
+  double root_run_seconds = 0;
   auto finished = [&]() {
     if (options.max_steps > 0 && state.step >= options.max_steps) return true;
     if (options.epochs > 0 && completed_epochs() >= options.epochs) return true;
-    double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60;
+    double minutes = (ranks.size() == 1
+                          ? std::chrono::duration<double>(Clock::now() - run_start).count()
+                          : root_run_seconds) / 60;
     return options.max_minutes > 0 && minutes >= options.max_minutes;
   };
   const int64_t target_steps =
       options.max_steps > 0 ? options.max_steps
                             : (options.epochs > 0 ? options.epochs * steps_per_epoch : 0);
+  int stop_votes = 0;  // ranks asked to stop (Ctrl-C), summed with each step so all ranks agree
+  ranks.set_timeout(options.comm_timeout);
 
   while (!finished()) {
-    const BatchIndices& indices = batches.next();
+    // The global batch, cut as in one process; this rank trains on its share of the rows, padded
+    // to the global batch's lengths so that dropout draws one process's masks for them.
+    const BatchIndices& global_batch = batches.next();
+    const BatchIndices indices = rank_share(global_batch, ranks.rank(), ranks.size());
+    int64_t global_source_len = 0, global_target_len = 0;
+    for (uint32_t i : global_batch) {
+      global_source_len = std::max<int64_t>(global_source_len, padded_source_length(corpus, i));
+      global_target_len = std::max<int64_t>(global_target_len, padded_target_length(corpus, i));
+    }
     std::vector<std::vector<int32_t>> sources, targets;
     sources.reserve(indices.size());
     targets.reserve(indices.size());
@@ -415,18 +542,48 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       sources.emplace_back(corpus.source(i), corpus.source(i) + corpus.source_length(i));
       targets.emplace_back(corpus.target(i), corpus.target(i) + corpus.target_length(i));
     }
-    Batch batch = make_batch(config, sources, targets);
     const uint64_t dropout_seed = dropout_seed_for_step(state.rng_seed, state.step + 1);
     const double lr = schedule.at(state.step + 1);
-    LossSums sums;
-    if (gpu) {  // the same step on the device (a mixed-precision overflow skips the update)
-      gpu->zero_gradients();
-      sums = gpu->forward_backward(batch, dropout_seed);
-      gpu->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
-                     options.clip_norm);
+    LossSums sums;  // this rank's share, then (below) the whole batch's
+    int64_t batch_tokens = 0;
+    if (device_model) {
+      device_model->zero_gradients();
     } else {
       model.zero_gradients();
-      sums = model.forward_backward(batch, dropout_seed);
+    }
+    if (!indices.empty()) {  // a batch of fewer rows than ranks leaves some ranks idle
+      Batch batch = make_batch(config, sources, targets, global_source_len, global_target_len);
+      batch.row_offset =
+          static_cast<int64_t>(share_begin(global_batch.size(), ranks.rank(), ranks.size()));
+      sums = device_model ? device_model->forward_backward(batch, dropout_seed)
+                          : model.forward_backward(batch, dropout_seed);
+      batch_tokens = batch.source_tokens + batch.target_tokens;
+    }
+    if (ranks.size() > 1) {
+      if (device_model) {
+        device_model->all_reduce_gradients(ranks);
+      } else {
+        ranks.all_reduce_sum(model.gradients(), model.parameter_count());
+      }
+      const bool stop_here = stop_requested && stop_requested->load();
+      double totals[] = {sums.loss_sum,
+                         sums.nll_sum,
+                         static_cast<double>(sums.token_count),
+                         static_cast<double>(batch_tokens),
+                         stop_here ? 1.0 : 0.0,
+                         root ? std::chrono::duration<double>(Clock::now() - run_start).count() : 0};
+      ranks.all_reduce_sum(totals, std::size(totals));
+      sums.loss_sum = totals[0];
+      sums.nll_sum = totals[1];
+      sums.token_count = static_cast<int64_t>(totals[2]);
+      batch_tokens = static_cast<int64_t>(totals[3]);
+      stop_votes = static_cast<int>(totals[4]);
+      root_run_seconds = totals[5];
+    }
+    if (device_model) {  // the same step on the device (a mixed-precision overflow skips it)
+      device_model->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
+                              options.clip_norm);
+    } else {
       double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));
       if (options.clip_norm > 0) {
         double norm = gradient_norm(model.gradients(), model.parameter_count(), gradient_scale,
@@ -437,7 +594,6 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     }
     ++state.step;
     state.data = batches.position();
-    const int64_t batch_tokens = batch.source_tokens + batch.target_tokens;
     state.tokens_seen += batch_tokens;
     state.elapsed_seconds =
         elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -472,7 +628,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                     interval_loss / std::max<int64_t>(1, interval_scored),
                     std::exp(interval_nll / std::max<int64_t>(1, interval_scored)), lr,
                     tokens_per_second, eta < 0 ? "-" : format_duration(eta).c_str());
-      progress << line << std::flush;
+      log << line << std::flush;
       interval_start = Clock::now();
       interval_tokens = 0;
       interval_loss = interval_nll = 0;
@@ -487,13 +643,13 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     if (options.valid_every > 0 && state.step % options.valid_every == 0) {
       run_validation();
       if (options.early_stop > 0 && state.validations_without_improvement >= options.early_stop) {
-        progress << "early stop: " << options.early_stop << " validations without improvement\n";
+        log << "early stop: " << options.early_stop << " validations without improvement\n";
         summary.early_stopped = true;
         break;
       }
     }
     if (options.save_every > 0 && state.step % options.save_every == 0) save();
-    if (stop_requested && stop_requested->load()) {
+    if (ranks.size() == 1 ? stop_requested && stop_requested->load() : stop_votes > 0) {
       summary.interrupted = true;
       break;
     }
@@ -505,11 +661,13 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   }
   if (last_saved_step != state.step) save();
   if (summary.interrupted) {
-    progress << "interrupted at step " << state.step << "; checkpoint saved to "
-             << summary.last_checkpoint << "\n";
+    log << "interrupted at step " << state.step << "; checkpoint saved to "
+        << summary.last_checkpoint << "\n";
   }
-  csv.close();
-  write_plot(csv_path, out + kMetricsPng);
+  if (root) {
+    csv.close();
+    write_plot(csv_path, out + kMetricsPng);
+  }
 
   summary.final_step = state.step;
   summary.last_valid_loss = state.last_valid_loss;

@@ -101,6 +101,11 @@ const std::vector<OptionSpec>& option_table() {
        [](const O& o) { return number_text(o.max_bad_percent); }},
       {"spm", "MODEL       reuse this SentencePiece model instead of training one",
        [](O& o, const std::string& v) { o.spm_path = v; }, [](const O& o) { return o.spm_path; }},
+      {"init-from", "MODEL.xfm  start from this model file's weights, architecture and\n"
+                    "                   SentencePiece model (fine-tuning, or continuing a released model);\n"
+                    "                   the optimizer state and the schedule start afresh",
+       [](O& o, const std::string& v) { o.init_from_path = v; },
+       [](const O& o) { return o.init_from_path; }},
       {"vocab-size", "N   shared SentencePiece vocabulary size (default 8000)",
        [](O& o, const std::string& v) { o.vocab_size = to_int("vocab-size", v, 8, 1 << 20); },
        [](const O& o) { return std::to_string(o.vocab_size); }},
@@ -191,6 +196,10 @@ const std::vector<OptionSpec>& option_table() {
       {"threads", "N      CPU threads (default 2)",
        [](O& o, const std::string& v) { o.threads = static_cast<int>(to_int("threads", v, 1, 1024)); },
        [](const O& o) { return std::to_string(o.threads); }},
+      {"comm-timeout", "S seconds a rank of a data-parallel run waits for the others before it\n"
+                       "                      gives up with an error (default 600; 0: no limit)",
+       [](O& o, const std::string& v) { o.comm_timeout = to_double("comm-timeout", v, 0, 1e9); },
+       [](const O& o) { return number_text(o.comm_timeout); }},
       {"out", "DIR         run directory: checkpoints, log, plot (required)",
        [](O& o, const std::string& v) { o.out_dir = v; }, [](const O& o) { return o.out_dir; }},
       {"valid-every", "K  validate every K steps (0: only at the end)",

@@ -57,11 +57,14 @@ void Batch::validate(const ModelConfig& config) const {
 }
 
 Batch make_batch(const ModelConfig& config, const std::vector<std::vector<int32_t>>& sources,
-                 const std::vector<std::vector<int32_t>>& targets) {
+                 const std::vector<std::vector<int32_t>>& targets, int64_t min_source_len,
+                 int64_t min_target_len) {
   if (sources.size() != targets.size() || sources.empty())
     throw Error("make_batch: need as many targets as sources, at least one");
   Batch batch;
   batch.batch_size = static_cast<int64_t>(sources.size());
+  batch.source_len = min_source_len;
+  batch.target_len = min_target_len;
   for (size_t i = 0; i < sources.size(); ++i) {
     batch.source_len = std::max<int64_t>(batch.source_len, sources[i].size() + 1);
     batch.target_len = std::max<int64_t>(batch.target_len, targets[i].size() + 1);
@@ -155,6 +158,7 @@ struct BasicTransformerModel<T>::Impl {
 
   // ---- Activations of the last forward pass, planned per batch shape ----
   int64_t B = 0, S = 0, Tt = 0;  // Tt: target length (T is the scalar type)
+  int64_t row_offset = 0;        // Batch::row_offset of the loaded batch
   bool training = false;
   std::vector<T> value_arena;
   std::vector<uint8_t> mask_arena;
@@ -347,6 +351,7 @@ struct BasicTransformerModel<T>::Impl {
   void load_batch(const Batch& batch) {
     batch.validate(config);
     plan(batch.batch_size, batch.source_len, batch.target_len);
+    row_offset = batch.row_offset;
     for (int64_t b = 0; b < B; ++b) {
       source_lengths[b] = batch.source_lengths[b];
       for (int64_t s = 0; s < S; ++s) {
@@ -365,10 +370,16 @@ struct BasicTransformerModel<T>::Impl {
 
   float dropout_rate() const { return training ? options.dropout : 0.0f; }
 
+  // The index of this batch's first element of a site of `count` elements in the global batch
+  // (Batch::row_offset): ranks sharing a batch draw the masks one process would.
+  uint64_t first_index(int64_t count) const {
+    return static_cast<uint64_t>(row_offset * (count / B));
+  }
+
   void dropout(T* x, uint8_t* mask, int64_t count, uint64_t seed, uint64_t site) {
     const float p = dropout_rate();
     if (p <= 0) return;
-    make_dropout_mask(seed, site, static_cast<size_t>(count), p, mask, threads);
+    make_dropout_mask(seed, site, static_cast<size_t>(count), p, mask, threads, first_index(count));
     apply_dropout(x, mask, static_cast<size_t>(count), static_cast<T>(1.0 / (1.0 - p)), threads);
   }
 
@@ -413,9 +424,11 @@ struct BasicTransformerModel<T>::Impl {
                  uint64_t seed, uint64_t site) {
     const AttentionShape shape = attention_shape(tq, tk);
     const float p = training ? options.attention_dropout : 0.0f;
-    if (p > 0)
-      make_dropout_mask(seed, site, static_cast<size_t>(B * shape.heads * tq * tk), p, a.mask,
-                        threads);
+    if (p > 0) {
+      const int64_t count = B * shape.heads * tq * tk;
+      make_dropout_mask(seed, site, static_cast<size_t>(count), p, a.mask, threads,
+                        first_index(count));
+    }
     attention_forward(q, qs, k, ks, v, vs, a.context, strides(tq, d()), shape, key_lengths,
                       causal ? 0 : -1, a.probabilities, p > 0 ? a.mask : nullptr,
                       static_cast<T>(1.0 / (1.0 - p)), attention_scratch, threads);

@@ -41,11 +41,22 @@ class XF_API Model {
   // Text -> SentencePiece piece ids, without the EOS the translator appends.
   // Throws xf::Error when the text is not valid UTF-8 or the model has no tokenizer.
   std::vector<int32_t> encode_source(std::string_view text) const;
+  // Target text -> piece ids (a target prefix), without EOS. Same errors.
+  std::vector<int32_t> encode_target(std::string_view text) const;
   // Target ids (no EOS) -> text. Throws xf::Error when the model has no tokenizer.
   std::string decode_target(const int32_t* ids, size_t count) const;
 
+  // SentencePiece pieces <-> ids ("▁Hello"). Throws xf::Error naming a piece the vocabulary
+  // lacks, an id outside it, or when the model has no tokenizer.
+  std::vector<int32_t> source_piece_ids(const std::vector<std::string>& pieces) const;
+  std::vector<int32_t> target_piece_ids(const std::vector<std::string>& pieces) const;
+  std::vector<std::string> source_pieces(const int32_t* ids, size_t count) const;
+  std::vector<std::string> target_pieces(const int32_t* ids, size_t count) const;
+
  private:
   explicit Model(std::shared_ptr<const ModelFile> file);
+  // The source or target tokenizer; throws xf::Error when the file has none.
+  const sentencepiece::SentencePieceProcessor& tokenizer(bool source) const;
 
   std::shared_ptr<const ModelFile> file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> source_tokenizer_;

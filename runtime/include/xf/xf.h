@@ -69,6 +69,9 @@ typedef struct xf_translator_options {
   int max_len_b;
 } xf_translator_options;
 
+typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;
+
+/* The fields of xf::TranslateOptions (translator.h says what each one does). */
 typedef struct xf_translate_options {
   size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
   int beam; /* 0: the translator's beam */
@@ -76,6 +79,20 @@ typedef struct xf_translate_options {
   float length_penalty;
   float max_len_a;
   int max_len_b;
+  int max_decoding_length; /* 0: no cap beyond max_len_a/b */
+  int max_batch_size;      /* 0: the translator's max_batch */
+  xf_batch_type batch_type;
+  int sampling_topk; /* 1: no sampling; 0: the whole vocabulary (beam must be 1) */
+  float sampling_topp;
+  float sampling_temperature;
+  uint64_t seed;
+  float repetition_penalty; /* 1: off */
+  int no_repeat_ngram_size; /* 0: off */
+  /* NULL, or one target prefix per source: xf_translate reads target_prefix[i] (text, "" for
+   * none); xf_translate_ids reads target_prefix_ids[i] with target_prefix_lengths[i] ids. */
+  const char* const* target_prefix;
+  const int32_t* const* target_prefix_ids;
+  const size_t* target_prefix_lengths;
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */

@@ -7,8 +7,9 @@ namespace {
 
 class CudaDeviceModel final : public DeviceModel {
  public:
-  CudaDeviceModel(const ModelConfig& config, const TrainingOptions& options, CudaPrecision precision)
-      : model_(config, options, precision) {}
+  CudaDeviceModel(const ModelConfig& config, const TrainingOptions& options, CudaPrecision precision,
+                  int gpu)
+      : model_(config, options, precision, AdamOptions{}, LossScaleOptions{}, gpu) {}
 
   std::string description() const override {
     return model_.device_name() + ", " + to_string(model_.precision());
@@ -21,6 +22,7 @@ class CudaDeviceModel final : public DeviceModel {
   LossSums forward_backward(const Batch& batch, uint64_t dropout_seed) override {
     return model_.forward_backward(batch, dropout_seed);
   }
+  void all_reduce_gradients(Communicator& comm) override { model_.all_reduce_gradients(comm); }
   // A mixed-precision overflow skips the update (CudaStepResult::applied); the loop goes on.
   void adam_step(double learning_rate, double gradient_scale, double clip_norm) override {
     model_.adam_step(learning_rate, gradient_scale, clip_norm);
@@ -32,11 +34,13 @@ class CudaDeviceModel final : public DeviceModel {
 
 class CudaDeviceTraining final : public DeviceTraining {
  public:
-  void require(const std::string& /*device*/) const override { require_cuda_training_device(); }
+  void require(const std::string& /*device*/, int gpu) const override {
+    require_cuda_training_device(gpu);
+  }
   std::unique_ptr<DeviceModel> make_model(const std::string& device, const ModelConfig& config,
-                                          const TrainingOptions& options) const override {
+                                          const TrainingOptions& options, int gpu) const override {
     return std::make_unique<CudaDeviceModel>(
-        config, options, device == "cuda-f32" ? CudaPrecision::f32 : CudaPrecision::mixed_f16);
+        config, options, device == "cuda-f32" ? CudaPrecision::f32 : CudaPrecision::mixed_f16, gpu);
   }
 };
 

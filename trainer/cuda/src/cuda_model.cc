@@ -150,6 +150,7 @@ struct CudaTransformerModel::Impl {
 
   // ---- Activations of the last forward pass, planned per batch shape ----
   int64_t B = 0, S = 0, T = 0;
+  int64_t row_offset = 0;  // Batch::row_offset of the loaded batch
   bool training = false;
   uint64_t seed = 0;  // dropout seed of the last forward pass
   DeviceArray<float> value_arena;
@@ -359,6 +360,7 @@ struct CudaTransformerModel::Impl {
                   std::to_string(std::max(batch.source_len, batch.target_len)) +
                   " exceeds the attention kernel's limit of " + std::to_string(max_key));
     plan(batch.batch_size, batch.source_len, batch.target_len);
+    row_offset = batch.row_offset;
     const int64_t ns = B * S, nt = B * T;
     int32_t* h = host_indices.data();
     for (int64_t b = 0; b < B; ++b) {
@@ -382,8 +384,12 @@ struct CudaTransformerModel::Impl {
 
   float dropout_rate() const { return training ? options.dropout : 0.0f; }
   float attention_dropout_rate() const { return training ? options.attention_dropout : 0.0f; }
-  cuda::DropoutRule rule(uint64_t site, float p) const {
-    return cuda::make_dropout_rule(seed, site, p);
+  // The rule of a site of `count` elements, for this batch's rows of the global batch
+  // (Batch::row_offset, as transformer.cc's first_index): ranks draw one process's masks.
+  cuda::DropoutRule rule(uint64_t site, float p, int64_t count) const {
+    cuda::DropoutRule dropout = cuda::make_dropout_rule(seed, site, p);
+    dropout.stream += static_cast<uint64_t>(row_offset * (count / B));
+    return dropout;
   }
 
   // y[rows, out] = x W^T (+ bias); in mixed precision through f16 copies of x and W.
@@ -451,7 +457,7 @@ struct CudaTransformerModel::Impl {
       sub_in = b.sub_in;
     }
     sublayer(sub_in, b.sum);
-    if (dropout_rate() > 0) cuda::dropout(b.sum, n, rule(site, dropout_rate()), stream);
+    if (dropout_rate() > 0) cuda::dropout(b.sum, n, rule(site, dropout_rate(), n), stream);
     cuda::add_bias_residual(b.sum, nullptr, x, rows, d(), stream);  // sum = x + Dropout(F)
     if (!pre_norm()) layer_norm(b.sum, norm, rows, b.y, b.mean, b.rstd);
   }
@@ -479,7 +485,9 @@ struct CudaTransformerModel::Impl {
                     causal ? 0 : -1, a.probabilities, stream);
     const float p = attention_dropout_rate();
     if (p > 0)  // the context again, from the dropped-out probabilities
-      cuda::attention_dropout_values(a.probabilities, rule(site, p), v, vs, a.context,
+      cuda::attention_dropout_values(a.probabilities,
+                                     rule(site, p, shape.batch * shape.heads * tq * tk), v, vs,
+                                     a.context,
                                      strides(tq, d()), shape, stream);
   }
 
@@ -510,7 +518,9 @@ struct CudaTransformerModel::Impl {
                           const int32_t* positions, int64_t count, float* out, uint64_t where) {
     const float scale = static_cast<float>(std::sqrt(static_cast<double>(d())));
     cuda::embed(param(table), table_vocab, d(), ids, positions, count, scale, out, stream);
-    if (dropout_rate() > 0) cuda::dropout(out, count * d(), rule(where, dropout_rate()), stream);
+    if (dropout_rate() > 0) {
+      cuda::dropout(out, count * d(), rule(where, dropout_rate(), count * d()), stream);
+    }
   }
 
   void encode() {
@@ -620,13 +630,13 @@ struct CudaTransformerModel::Impl {
                                 d_sum, grad(norm.gamma), grad(norm.beta), column_workspace,
                                 stream);
       copy(d_sub, d_sum, n);
-      if (p > 0) cuda::dropout(d_sub, n, rule(b.site, p), stream);
+      if (p > 0) cuda::dropout(d_sub, n, rule(b.site, p, n), stream);
       sublayer_backward(d_sub, d_sub_in);
       cuda::add_bias_residual(d_sub_in, nullptr, d_sum, rows, dm, stream);
       copy(d_stream, d_sub_in, n);
     } else {
       copy(d_sub, d_stream, n);
-      if (p > 0) cuda::dropout(d_sub, n, rule(b.site, p), stream);
+      if (p > 0) cuda::dropout(d_sub, n, rule(b.site, p, n), stream);
       sublayer_backward(d_sub, d_sub_in);
       cuda::layer_norm_backward(d_sub_in, b.x, b.mean, b.rstd, param(norm.gamma), rows, dm,
                                 d_stream, grad(norm.gamma), grad(norm.beta), column_workspace,
@@ -639,7 +649,7 @@ struct CudaTransformerModel::Impl {
                           float* dk, float* dv, cuda::HeadStrides dqs, cuda::HeadStrides dks,
                           cuda::HeadStrides dvs, int64_t tq, int64_t tk) {
     const float p = attention_dropout_rate();
-    const cuda::DropoutRule dropout = rule(a.site, p);
+    const cuda::DropoutRule dropout = rule(a.site, p, B * config.num_heads * tq * tk);
     cuda::attention_backward(d_context, strides(tq, d()), q, qs, k, ks, v, vs, a.probabilities,
                              p > 0 ? &dropout : nullptr, dq, dqs, dk, dks, dv, dvs,
                              attention_shape(tq, tk), attention_workspace, stream);
@@ -706,7 +716,7 @@ struct CudaTransformerModel::Impl {
                                 pre_norm() ? a.self.sub_in : a.self.x, d_out, d_x, T);
       });
     }
-    if (p > 0) cuda::dropout(d_stream, nt * dm, rule(site(2, 0, 0), p), stream);
+    if (p > 0) cuda::dropout(d_stream, nt * dm, rule(site(2, 0, 0), p, nt * dm), stream);
     cuda::embedding_backward(d_stream, target_ids, nt, dm, config.target_vocab_size, scale,
                              grad(target_embedding), stream);
 
@@ -733,7 +743,7 @@ struct CudaTransformerModel::Impl {
                                 pre_norm() ? a.self.sub_in : a.self.x, d_out, d_x, S);
       });
     }
-    if (p > 0) cuda::dropout(d_stream, ns * dm, rule(site(1, 0, 0), p), stream);
+    if (p > 0) cuda::dropout(d_stream, ns * dm, rule(site(1, 0, 0), p, ns * dm), stream);
     cuda::embedding_backward(d_stream, source_ids, ns, dm, config.source_vocab_size, scale,
                              grad(source_embedding), stream);
   }
@@ -874,6 +884,13 @@ LossSums CudaTransformerModel::evaluate(const Batch& batch) {
   m.encode();
   m.decode();
   return m.loss(false);
+}
+
+void CudaTransformerModel::all_reduce_gradients(Communicator& comm) {
+  Impl& m = *impl_;
+  XF_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the backward pass wrote them on our stream
+  comm.all_reduce_device_sum(m.gradients.get(), m.parameter_count);
+  m.gradients_loss_scale = m.current_loss_scale;
 }
 
 CudaStepResult CudaTransformerModel::adam_step(double learning_rate, double gradient_scale,

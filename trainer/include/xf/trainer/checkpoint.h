@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/model_file.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/optimizer.h"
 
@@ -88,6 +89,13 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
 // negligible share of the bytes, and int8 per-row scales would give one scale per element.
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path);
+
+// ---- A flat model file as a starting point (xf-train --init-from) ------------------------------
+
+// The model file's parameters widened to f32 (int8 rows times their scales, f16/bf16 widened), in
+// the order transformer_parameters(model.config()) lists them: the layout of
+// Checkpoint::parameters and of the trainer's parameter block.
+std::vector<float> parameters_from_model_file(const ModelFile& model);
 
 // Reads a key=value text file ("#" comments and blank lines ignored). Throws naming file:line.
 std::map<std::string, std::string> read_key_values(const std::string& path);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "xf/format/config.h"
+#include "xf/trainer/communicator.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
 
@@ -27,6 +28,9 @@ class DeviceModel {
   virtual void zero_gradients() = 0;
   // As TransformerModel::forward_backward: ADDS the gradients of the loss sum.
   virtual LossSums forward_backward(const Batch& batch, uint64_t dropout_seed) = 0;
+  // Sums the gradients over the ranks of a data-parallel run, where they live (comm must
+  // reduce device memory: NCCL).
+  virtual void all_reduce_gradients(Communicator& comm) = 0;
   // Adam with gradient_scale (1 / tokens) and clipping to a global norm of clip_norm (0: off).
   virtual void adam_step(double learning_rate, double gradient_scale, double clip_norm) = 0;
 };
@@ -35,11 +39,12 @@ class DeviceModel {
 class DeviceTraining {
  public:
   virtual ~DeviceTraining() = default;
-  // Throws a one-line xf::Error when `device` cannot train here (called before any long work).
-  virtual void require(const std::string& device) const = 0;
+  // Throws a one-line xf::Error when `device` cannot train here on GPU number `gpu` (called
+  // before any long work).
+  virtual void require(const std::string& device, int gpu) const = 0;
   virtual std::unique_ptr<DeviceModel> make_model(const std::string& device,
                                                   const ModelConfig& config,
-                                                  const TrainingOptions& options) const = 0;
+                                                  const TrainingOptions& options, int gpu) const = 0;
 };
 
 }  // namespace xf::trainer

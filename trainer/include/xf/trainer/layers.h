@@ -55,9 +55,10 @@ void attention_forward(const T* q, HeadStrides q_strides, const T* k, HeadStride
                        T dropout_scale, T* scratch, int threads);
 
 // Dropout masks from a counter-based hash of (seed, site, index): the same seed gives the
-// same mask whatever the thread count. mask[i] = 1 with probability 1 - p.
+// same mask whatever the thread count. mask[i] = 1 with probability 1 - p. mask[i] is element
+// first_index + i of the site (a rank's rows of a larger batch start past the others').
 void make_dropout_mask(uint64_t seed, uint64_t site, size_t count, float p, uint8_t* mask,
-                       int threads);
+                       int threads, uint64_t first_index = 0);
 
 // x[i] = mask[i] ? x[i] * scale : 0, the forward and the backward of dropout alike.
 template <typename T>

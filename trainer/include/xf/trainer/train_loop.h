@@ -14,6 +14,7 @@
 namespace xf::trainer {
 
 class DeviceTraining;  // xf/trainer/device_training.h
+class Communicator;    // xf/trainer/communicator.h
 
 struct TrainOptions {
   // Data
@@ -25,6 +26,7 @@ struct TrainOptions {
   bool strict_data = false;             // --strict-data: a malformed pair refuses the corpus
   double max_bad_percent = 1.0;         // --max-bad-lines: more malformed pairs refuse it
   std::string spm_path;                 // --spm: reuse this SentencePiece model
+  std::string init_from_path;           // --init-from: start from a model file's weights
   int vocab_size = 8000;                // --vocab-size (shared vocabulary)
   std::string spm_type = "unigram";     // --spm-type unigram|bpe|char|word
   int64_t max_length = 100;             // --max-length: tokens per side, longer pairs dropped
@@ -49,7 +51,8 @@ struct TrainOptions {
   double max_minutes = 0;               // --max-minutes: wall-time budget (0: no limit)
   uint64_t seed = 1;                    // --seed: initialization, shuffling, dropout
   std::string device = "cpu";           // --device cpu|cuda|cuda-f32
-  int threads = 2;                      // --threads
+  int threads = 2;                      // --threads (per rank)
+  double comm_timeout = 600;            // --comm-timeout: seconds a rank waits for the others
   // Output and schedule of side work
   std::string out_dir;                  // --out, required
   int64_t valid_every = 1000;           // --valid-every (0: only at the end)
@@ -96,9 +99,16 @@ struct TrainSummary {
 // When *stop_requested becomes true, the current step finishes, a checkpoint is saved and the
 // function returns with interrupted = true. `devices`: what trains a --device other than cpu
 // (xf_trainer_cuda's cuda_device_training()); without it such a device is a one-line error.
+//
+// Data parallel: with a communicator of N ranks (every rank calls run_training with the same
+// options), each global batch is cut as in one process and split by rows into N shares; each
+// rank trains on its share, the gradient and loss sums are added over the ranks, and every rank
+// takes the same Adam step. Validation is split over the ranks too; rank 0 alone writes the run
+// directory and the progress lines. `gpu`: the GPU a --device cuda rank takes.
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                           const std::atomic<bool>* stop_requested = nullptr,
-                          const DeviceTraining* devices = nullptr);
+                          const DeviceTraining* devices = nullptr, Communicator* comm = nullptr,
+                          int gpu = 0);
 
 // ---- Plot ------------------------------------------------------------------------------------
 

@@ -35,15 +35,20 @@ struct Batch {
   std::vector<int32_t> target_lengths;     // [B], each in 1..T
   int64_t source_tokens = 0;               // sum of source_lengths
   int64_t target_tokens = 0;               // sum of target_lengths (the tokens scored)
+  // Data parallel: these are rows row_offset.. of a global batch padded to the same S and T, and
+  // dropout draws their masks as it would for those rows of the global batch.
+  int64_t row_offset = 0;
 
   // Throws xf::Error naming the first inconsistency (sizes, lengths, ids >= vocab).
   void validate(const ModelConfig& config) const;
 };
 
 // Builds a Batch from unpadded sequences: source[b] and target[b] are token ids without BOS/EOS
-// (the source gets EOS appended; the target becomes BOS+y / y+EOS).
+// (the source gets EOS appended; the target becomes BOS+y / y+EOS). Padded to the longest row,
+// or to min_source_len / min_target_len when longer (a rank's share of a global batch).
 Batch make_batch(const ModelConfig& config, const std::vector<std::vector<int32_t>>& sources,
-                 const std::vector<std::vector<int32_t>>& targets);
+                 const std::vector<std::vector<int32_t>>& targets, int64_t min_source_len = 0,
+                 int64_t min_target_len = 0);
 
 struct TrainingOptions {
   float dropout = 0.1f;            // on sub-layer outputs and on embedding + position sums

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/trainer/communicator.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
 
@@ -91,6 +92,11 @@ class CudaTransformerModel {
   LossSums forward_backward(const Batch& batch, uint64_t dropout_seed);
   // Forward only, without dropout; gradients untouched.
   LossSums evaluate(const Batch& batch);
+
+  // Sums the device gradients over the ranks of a data-parallel run (comm reduces device
+  // memory: NCCL). Every rank's gradients then carry the current loss scale, also on a rank
+  // whose share of the batch was empty (it ran no forward_backward).
+  void all_reduce_gradients(Communicator& comm);
 
   // Adam::step on the device over the whole buffer, with gradient_scale (1 / tokens) and
   // clipping to a global norm of clip_norm (0: off) as the CPU loop does; in mixed precision it

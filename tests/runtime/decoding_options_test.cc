@@ -1,0 +1,561 @@
+// The per-call decoding options on tiny random models: target prefix, repetition penalty,
+// no-repeat n-grams and sampling against a greedy search redone here over the backend's raw
+// logits; the length cap, batches cut by tokens, reproducible sampling, and the option errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "memory_plan.h"
+#include "search.h"
+#include "tiny_model.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+// The test's model files, removed when the process ends.
+struct TempDir {
+  std::string path = test::make_temp_dir("decoding_options");
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::shared_ptr<const Model> model_named(const test::TinyModelOptions& options, const std::string& name) {
+  static const TempDir dir;
+  const std::string path = dir.path + "/" + name + ".xfm";
+  test::write_tiny_model(path, options);
+  return Model::open(path);
+}
+
+std::shared_ptr<const Model> default_model() {
+  static const auto model = model_named({}, "default");
+  return model;
+}
+
+// Random models that rarely emit EOS repeat themselves: what the repetition options are for.
+std::shared_ptr<const Model> long_output_model() {
+  static const auto model = [] {
+    test::TinyModelOptions options;
+    options.eos_bias = -3.0f;
+    options.seed = 5;
+    return model_named(options, "long_outputs");
+  }();
+  return model;
+}
+
+std::vector<std::vector<int32_t>> random_sources(size_t count, uint32_t vocab, uint32_t seed,
+                                                 size_t max_length) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> sources(count);
+  for (auto& s : sources) {
+    s.resize(1 + rng() % max_length);
+    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
+  }
+  return sources;
+}
+
+std::vector<double> log_softmax(const std::vector<float>& logits) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float v : logits) max = std::max<double>(max, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(v - max);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - max - std::log(sum);
+  return out;
+}
+
+using Adjust = std::function<void(std::vector<float>& logits, const std::vector<int32_t>& so_far)>;
+
+struct Reference {
+  std::vector<int32_t> ids;
+  double log_prob = 0.0;
+};
+
+// Greedy search one sentence at a time from the backend's raw logits: the prefix forced, the
+// logits edited by `adjust`, then the argmax (ties to the lower id), in double precision.
+Reference reference_greedy(const Model& model, const TranslatorOptions& topts, const TranslateOptions& options,
+                           std::vector<int32_t> source, const std::vector<int32_t>& prefix,
+                           const Adjust& adjust) {
+  const ModelConfig& config = model.config();
+  TranslatorOptions single = topts;
+  single.max_batch = 1;
+  const auto plan = runtime::make_memory_plan(config, single);
+  auto backend = runtime::make_cpu_backend(model, plan, 1);
+  source.push_back(config.eos_id);
+  const int32_t length = static_cast<int32_t>(source.size());
+  backend->encode(source.data(), &length, 1, length);
+  const int64_t max_length = runtime::max_output_length(plan, options, length);
+  std::vector<float> logits(config.target_vocab_size);
+  Reference out;
+  int32_t token = config.bos_id;
+  for (int64_t step = 0; step < max_length; ++step) {
+    backend->decode_step(&token, 1, step);
+    backend->copy_logits(logits.data());
+    if (adjust) adjust(logits, out.ids);
+    const auto log_probs = log_softmax(logits);
+    token = step < static_cast<int64_t>(prefix.size())
+                ? prefix[step]
+                : static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.log_prob += log_probs[token];
+    if (token == config.eos_id) break;
+    out.ids.push_back(token);
+  }
+  return out;
+}
+
+// Teacher forcing: each step's log-probabilities for a given output (EOS appended when shorter
+// than the limit), so a sampled output can be checked token by token.
+std::vector<std::vector<double>> forced_log_probs(const Model& model, const TranslatorOptions& topts,
+                                                  std::vector<int32_t> source, const std::vector<int32_t>& output) {
+  const ModelConfig& config = model.config();
+  TranslatorOptions single = topts;
+  single.max_batch = 1;
+  const auto plan = runtime::make_memory_plan(config, single);
+  auto backend = runtime::make_cpu_backend(model, plan, 1);
+  source.push_back(config.eos_id);
+  const int32_t length = static_cast<int32_t>(source.size());
+  backend->encode(source.data(), &length, 1, length);
+  std::vector<float> logits(config.target_vocab_size);
+  std::vector<std::vector<double>> steps;
+  int32_t token = config.bos_id;
+  for (size_t step = 0; step <= output.size() && static_cast<int64_t>(step) < plan.max_target_len; ++step) {
+    backend->decode_step(&token, 1, static_cast<int64_t>(step));
+    backend->copy_logits(logits.data());
+    steps.push_back(log_softmax(logits));
+    if (step < output.size()) token = output[step];
+  }
+  return steps;
+}
+
+bool has_repeated_ngram(const std::vector<int32_t>& ids, size_t n) {
+  std::set<std::vector<int32_t>> seen;
+  for (size_t i = 0; i + n <= ids.size(); ++i)
+    if (!seen.insert(std::vector<int32_t>(ids.begin() + i, ids.begin() + i + n)).second) return true;
+  return false;
+}
+
+TranslatorOptions small_translator() {
+  TranslatorOptions topts;
+  topts.max_batch = 4;
+  topts.beam = 4;
+  topts.max_source_len = 32;
+  topts.max_len_b = 20;
+  return topts;
+}
+
+void expect_matches_reference(const Translator& translator, const Model& model,
+                              const std::vector<std::vector<int32_t>>& sources,
+                              const std::vector<TokenTranslation>& results, const TranslateOptions& options,
+                              const std::vector<std::vector<int32_t>>& prefixes, const Adjust& adjust) {
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const auto expected = reference_greedy(model, translator.options(), options, sources[i],
+                                           prefixes.empty() ? std::vector<int32_t>() : prefixes[i], adjust);
+    ASSERT_EQ(results[i].hypotheses.size(), 1u);
+    EXPECT_EQ(results[i].hypotheses[0].ids, expected.ids) << "sentence " << i;
+    EXPECT_NEAR(results[i].hypotheses[0].log_prob, expected.log_prob, 1e-4 * std::max(1.0, std::abs(expected.log_prob)))
+        << "sentence " << i;
+  }
+}
+
+// Forced tokens are output and scored; sentences without a prefix in the same batch are unchanged.
+TEST(DecodingOptions, TargetPrefixIsHonouredGreedy) {
+  auto model = default_model();
+  Translator translator(model, small_translator());
+  const uint32_t vocab = model->config().target_vocab_size;
+  const auto sources = random_sources(7, model->config().source_vocab_size, 31, 12);
+  std::vector<std::vector<int32_t>> prefixes = random_sources(7, vocab, 32, 4);
+  prefixes[2].clear();
+  prefixes[5].clear();
+  TranslateOptions options;
+  options.beam = 1;
+  std::vector<TokenTranslation> results, plain;
+  translator.translate_ids(sources, options, results, prefixes);
+  translator.translate_ids(sources, options, plain);
+  expect_matches_reference(translator, *model, sources, results, options, prefixes, nullptr);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const auto& ids = results[i].hypotheses[0].ids;
+    ASSERT_GE(ids.size(), prefixes[i].size());
+    EXPECT_TRUE(std::equal(prefixes[i].begin(), prefixes[i].end(), ids.begin())) << "sentence " << i;
+    if (prefixes[i].empty()) {
+      EXPECT_EQ(ids, plain[i].hypotheses[0].ids) << "sentence " << i;
+    } else {
+      EXPECT_NE(ids, plain[i].hypotheses[0].ids) << "random prefixes should change the output";
+    }
+  }
+  // Forcing the start of the greedy output changes nothing.
+  size_t tested = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::vector<int32_t>& greedy = plain[i].hypotheses[0].ids;
+    if (greedy.size() < 2) continue;
+    translator.translate_ids({sources[i]}, options, results, {{greedy[0], greedy[1]}});
+    EXPECT_EQ(results[0].hypotheses[0].ids, greedy) << "sentence " << i;
+    EXPECT_NEAR(results[0].hypotheses[0].log_prob, plain[i].hypotheses[0].log_prob, 1e-5);
+    ++tested;
+  }
+  EXPECT_GT(tested, 0u);
+}
+
+TEST(DecodingOptions, TargetPrefixIsHonouredByEveryBeamHypothesis) {
+  auto model = default_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(6, model->config().source_vocab_size, 33, 12);
+  auto prefixes = random_sources(6, model->config().target_vocab_size, 34, 3);
+  prefixes[1].clear();
+  TranslateOptions options;
+  options.beam = 4;
+  options.n_best = 4;
+  std::vector<TokenTranslation> results, plain;
+  translator.translate_ids(sources, options, results, prefixes);
+  translator.translate_ids(sources, options, plain);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ASSERT_EQ(results[i].hypotheses.size(), 4u) << "sentence " << i;
+    for (const auto& h : results[i].hypotheses) {
+      ASSERT_GE(h.ids.size(), prefixes[i].size());
+      EXPECT_TRUE(std::equal(prefixes[i].begin(), prefixes[i].end(), h.ids.begin())) << "sentence " << i;
+      // The prefix's own log-probability is part of the score: re-score by teacher forcing.
+      const auto steps = forced_log_probs(*model, translator.options(), sources[i], h.ids);
+      double log_prob = 0.0;
+      for (size_t t = 0; t < h.ids.size(); ++t) log_prob += steps[t][h.ids[t]];
+      if (steps.size() > h.ids.size()) log_prob += steps[h.ids.size()][model->config().eos_id];
+      EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * std::max(1.0, std::abs(log_prob))) << "sentence " << i;
+    }
+    for (size_t k = 1; k < 4; ++k) EXPECT_GE(results[i].hypotheses[k - 1].score, results[i].hypotheses[k].score);
+  }
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(results[1].hypotheses[k].ids, plain[1].hypotheses[k].ids);
+}
+
+TEST(DecodingOptions, RepetitionPenaltyMatchesTheReference) {
+  auto model = long_output_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(6, model->config().source_vocab_size, 35, 10);
+  for (float penalty : {1.5f, 0.7f}) {
+    TranslateOptions options;
+    options.beam = 1;
+    options.repetition_penalty = penalty;
+    std::vector<TokenTranslation> results, plain;
+    translator.translate_ids(sources, options, results);
+    options.repetition_penalty = 1.0f;
+    translator.translate_ids(sources, options, plain);
+    options.repetition_penalty = penalty;
+    SCOPED_TRACE("penalty " + std::to_string(penalty));
+    expect_matches_reference(translator, *model, sources, results, options, {},
+                             [&](std::vector<float>& logits, const std::vector<int32_t>& so_far) {
+                               for (int32_t t : std::set<int32_t>(so_far.begin(), so_far.end()))
+                                 logits[t] = logits[t] < 0 ? logits[t] * penalty : logits[t] / penalty;
+                             });
+    size_t changed = 0;
+    for (size_t i = 0; i < sources.size(); ++i) changed += results[i].hypotheses[0].ids != plain[i].hypotheses[0].ids;
+    EXPECT_GT(changed, 0u) << "the penalty changed no output";
+  }
+}
+
+TEST(DecodingOptions, NoRepeatedNgramOfTheGivenSize) {
+  auto model = long_output_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(8, model->config().source_vocab_size, 36, 10);
+  for (int n : {1, 2, 3}) {
+    for (int beam : {1, 4}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " beam " + std::to_string(beam));
+      TranslateOptions options;
+      options.beam = beam;
+      options.n_best = beam;
+      std::vector<TokenTranslation> results;
+      translator.translate_ids(sources, options, results);
+      size_t repeating = 0;
+      for (const auto& r : results) repeating += has_repeated_ngram(r.hypotheses[0].ids, n);
+      ASSERT_GT(repeating, 0u) << "without the option some outputs should repeat an n-gram";
+      options.no_repeat_ngram_size = n;
+      translator.translate_ids(sources, options, results);
+      for (size_t i = 0; i < results.size(); ++i)
+        for (const auto& h : results[i].hypotheses) {
+          EXPECT_FALSE(has_repeated_ngram(h.ids, n)) << "sentence " << i;
+          EXPECT_TRUE(std::isfinite(h.score));
+        }
+      if (beam == 1)
+        expect_matches_reference(translator, *model, sources, results, options, {},
+                                 [&](std::vector<float>& logits, const std::vector<int32_t>& so_far) {
+                                   std::vector<int32_t> next(so_far);
+                                   next.push_back(0);
+                                   for (size_t t = 0; t < logits.size(); ++t) {
+                                     next.back() = static_cast<int32_t>(t);
+                                     if (has_repeated_ngram(next, n)) logits[t] = -INFINITY;
+                                   }
+                                 });
+    }
+  }
+}
+
+TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
+  auto model = long_output_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(6, model->config().source_vocab_size, 37, 10);
+  for (int beam : {1, 4}) {
+    TranslateOptions options;
+    options.beam = beam;
+    std::vector<TokenTranslation> full, capped;
+    translator.translate_ids(sources, options, full);
+    options.max_decoding_length = 4;
+    translator.translate_ids(sources, options, capped);
+    size_t cut = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto& ids = capped[i].hypotheses[0].ids;
+      EXPECT_LE(ids.size(), 4u);
+      cut += full[i].hypotheses[0].ids.size() > 4;
+      if (beam == 1) {
+        const auto& whole = full[i].hypotheses[0].ids;
+        EXPECT_TRUE(std::equal(ids.begin(), ids.end(), whole.begin())) << "greedy: a prefix of the uncapped output";
+      }
+    }
+    EXPECT_GT(cut, 0u) << "some uncapped outputs should be longer than the cap";
+  }
+}
+
+TEST(DecodingOptions, BatchesCutByTokensGiveTheSameTranslations) {
+  auto model = default_model();
+  TranslatorOptions topts = small_translator();
+  topts.max_batch = 8;
+  Translator translator(model, topts);
+  std::vector<std::vector<int32_t>> sources = random_sources(12, model->config().source_vocab_size, 38, 20);
+  TranslateOptions options;
+  options.beam = 2;
+  std::vector<TokenTranslation> by_examples, by_tokens;
+  translator.translate_ids(sources, options, by_examples);
+  EXPECT_EQ(translator.last_call_batches(), 2);  // 12 sentences, 8 a batch
+  options.max_batch_size = 3;
+  translator.translate_ids(sources, options, by_examples);
+  EXPECT_EQ(translator.last_call_batches(), 4);
+
+  // Longest first: count the batches a budget of 30 padded tokens gives.
+  std::vector<size_t> lengths;
+  for (const auto& s : sources) lengths.push_back(s.size() + 1);
+  std::sort(lengths.rbegin(), lengths.rend());
+  int64_t expected = 0;
+  for (size_t i = 0; i < lengths.size();) {
+    size_t count = 1;
+    while (i + count < lengths.size() && count < 8 && (count + 1) * lengths[i] <= 30) ++count;
+    i += count;
+    ++expected;
+  }
+  options.batch_type = BatchType::tokens;
+  options.max_batch_size = 30;
+  translator.translate_ids(sources, options, by_tokens);
+  EXPECT_EQ(translator.last_call_batches(), expected);
+  EXPECT_GT(expected, 4);
+  ASSERT_EQ(by_tokens.size(), by_examples.size());
+  for (size_t i = 0; i < sources.size(); ++i) EXPECT_EQ(by_tokens[i].hypotheses[0].ids, by_examples[i].hypotheses[0].ids);
+  // A sentence longer than the budget makes a batch alone.
+  options.max_batch_size = 1;
+  translator.translate_ids(sources, options, by_tokens);
+  EXPECT_EQ(translator.last_call_batches(), 12);
+}
+
+// The sampling code with top-k 1 picks the argmax: greedy search, whatever the seed.
+TEST(DecodingOptions, SamplingTopOneEqualsGreedy) {
+  auto model = default_model();
+  const ModelConfig& config = model->config();
+  TranslatorOptions topts = small_translator();
+  topts.beam = 1;
+  const auto plan = runtime::make_memory_plan(config, topts);
+  auto backend = runtime::make_cpu_backend(*model, plan, 1);
+  const auto sources = random_sources(4, config.source_vocab_size, 39, 15);
+  int64_t longest = 0;
+  for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
+  std::vector<TokenTranslation> greedy(4), sampled(4);
+  std::vector<TokenTranslation*> greedy_out, sampled_out;
+  for (size_t i = 0; i < 4; ++i) {
+    greedy_out.push_back(&greedy[i]);
+    sampled_out.push_back(&sampled[i]);
+  }
+  runtime::Search search(plan, config);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < sources.size(); ++i) {
+        int32_t* row = search.source_ids() + i * longest;
+        std::fill(row, row + longest, config.pad_id);
+        std::copy(sources[i].begin(), sources[i].end(), row);
+        row[sources[i].size()] = config.eos_id;
+        search.source_lengths()[i] = static_cast<int32_t>(sources[i].size() + 1);
+        search.sentence_indices()[i] = static_cast<int64_t>(i);
+        search.target_prefixes()[i] = nullptr;
+      }
+      TranslateOptions options;
+      options.beam = 1;
+      options.seed = seed;
+      options.sampling_temperature = 0.7f;
+      search.always_sample = pass == 1;
+      search.translate(*backend, 4, longest, 1, options, (pass == 0 ? greedy_out : sampled_out).data());
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(sampled[i].hypotheses[0].ids, greedy[i].hypotheses[0].ids) << "seed " << seed << " sentence " << i;
+      EXPECT_NEAR(sampled[i].hypotheses[0].log_prob, greedy[i].hypotheses[0].log_prob, 1e-5);
+    }
+  }
+}
+
+std::vector<std::vector<int32_t>> output_ids(const std::vector<TokenTranslation>& results) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : results) out.push_back(r.hypotheses[0].ids);
+  return out;
+}
+
+TEST(DecodingOptions, SamplingIsReproducibleForASeedAndVariesWithIt) {
+  auto model = default_model();
+  TranslatorOptions topts = small_translator();
+  Translator translator(model, topts);
+  const auto sources = random_sources(10, model->config().source_vocab_size, 40, 12);
+  TranslateOptions options;
+  options.beam = 1;
+  options.sampling_topk = 0;
+  options.seed = 7;
+  std::vector<TokenTranslation> results, greedy;
+  translator.translate_ids(sources, options, results);
+  const auto first = output_ids(results);
+  // Same seed: the same draws, again and on another Translator. (Each sentence draws from its
+  // own stream, but another batching may round the logits differently and flip a draw.)
+  translator.translate_ids(sources, options, results);
+  EXPECT_EQ(output_ids(results), first);
+  Translator other(model, topts);
+  other.translate_ids(sources, options, results);
+  EXPECT_EQ(output_ids(results), first);
+  // Other seeds: other draws; and draws differ from the argmax.
+  for (uint64_t seed : {8u, 9u}) {
+    options.seed = seed;
+    translator.translate_ids(sources, options, results);
+    EXPECT_NE(output_ids(results), first) << "seed " << seed;
+  }
+  options.sampling_topk = 1;
+  translator.translate_ids(sources, options, greedy);
+  EXPECT_NE(output_ids(greedy), first);
+}
+
+// Each sampled token is among the top-k, inside the nucleus, and the score is the model's.
+TEST(DecodingOptions, SampledTokensStayInsideTopKAndTopP) {
+  auto model = default_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(8, model->config().source_vocab_size, 41, 12);
+  struct Setting {
+    int topk;
+    float topp;
+    float temperature;
+  };
+  for (const Setting setting : {Setting{3, 1.0f, 1.0f}, Setting{0, 0.6f, 1.0f}, Setting{5, 0.8f, 1.5f}}) {
+    SCOPED_TRACE("top-k " + std::to_string(setting.topk) + " top-p " + std::to_string(setting.topp));
+    TranslateOptions options;
+    options.beam = 1;
+    options.sampling_topk = setting.topk;
+    options.sampling_topp = setting.topp;
+    options.sampling_temperature = setting.temperature;
+    std::vector<TokenTranslation> results;
+    size_t non_argmax = 0;
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      options.seed = seed;
+      translator.translate_ids(sources, options, results);
+      for (size_t i = 0; i < sources.size(); ++i) {
+        const auto& h = results[i].hypotheses[0];
+        const auto steps = forced_log_probs(*model, translator.options(), sources[i], h.ids);
+        double log_prob = 0.0;
+        for (size_t t = 0; t < steps.size(); ++t) {
+          const int32_t token = t < h.ids.size() ? h.ids[t] : model->config().eos_id;
+          const std::vector<double>& lp = steps[t];
+          // The token's rank (ties to the lower id).
+          size_t rank = 0;
+          for (size_t v = 0; v < lp.size(); ++v)
+            rank += lp[v] > lp[token] || (lp[v] == lp[token] && v < static_cast<size_t>(token));
+          if (setting.topk > 0) {
+            EXPECT_LT(rank, static_cast<size_t>(setting.topk));
+          }
+          // The nucleus over the top-k candidates: the tokens before this one hold less than top-p.
+          std::vector<double> sorted(lp.begin(), lp.end());
+          std::sort(sorted.rbegin(), sorted.rend());
+          const size_t k = setting.topk == 0 ? sorted.size() : static_cast<size_t>(setting.topk);
+          double above = 0.0, total = 0.0;
+          for (size_t r = 0; r < k; ++r) {
+            const double p = std::exp((sorted[r] - sorted[0]) / setting.temperature);
+            total += p;
+            if (r < rank) above += p;
+          }
+          EXPECT_LT(above, setting.topp * total + 1e-9) << "token outside the nucleus";
+          non_argmax += rank > 0;
+          log_prob += lp[token];
+        }
+        EXPECT_NEAR(h.log_prob, log_prob, 1e-4 * std::max(1.0, std::abs(log_prob)));
+      }
+    }
+    EXPECT_GT(non_argmax, 0u) << "sampling never left the argmax";
+  }
+}
+
+TEST(DecodingOptions, TextPrefixAndPieces) {
+  auto model = default_model();
+  Translator translator(model, small_translator());
+  const auto lines = test::sample_sentences(3, 77);
+  const std::vector<std::string> prefixes = {"the cat", "", "a"};
+  TranslateOptions options;
+  options.beam = 2;
+  const auto results = translator.translate(lines, options, prefixes);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto prefix_ids = model->encode_target(prefixes[i]);
+    const auto& ids = results[i].hypotheses[0].ids;
+    ASSERT_GE(ids.size(), prefix_ids.size());
+    EXPECT_TRUE(std::equal(prefix_ids.begin(), prefix_ids.end(), ids.begin())) << "line " << i;
+    const auto pieces = model->target_pieces(ids.data(), ids.size());
+    EXPECT_EQ(model->target_piece_ids(pieces), ids);
+  }
+  EXPECT_THROW(model->source_piece_ids({"▁the", "no-such-piece"}), Error);
+  EXPECT_THROW(translator.translate(lines, options, {"a"}), Error);
+}
+
+void expect_error(const std::function<void()>& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "no error, expected one containing '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(DecodingOptions, BadOptionsAreClearErrors) {
+  auto model = default_model();
+  Translator translator(model, small_translator());
+  const auto sources = random_sources(2, model->config().source_vocab_size, 42, 5);
+  std::vector<TokenTranslation> results;
+  auto with = [&](const std::function<void(TranslateOptions&)>& set,
+                  const std::vector<std::vector<int32_t>>& prefixes = {}) {
+    return [&, set, prefixes] {
+      TranslateOptions options;
+      set(options);
+      translator.translate_ids(sources, options, results, prefixes);
+    };
+  };
+  expect_error(with([](TranslateOptions& o) { o.sampling_topk = 5; }), "needs greedy search (beam 1), got beam 4");
+  expect_error(with([](TranslateOptions& o) { o.beam = 1, o.sampling_topk = -1; }), "sampling_topk must be");
+  expect_error(with([](TranslateOptions& o) { o.sampling_topp = 0.0f; }), "sampling_topp must be in (0, 1]");
+  expect_error(with([](TranslateOptions& o) { o.sampling_temperature = 0.0f; }), "sampling_temperature must be");
+  expect_error(with([](TranslateOptions& o) { o.repetition_penalty = -1.0f; }), "repetition_penalty must be");
+  expect_error(with([](TranslateOptions& o) { o.no_repeat_ngram_size = -2; }), "no_repeat_ngram_size must be");
+  expect_error(with([](TranslateOptions& o) { o.max_decoding_length = -1; }), "max_decoding_length must be");
+  expect_error(with([](TranslateOptions& o) { o.max_batch_size = -1; }), "max_batch_size must be");
+  expect_error(with([](TranslateOptions&) {}, {{5}}), "target_prefix has 1 entries for 2 sources");
+  expect_error(with([](TranslateOptions&) {}, {{5}, {model->config().eos_id}}), "sentence 2: target prefix token id 3 is EOS");
+  expect_error(with([](TranslateOptions&) {}, {{5}, {100000}}), "is outside the target vocabulary");
+  expect_error(with([](TranslateOptions& o) { o.max_decoding_length = 2; }, {{5, 6, 7}, {}}),
+               "sentence 1: a target prefix of 3 tokens is longer than its output limit of 2");
+  expect_error([] { parse_batch_type("words"); }, "unknown batch type 'words'");
+  TranslatorOptions all_cores = small_translator();
+  all_cores.threads = 0;
+  EXPECT_GE(Translator(model, all_cores).options().threads, 1);
+  all_cores.threads = -1;
+  expect_error([&] { Translator bad(model, all_cores); }, "threads must be 0 (every core) or more");
+}
+
+}  // namespace
+}  // namespace xf

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""The repository stands alone: no tracked text file outside .ci/ names a path beside the
+checkout ('../shared') or of the team's machines ('/work/...'). Data come from $XF_DATA.
+
+Usage: outside_paths_test.py SOURCE_DIR   (exit 77, skipped, when SOURCE_DIR is not a git checkout)
+"""
+import subprocess
+import sys
+
+source = sys.argv[1]
+try:
+    checkout = subprocess.run(["git", "-C", source, "rev-parse"], capture_output=True).returncode == 0
+except FileNotFoundError:
+    checkout = False
+if not checkout:
+    print("git, or a git checkout, is missing: skipped")
+    sys.exit(77)
+# -I skips binary files (a model's metadata records where it was trained).
+found = subprocess.run(
+    ["git", "-C", source, "grep", "-n", "-I", "-E", r"\.\./shared|/work/", "--",
+     ".", ":!.ci", ":!tests/scripts/outside_paths_test.py"],
+    capture_output=True, text=True)
+if found.returncode == 0:
+    print("paths outside the repository (use $XF_DATA or a path given on the command line):")
+    print(found.stdout, end="")
+    sys.exit(1)
+if found.returncode != 1:
+    print(found.stderr, end="")
+    sys.exit(2)
+print("no path outside the repository in tracked text files")
