@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/translator.h"
 
 namespace xf {
 class Model;
@@ -76,11 +77,31 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const MemoryPlan& plan, int threads,
                                           std::optional<DType> matrix_dtype = std::nullopt);
 
-// Only in builds with CUDA (XF_WITH_CUDA). compute_dtype: f32 or f16 (f16 storage, f32
-// accumulation); unset: f16 when the model's matrices are stored in f16/bf16, else f32. Throws
-// xf::Error for another dtype, when no CUDA device is available or when the plan exceeds a
-// CUDA kernel's limit.
+// Makes the backends of a device other than the CPU: what a device module's interface() is for
+// the runtime (xf/modules/module.h). weight_dtype as TranslatorOptions::weight_dtype.
+class BackendFactory {
+ public:
+  virtual ~BackendFactory() = default;
+  virtual std::unique_ptr<Backend> make(const Model& model, const MemoryPlan& plan,
+                                        std::optional<DType> weight_dtype) const = 0;
+};
+
+// The backend registry (backend_registry.cc): the CPU is built in; another device uses the
+// factory registered for it, else its module, loaded on first use (libxf_cuda_runtime.so for
+// cuda) and called through an adapter. Throws a one-line xf::Error naming the device and what is
+// missing (xf built without it, the module, a library the module needs, the device itself).
+std::unique_ptr<Backend> make_backend(Device device, const Model& model, const MemoryPlan& plan,
+                                      int threads, std::optional<DType> weight_dtype);
+// Makes `device` use `factory` instead of its module (tests that link a backend, e.g. over a
+// host emulation, register it). The factory must outlive its use.
+void register_backend_factory(Device device, const BackendFactory* factory);
+
+// The CUDA backend (cuda_backend.cc, in libxf_cuda_runtime.so and the CUDA tests).
+// compute_dtype: f32 or f16 (f16 storage, f32 accumulation); unset: f16 when the model's
+// matrices are stored in f16/bf16, else f32. Throws xf::Error for another dtype, when no CUDA
+// device is available or when the plan exceeds a CUDA kernel's limit.
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan,
                                            std::optional<DType> compute_dtype = std::nullopt);
+const BackendFactory& cuda_backend_factory();
 
 }  // namespace xf::runtime

@@ -736,6 +736,23 @@ bool stored_in_16_bits(const ModelFile& file) {
 
 }  // namespace
 
+namespace {
+
+class CudaBackendFactory final : public BackendFactory {
+ public:
+  std::unique_ptr<Backend> make(const Model& model, const MemoryPlan& plan,
+                                std::optional<DType> weight_dtype) const override {
+    return make_cuda_backend(model, plan, weight_dtype);
+  }
+};
+
+}  // namespace
+
+const BackendFactory& cuda_backend_factory() {
+  static const CudaBackendFactory factory;
+  return factory;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan& plan,
                                            std::optional<DType> compute_dtype) {
   if (compute_dtype && *compute_dtype != DType::f32 && *compute_dtype != DType::f16)

@@ -70,16 +70,7 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
     throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
   if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
-  switch (options_.device) {
-    case Device::cpu: backend_ = runtime::make_cpu_backend(*model_, *plan_, options_.threads, options_.weight_dtype); break;
-    case Device::cuda:
-#ifdef XF_WITH_CUDA
-      backend_ = runtime::make_cuda_backend(*model_, *plan_, options_.weight_dtype);
-      break;
-#else
-      throw Error("device cuda: xf was built without CUDA");
-#endif
-  }
+  backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
   batch_results_.resize(plan_->max_sentences);
 }

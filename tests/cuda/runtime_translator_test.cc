@@ -24,6 +24,11 @@
 namespace xf {
 namespace {
 
+// These tests run the CUDA backend linked into this executable (over the host emulation in
+// xf_cuda_runtime_emulated_tests), not the module libxf_cuda_runtime.so (cuda_module_test.cc).
+[[maybe_unused]] const bool kLinkedCudaBackend =
+    (runtime::register_backend_factory(Device::cuda, &runtime::cuda_backend_factory()), true);
+
 using golden::golden_at;
 
 // f32 through a few layers: relative to the tensor's largest magnitude (as the CPU golden test).

@@ -11,11 +11,9 @@
 
 #include "xf/error.h"
 #include "xf/trainer/checkpoint.h"
+#include "xf/trainer/device_training.h"
 #include "xf/trainer/ranks.h"
 #include "xf/trainer/train_loop.h"
-#ifdef XF_TRAINER_CUDA
-#include "xf/trainer/cuda_device_training.h"
-#endif
 
 namespace {
 
@@ -103,11 +101,8 @@ int main(int argc, char** argv) {
     xf::trainer::Communicator& comm = ranks->for_device(options.device, options.comm_timeout);
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGUSR1, on_stop_signal);
-#ifdef XF_TRAINER_CUDA
-    const xf::trainer::DeviceTraining* devices = &xf::trainer::cuda_device_training();
-#else
-    const xf::trainer::DeviceTraining* devices = nullptr;  // --device cuda: a one-line error
-#endif
+    // --device cuda: the module, loaded now (or a one-line error naming what is missing).
+    const xf::trainer::DeviceTraining* devices = &xf::trainer::module_device_training();
     auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices, &comm,
                                              ranks->gpu());
     if (comm.rank() == 0) {

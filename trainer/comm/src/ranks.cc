@@ -7,7 +7,7 @@
 #include "mpi_communicator.h"
 #endif
 #ifdef XF_WITH_NCCL
-#include "nccl_communicator.h"
+#include "nccl_module.h"
 #endif
 
 namespace xf::trainer {
@@ -49,8 +49,7 @@ class MpiRanks final : public LaunchedRanks {
     if (device == "cpu") return mpi_;
 #ifdef XF_WITH_NCCL
     if (!nccl_) {
-      nccl_ = std::make_unique<NcclCommunicator>(&mpi_, mpi_.rank(), mpi_.size(), gpu(),
-                                                 timeout_seconds);
+      nccl_ = make_nccl_communicator(&mpi_, mpi_.rank(), mpi_.size(), gpu(), timeout_seconds);
     }
     return *nccl_;
 #else
@@ -66,7 +65,7 @@ class MpiRanks final : public LaunchedRanks {
  private:
   MpiCommunicator mpi_;
 #ifdef XF_WITH_NCCL
-  std::unique_ptr<NcclCommunicator> nccl_;  // destroyed before MPI finalizes
+  std::unique_ptr<Communicator> nccl_;  // destroyed before MPI finalizes
 #endif
 };
 #endif
@@ -75,19 +74,20 @@ class MpiRanks final : public LaunchedRanks {
 class NcclRanks final : public LaunchedRanks {
  public:
   NcclRanks(int rank, int ranks, int local_rank)
-      : nccl_(nullptr, rank, ranks, local_rank, /*timeout_seconds=*/0), gpu_(local_rank) {}
-  Communicator& launched() override { return nccl_; }
+      : nccl_(make_nccl_communicator(nullptr, rank, ranks, local_rank, /*timeout_seconds=*/0)),
+        gpu_(local_rank) {}
+  Communicator& launched() override { return *nccl_; }
   Communicator& for_device(const std::string& device, double timeout_seconds) override {
     if (device == "cpu") {
       throw Error("XF_RANKS starts GPU ranks (NCCL); start CPU ranks with mpirun");
     }
-    nccl_.set_timeout(timeout_seconds);
-    return nccl_;
+    nccl_->set_timeout(timeout_seconds);
+    return *nccl_;
   }
   int gpu() const override { return gpu_; }
 
  private:
-  NcclCommunicator nccl_;
+  std::unique_ptr<Communicator> nccl_;
   int gpu_;
 };
 #endif

@@ -1,7 +1,8 @@
 #pragma once
 // The training loop's hook for a step on an accelerator (--device cuda|cuda-f32). xf_trainer
 // holds no device code and never links a device library: xf_trainer_cuda implements
-// DeviceTraining (xf/trainer/cuda_device_training.h) and xf-train passes it to run_training.
+// DeviceTraining (xf/trainer/cuda_device_training.h), built into the module libxf_cuda_trainer.so
+// that module_device_training() loads on first use; xf-train passes that to run_training.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,5 +47,10 @@ class DeviceTraining {
                                                   const ModelConfig& config,
                                                   const TrainingOptions& options, int gpu) const = 0;
 };
+
+// The devices of the modules this build made (device_modules.cc): require() and make_model()
+// load libxf_cuda_trainer.so the first time (a one-line xf::Error when the module, a library it
+// needs or the device is missing) and call it through adapters.
+const DeviceTraining& module_device_training();
 
 }  // namespace xf::trainer

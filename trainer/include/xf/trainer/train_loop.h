@@ -98,7 +98,8 @@ struct TrainSummary {
 // (step-*/ and best/), the SentencePiece model and the plot (metrics.png) go to options.out_dir.
 // When *stop_requested becomes true, the current step finishes, a checkpoint is saved and the
 // function returns with interrupted = true. `devices`: what trains a --device other than cpu
-// (xf_trainer_cuda's cuda_device_training()); without it such a device is a one-line error.
+// (xf-train passes module_device_training(), which loads libxf_cuda_trainer.so); without it such
+// a device is a one-line error.
 //
 // Data parallel: with a communicator of N ranks (every rank calls run_training with the same
 // options), each global batch is cut as in one process and split by rows into N shares; each

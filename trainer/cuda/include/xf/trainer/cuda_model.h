@@ -18,7 +18,7 @@
 //              f16 rather than bf16: every target GPU has f16 tensor cores (bf16 starts at sm 80;
 //              Xavier is sm 72), and the kernel library is f16 already.
 //
-// The header needs no CUDA headers: xf-train includes it under XF_TRAINER_CUDA.
+// The header needs no CUDA headers.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
