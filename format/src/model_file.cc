@@ -43,7 +43,7 @@ bool checked_multiply(uint64_t a, uint64_t b, uint64_t* out) {
 
 }  // namespace
 
-std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
+std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, FileAccess access) {
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; no effect on regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
@@ -65,16 +65,42 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
     ::close(fd);
     throw Error(path + ": empty file, not a model");
   }
-  void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (mapping == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(map_errno));
-
+  const size_t size = static_cast<size_t>(st.st_size);
   std::shared_ptr<ModelFile> file(new ModelFile());
   file->path_ = path;
-  file->bytes_ = static_cast<const uint8_t*>(mapping);
-  file->size_ = static_cast<size_t>(st.st_size);
-  file->mapped_ = true;
+  file->size_ = size;
+  if (access == FileAccess::map) {
+    void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);
+    if (mapping == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(map_errno));
+    file->bytes_ = static_cast<const uint8_t*>(mapping);
+    file->mapped_ = true;
+  } else {
+    // Anonymous memory is page-aligned, as the format's tensor alignment needs.
+    void* copy = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(path + ": cannot allocate " + std::to_string(size) + " bytes: " + std::strerror(err));
+    }
+    file->bytes_ = static_cast<const uint8_t*>(copy);
+    file->anonymous_ = true;  // the destructor unmaps it from here on
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pread(fd, static_cast<uint8_t*>(copy) + done, size - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : 0;
+        ::close(fd);
+        throw Error(path + ": " + (n < 0 ? std::string("read failed: ") + std::strerror(err)
+                                         : std::string("the file shrank while it was read")));
+      }
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    ::mprotect(copy, size, PROT_READ);  // the copy is as read-only as a mapping
+  }
   file->parse_and_validate();  // the destructor unmaps if this throws
   return file;
 }
@@ -91,7 +117,7 @@ std::shared_ptr<const ModelFile> ModelFile::from_memory(const void* bytes, size_
 }
 
 ModelFile::~ModelFile() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
+  if (mapped_ || anonymous_) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }
 
 void ModelFile::release_pages(const TensorView& tensor) const {

@@ -1,6 +1,7 @@
 #include "xf/format/model_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -197,22 +198,51 @@ void ModelWriter::write(const std::string& path) const {
   write_file_atomically(path, bytes.data(), bytes.size());
 }
 
-void write_file_atomically(const std::string& path, const void* data, size_t size) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create: " + std::strerror(errno));
+void write_all(int fd, const void* data, size_t size, const std::string& label) {
   const auto* p = static_cast<const uint8_t*>(data);
   size_t written = 0;
   while (written < size) {
     const ssize_t n = ::write(fd, p + written, size - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      throw Error(path + ": write failed: " + std::strerror(err));
-    }
+    // A write of 0 bytes with no error cannot make progress: report it as a full device.
+    if (n <= 0) throw Error(label + ": write failed: " + std::strerror(n < 0 ? errno : ENOSPC));
     written += static_cast<size_t>(n);
+  }
+}
+
+namespace {
+
+// A device or a FIFO: written in place (renaming over it would replace the node by a regular
+// file), with every error reported.
+void write_special_file(const std::string& path, const void* data, size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open for writing: " + std::strerror(errno));
+  try {
+    write_all(fd, data, size, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(path + ": write failed: " + std::strerror(errno));
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const void* data, size_t size) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    write_special_file(path, data, size);
+    return;
+  }
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot create: " + std::strerror(errno));
+  try {
+    write_all(fd, data, size, path);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
   }
   // Close even when fsync fails, so the descriptor never leaks.
   const int sync_errno = ::fsync(fd) == 0 ? 0 : errno;

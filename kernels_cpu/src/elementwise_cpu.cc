@@ -185,25 +185,34 @@ void load_row(const WeightMatrix& weights, int64_t row, float* out) {
   throw Error("load_row: unknown dtype " + std::to_string(static_cast<int>(weights.dtype)));
 }
 
-float quantize_int8_per_tensor(const float* x, int64_t count, int8_t* quantized, int threads) {
-  // Chunks of at least 16k values: below that, waking threads costs more than it saves.
-  constexpr int kMaxChunks = 256;
-  const int64_t parts = std::min(std::max(threads, 1), kMaxChunks);
-  const int64_t chunk = std::max<int64_t>(16384, (count + parts - 1) / parts);
-  const int64_t chunks = (count + chunk - 1) / chunk;  // <= parts
-  float chunk_absmax[kMaxChunks];
-  detail::parallel_for(chunks, threads, true, [&](int64_t i) {
-    const int64_t begin = i * chunk;
-    chunk_absmax[i] = absmax_of(x + begin, std::min(chunk, count - begin));
+void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* quantized, float* scales,
+                           int threads) {
+  // Below 16k values, waking threads costs more than it saves.
+  detail::parallel_for(rows, threads, rows * cols >= 16384, [&](int64_t r) {
+    const float absmax = absmax_of(x + r * cols, cols);
+    scales[r] = absmax > 0.0f ? absmax / 127.0f : 1.0f;
+    quantize_with_scale(x + r * cols, cols, scales[r], quantized + r * cols);
   });
-  float absmax = 0.0f;
-  for (int64_t i = 0; i < chunks; ++i) absmax = std::max(absmax, chunk_absmax[i]);
-  const float scale = absmax > 0.0f ? absmax / 127.0f : 1.0f;
-  detail::parallel_for(chunks, threads, true, [&](int64_t i) {
-    const int64_t begin = i * chunk;
-    quantize_with_scale(x + begin, std::min(chunk, count - begin), scale, quantized + begin);
-  });
-  return scale;
+}
+
+namespace {
+
+XF_VECTORIZED void scale_row_add(float* y, int64_t cols, float scale, const float* bias) {
+  if (bias == nullptr) {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) y[c] *= scale;
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) y[c] = y[c] * scale + bias[c];
+  }
+}
+
+}  // namespace
+
+void scale_rows_add_bias(float* y, int64_t rows, int64_t cols, const float* row_scales, const float* bias,
+                         int threads) {
+  detail::parallel_for(rows, threads, rows * cols >= 16384,
+                       [&](int64_t r) { scale_row_add(y + r * cols, cols, row_scales[r], bias); });
 }
 
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,

@@ -147,14 +147,13 @@ struct StaticMatmul::Impl {
   int64_t m = 0, n = 0, k = 0;
   bool int8 = false;
   bool with_bias = false;
-  const float* row_scales = nullptr;  // int8: [n]
   dnnl::matmul primitive;
   std::string implementation;
   std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
   // Memory objects made once; run() only re-points their data handles (no allocation).
-  dnnl::memory source, destination, bias, output_scales, scratchpad;
+  dnnl::memory source, destination, bias, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
-  // Workspace layout: int8 only: [m*k int8 quantized x][n f32 output scales]; then scratchpad.
+  // Workspace layout: int8 only: [m*k int8 quantized x][m f32 row scales of x]; then scratchpad.
   size_t scales_offset = 0;
   size_t scratchpad_offset = 0;
   size_t scratchpad_bytes = 0;
@@ -182,7 +181,6 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   s.k = weights.cols;
   s.int8 = weights.dtype == DType::int8;
   s.with_bias = with_bias;
-  s.row_scales = weights.row_scales;
   dnnl::engine& eng = engine.engine();
   // oneDNN fixes a primitive's thread partition when it is made, from the calling thread's
   // OpenMP count (the runtime measured 9x slower decoding with primitives made for more threads
@@ -198,15 +196,12 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   dnnl::matmul::primitive_desc pd;
   dnnl::memory weights_memory;
   if (s.int8) {
-    // y = (x_scale * row_scale[n]) * (q(x) . W^T) + bias. The scales change with every input,
-    // so they are runtime output scales (one per column). oneDNN 2.6 adds a matmul's own bias
-    // before the output scales, so the bias is a binary-add post-op, applied after them.
+    // y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]. oneDNN applies W's
+    // scales as output scales, one per column (runtime scales, pointed at the file's row scales
+    // once); the per-row input scales and the bias are our epilogue in run(): oneDNN 2.6 has
+    // per-column output scales only, and a per-row binary post-op falls back to its reference
+    // kernel (1000x slower, measured).
     attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
-    if (with_bias) {
-      dnnl::post_ops post_ops;
-      post_ops.append_binary(dnnl::algorithm::binary_add, bias_desc);
-      attr.set_post_ops(post_ops);
-    }
     // The stored layout is read in place (measured: as fast as a packed copy, docs/KERNELS_CPU.md).
     const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
     pd = dnnl::matmul::primitive_desc(
@@ -214,7 +209,6 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     if (int8_products_saturate()) {
       s.packed = engine.impl_->seven_bit_copy(weights);
       weights_memory = s.packed->memory;
-      s.row_scales = s.packed->row_scales.data();
     } else {
       weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
     }
@@ -243,7 +237,7 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   if (s.int8) {
     offset = align_up(static_cast<size_t>(m * s.k));  // quantized x
     s.scales_offset = offset;
-    offset += align_up(static_cast<size_t>(s.n) * sizeof(float));
+    offset += align_up(static_cast<size_t>(m) * sizeof(float));  // its row scales
   }
   s.scratchpad_offset = offset;
   s.scratchpad_bytes = pd.scratchpad_desc().get_size();
@@ -254,13 +248,14 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   s.destination = dnnl::memory(destination_desc, eng, DNNL_MEMORY_NONE);
   s.args = {
       {DNNL_ARG_SRC, s.source}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, s.destination}};
-  if (with_bias) {
+  if (with_bias && !s.int8) {
     s.bias = dnnl::memory(bias_desc, eng, DNNL_MEMORY_NONE);
-    s.args[s.int8 ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1) : DNNL_ARG_BIAS] = s.bias;
+    s.args[DNNL_ARG_BIAS] = s.bias;
   }
   if (s.int8) {
-    s.output_scales = dnnl::memory({{s.n}, DataType::f32, {1}}, eng, DNNL_MEMORY_NONE);
-    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] = s.output_scales;
+    const float* w_scales = s.packed ? s.packed->row_scales.data() : weights.row_scales;
+    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] =
+        dnnl::memory({{s.n}, DataType::f32, {1}}, eng, const_cast<float*>(w_scales));
   }
   if (s.scratchpad_bytes > 0) {
     s.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
@@ -284,24 +279,23 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   if (s.with_bias && bias == nullptr)
     throw Error("StaticMatmul::run: made with a bias, given none");
   char* bytes = static_cast<char*>(workspace);
+  float* x_scales = reinterpret_cast<float*>(bytes + s.scales_offset);  // int8: [m]
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
-    const float x_scale = quantize_int8_per_tensor(x, s.m * s.k, quantized, s.engine->threads());
-    float* scales = reinterpret_cast<float*>(bytes + s.scales_offset);  // [n]
-    for (int64_t i = 0; i < s.n; ++i) scales[i] = s.row_scales[i] * x_scale;
+    quantize_int8_per_row(x, s.m, s.k, quantized, x_scales, s.engine->threads());
     s.source.set_data_handle(quantized);
-    s.output_scales.set_data_handle(scales);
   } else {
     s.source.set_data_handle(const_cast<float*>(x));
+    if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
   }
   s.destination.set_data_handle(y);
-  if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
   if (s.scratchpad_bytes > 0) s.scratchpad.set_data_handle(bytes + s.scratchpad_offset);
   // oneDNN sizes its parallel regions by the calling thread's OpenMP setting. Keep it at the
   // engine's count, which the kernels pass as `threads`: libgomp mallocs a new team whenever
   // consecutive regions differ in size.
   if (omp_get_max_threads() != s.engine->threads()) omp_set_num_threads(s.engine->threads());
   run_primitive(s.primitive, s.engine->stream(), s.args);
+  if (s.int8) scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
 }
 
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -92,6 +92,15 @@ std::string read_sized(const Options* in, size_t first_size, const Options& defa
   return {};
 }
 
+constexpr size_t kFirstModelOptionsSize = offsetof(xf_model_options, mmap) + sizeof(int);
+
+xf_model_options model_defaults() {
+  xf_model_options c{};
+  c.struct_size = sizeof(c);
+  c.mmap = 1;
+  return c;
+}
+
 xf_translator_options translator_defaults() {
   const xf::TranslatorOptions cpp;
   xf_translator_options c{};
@@ -172,9 +181,26 @@ const char* xf_version(void) { return xf::version(); }
 const char* xf_last_error(void) { return last_error.c_str(); }
 
 xf_status xf_model_open(const char* path, xf_model** model) {
-  if (path == nullptr || model == nullptr) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_model_open: null argument");
+  const xf_model_options options = model_defaults();
+  return xf_model_open_with_options(path, &options, model);
+}
+
+void xf_model_options_init_sized(xf_model_options* options, size_t struct_size) {
+  init_sized(options, struct_size, model_defaults());
+}
+
+xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
+                                     xf_model** model) {
+  if (path == nullptr || options == nullptr || model == nullptr)
+    return fail(XF_ERROR_INVALID_ARGUMENT, "xf_model_open: null argument");
   *model = nullptr;
-  return guarded([&] { *model = new xf_model{xf::Model::open(path)}; });
+  return guarded([&] {
+    xf_model_options c;
+    const std::string problem = read_sized(options, kFirstModelOptionsSize, model_defaults(), c);
+    if (!problem.empty()) throw InvalidArgument("xf_model_options: " + problem);
+    const xf::FileAccess access = c.mmap ? xf::FileAccess::map : xf::FileAccess::read;
+    *model = new xf_model{xf::Model::open(path, access)};
+  });
 }
 
 void xf_model_free(xf_model* model) { delete model; }

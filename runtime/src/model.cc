@@ -69,7 +69,11 @@ Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
 Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::open(const std::string& path) {
-  return from_file(ModelFile::open(path));
+  return open(path, FileAccess::map);
+}
+
+std::shared_ptr<const Model> Model::open(const std::string& path, FileAccess access) {
+  return from_file(ModelFile::open(path, access));
 }
 
 std::shared_ptr<const Model> Model::from_file(std::shared_ptr<const ModelFile> file) {

@@ -84,6 +84,7 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                                const TranslateOptions& options,
                                std::vector<TokenTranslation>& results,
                                const std::vector<std::vector<int32_t>>& target_prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const ModelConfig& config = model_->config();
   const int64_t beam = options.beam == 0 ? plan_->max_beam : options.beam;
   if (beam < 1 || beam > plan_->max_beam)

@@ -106,36 +106,62 @@ TEST(LoadRow, Int8DequantizesWithTheRowScale) {
   }
 }
 
-TEST(QuantizeInt8PerTensor, RoundsToNearestWithTheAbsmaxScale) {
+TEST(QuantizeInt8PerRow, EachRowRoundsToNearestWithItsOwnAbsmaxScale) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  for (int64_t count : {1, 13, 100000}) {  // 100000: several parallel chunks
-    std::vector<float> x = random.uniform(count, -4.0f, 4.0f);
-    std::vector<int8_t> quantized(count);
-    const float scale = quantize_int8_per_tensor(x.data(), count, quantized.data(), 2);
-    double absmax = 0.0;
-    for (float v : x) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
-    EXPECT_NEAR(scale, absmax / 127.0, absmax / 127.0 * 1e-7);
-    for (int64_t i = 0; i < count; ++i) {
-      const double exact = x[i] / static_cast<double>(scale);
-      // Nearest integer, with slack only for x / scale rounding in float at exact halves.
-      ASSERT_LE(std::fabs(quantized[i] - exact), 0.5 + 1e-5) << "x " << x[i] << " at " << i;
-      ASSERT_LE(std::abs(static_cast<int>(quantized[i])), 127);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 13}, {5, 1}, {64, 512}}) {  // 64 x 512: parallel
+    std::vector<float> x = random.uniform(rows * cols, -4.0f, 4.0f);
+    for (int64_t c = 0; c < cols; ++c) x[c] *= 100.0f;  // a row much larger than the others
+    std::vector<int8_t> quantized(rows * cols);
+    std::vector<float> scales(rows);
+    quantize_int8_per_row(x.data(), rows, cols, quantized.data(), scales.data(), 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      double absmax = 0.0;
+      for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(static_cast<double>(x[r * cols + c])));
+      EXPECT_NEAR(scales[r], absmax / 127.0, absmax / 127.0 * 1e-7) << "row " << r;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double exact = x[r * cols + c] / static_cast<double>(scales[r]);
+        // Nearest integer, with slack only for x / scale rounding in float at exact halves.
+        ASSERT_LE(std::fabs(quantized[r * cols + c] - exact), 0.5 + 1e-5) << r << "," << c;
+        ASSERT_LE(std::abs(static_cast<int>(quantized[r * cols + c])), 127);
+      }
     }
-    // The same rule as the format's per-row quantizer applied to one row.
-    std::vector<int8_t> by_rows(count);
-    float row_scale = 0.0f;
-    quantize_rows_int8(x.data(), 1, count, by_rows.data(), &row_scale);
-    EXPECT_EQ(row_scale, scale);
-    EXPECT_EQ(by_rows, quantized);
+    // The same rule as the format's per-row quantizer, and each row alone gives the same.
+    std::vector<int8_t> by_format(rows * cols);
+    std::vector<float> format_scales(rows);
+    quantize_rows_int8(x.data(), rows, cols, by_format.data(), format_scales.data());
+    EXPECT_EQ(format_scales, scales);
+    EXPECT_EQ(by_format, quantized);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int8_t> alone(cols);
+      float scale = 0.0f;
+      quantize_int8_per_row(x.data() + r * cols, 1, cols, alone.data(), &scale, 1);
+      EXPECT_EQ(scale, scales[r]);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), quantized.begin() + r * cols)) << "row " << r;
+    }
   }
 }
 
-TEST(QuantizeInt8PerTensor, ZerosGetScaleOne) {
+TEST(QuantizeInt8PerRow, ZeroRowsGetScaleOne) {
   std::vector<float> x(50, 0.0f);
+  x[30] = 2.0f;  // row 1 of [2, 25]
   std::vector<int8_t> quantized(50, 7);
-  EXPECT_EQ(quantize_int8_per_tensor(x.data(), 50, quantized.data(), 2), 1.0f);
-  for (int8_t q : quantized) EXPECT_EQ(q, 0);
+  float scales[2];
+  quantize_int8_per_row(x.data(), 2, 25, quantized.data(), scales, 2);
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(scales[1], 2.0f / 127.0f);
+  for (int64_t i = 0; i < 25; ++i) EXPECT_EQ(quantized[i], 0);
+  EXPECT_EQ(quantized[30], 127);
+}
+
+TEST(ScaleRowsAddBias, ScalesEachRowAndAddsTheBias) {
+  std::vector<float> y = {1, 2, 3, 4, 5, 6};
+  const float scales[2] = {2.0f, -1.0f};
+  const float bias[3] = {0.5f, 0.0f, -0.5f};
+  scale_rows_add_bias(y.data(), 2, 3, scales, bias, 2);
+  EXPECT_EQ(y, (std::vector<float>{2.5f, 4.0f, 5.5f, -3.5f, -5.0f, -6.5f}));
+  scale_rows_add_bias(y.data(), 2, 3, scales, nullptr, 1);
+  EXPECT_EQ(y, (std::vector<float>{5.0f, 8.0f, 11.0f, 3.5f, 5.0f, 6.5f}));
 }
 
 // out[i, c] = scale * table[id, c] + PE(position, c), in double.

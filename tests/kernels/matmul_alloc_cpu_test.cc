@@ -149,6 +149,7 @@ TEST(KernelAllocations, ForwardKernelsAllocateNothing) {
       attention_in(2 * heads * len * head_dim, 0.5f), attention_out(attention_in.size());
   std::vector<int32_t> top(rows * k);
   std::vector<int8_t> quantized(rows * dim);
+  std::vector<float> row_scales(rows);
   const WeightMatrix weights{DType::f32, table.data(), nullptr, vocab, dim};
   const AttentionShape shape{2, heads, len, len, head_dim};
   const HeadStrides strides{heads * len * head_dim, len * head_dim, head_dim};
@@ -167,7 +168,8 @@ TEST(KernelAllocations, ForwardKernelsAllocateNothing) {
       log_softmax_top_k(logits.data(), nullptr, rows, vocab, k, values.data(), top.data(), threads);
       log_softmax(log_probabilities.data(), rows, vocab, threads);
       gather_rows(x.data(), dim, indices.data(), rows, dim, out.data(), dim, threads);
-      quantize_int8_per_tensor(x.data(), rows * dim, quantized.data(), threads);
+      quantize_int8_per_row(x.data(), rows, dim, quantized.data(), row_scales.data(), threads);
+      scale_rows_add_bias(out.data(), rows, dim, row_scales.data(), bias.data(), threads);
     };
     all_kernels();
     const Counts counts = count_allocations(all_kernels);

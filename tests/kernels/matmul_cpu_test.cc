@@ -178,10 +178,12 @@ void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bi
     for (int8_t& value : w.quantized) value = to_seven_bits(value);
     for (float& scale : w.row_scales) scale *= 2.0f;
   }
-  // x as the kernel quantizes it (quantize_int8_per_tensor has its own test).
+  // x as the kernel quantizes it, one scale per row (quantize_int8_per_row has its own test).
   std::vector<int8_t> x_quantized(m * k);
-  const float x_scale = quantize_int8_per_tensor(x.data(), m * k, x_quantized.data(), 1);
+  std::vector<float> x_scales(m);
+  quantize_int8_per_row(x.data(), m, k, x_quantized.data(), x_scales.data(), 1);
   for (int64_t i = 0; i < m; ++i) {
+    const float x_scale = x_scales[i];
     for (int64_t j = 0; j < n; ++j) {
       // 1. Exact: the integer product is exact in int32; what remains is rounding the scaled
       // result and the bias, a few eps of their magnitudes.
@@ -203,6 +205,28 @@ void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bi
                   quantization_bound + 4.0 * FLT_EPSILON * (std::fabs(scaled) + std::fabs(b)))
           << "vs f32 product, row " << i << " column " << j;
     }
+  }
+}
+
+// A row's result depends on that row only: the same row alone (m = 1) or among rows of other
+// magnitudes gives bit-identical output (what makes int8 translations batch-independent).
+TEST(StaticMatmul, Int8RowsDoNotDependOnEachOther) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const int64_t m = 32, n = 96, k = 64;
+  const Int8Case w = make_int8_weights(n, k, random);
+  std::vector<float> x = random.uniform(m * k, -2.0f, 2.0f);
+  for (int64_t c = 0; c < k; ++c) x[5 * k + c] *= 50.0f;  // one unusual row
+  const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+  const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
+  StaticMatmul batch(engine, m, weights, true), single(engine, 1, weights, true);
+  Workspace batch_workspace(batch.workspace_bytes()), single_workspace(single.workspace_bytes());
+  std::vector<float> y(m * n), row(n);
+  batch.run(x.data(), bias.data(), y.data(), batch_workspace.data());
+  for (int64_t i = 0; i < m; ++i) {
+    single.run(x.data() + i * k, bias.data(), row.data(), single_workspace.data());
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), y.begin() + i * n)) << "row " << i;
   }
 }
 

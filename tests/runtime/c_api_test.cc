@@ -2,9 +2,12 @@
 // C++ API.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -328,6 +331,59 @@ TEST(CApi, OptionStructsOfOtherReleasesAreReadByTheirSize) {
   EXPECT_EQ(results, nullptr);
   xf_translator_free(translator);
   xf_model_free(model);
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> translate_texts(xf_translator* translator, const std::vector<std::string>& lines) {
+  std::vector<const char*> pointers;
+  for (const auto& l : lines) pointers.push_back(l.c_str());
+  xf_results* results = nullptr;
+  if (xf_translate(translator, pointers.data(), pointers.size(), nullptr, &results) != XF_OK)
+    return {std::string("error: ") + xf_last_error()};
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < xf_results_count(results); ++i) texts.push_back(xf_results_text(results, i, 0));
+  xf_results_free(results);
+  return texts;
+}
+
+// mmap = 0 reads the file into memory: overwriting it in place afterwards (cp over it, here
+// truncated to nothing) changes nothing for the open model. A mapped model would die of SIGBUS.
+TEST(CApi, ModelReadIntoMemorySurvivesTheFileChanging) {
+  const std::string dir = xf::test::make_temp_dir("c_api_no_mmap");
+  const std::string path = dir + "/copy.xfm";
+  xf::test::write_tiny_model(path);
+  xf_model_options model_options;
+  xf_model_options_init(&model_options);
+  EXPECT_EQ(model_options.mmap, 1);
+  model_options.mmap = 0;
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open_with_options(path.c_str(), &model_options, &model), XF_OK) << xf_last_error();
+  xf_translator_options options;
+  xf_translator_options_init(&options);
+  options.max_batch = 4;
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &options, &translator), XF_OK) << xf_last_error();
+  const std::vector<std::string> lines = xf::test::sample_sentences(5, 77);
+  const std::vector<std::string> before = translate_texts(translator, lines);
+
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  EXPECT_EQ(translate_texts(translator, lines), before);
+
+  // The same translations as a mapped model of the same file gives.
+  xf::test::write_tiny_model(path);
+  xf::TranslatorOptions cpp_options;
+  cpp_options.max_batch = 4;
+  xf::Translator mapped(xf::Model::open(path), cpp_options);
+  const auto expected = mapped.translate(lines);
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(before[i], expected[i].hypotheses[0].text);
+
+  EXPECT_EQ(xf_model_open_with_options(path.c_str(), nullptr, &model), XF_ERROR_INVALID_ARGUMENT);
+  xf_translator_free(translator);
+  xf_model_free(model);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

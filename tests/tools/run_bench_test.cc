@@ -130,23 +130,93 @@ TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
   EXPECT_EQ(count_lines(no_model.err), 1u) << no_model.err;
   EXPECT_NE(no_model.err.find("missing.xfm"), std::string::npos);
 
+  // --strict: the first bad line stops the run (exit 1, one line naming it).
   const std::string bad_utf8 = write_lines("bad.txt", {"the cat", "ok", "caf\xe9"});
-  const ProgramRun utf8 = run(XF_RUN, "--model " + model_path(), bad_utf8);
+  const ProgramRun utf8 = run(XF_RUN, "--model " + model_path() + " --strict", bad_utf8);
   EXPECT_EQ(utf8.status, 1);
   EXPECT_EQ(count_lines(utf8.err), 1u) << utf8.err;
   EXPECT_NE(utf8.err.find("line 3"), std::string::npos) << utf8.err;
   EXPECT_NE(utf8.err.find("invalid UTF-8"), std::string::npos) << utf8.err;
 
   const std::string long_line = write_lines("long.txt", {"the cat sees the dog and the bird"});
-  const ProgramRun too_long = run(XF_RUN, "--model " + model_path() + " --max-source-len 4", long_line);
+  const ProgramRun too_long = run(XF_RUN, "--model " + model_path() + " --max-source-len 4 --strict", long_line);
   EXPECT_EQ(too_long.status, 1);
   EXPECT_NE(too_long.err.find("line 1"), std::string::npos) << too_long.err;
   EXPECT_NE(too_long.err.find("--max-source-len 4"), std::string::npos) << too_long.err;
 
   const std::string bad_ids = write_lines("bad_ids.txt", {"5 x 7"});
-  const ProgramRun ids = run(XF_RUN, "--model " + model_path() + " --ids", bad_ids);
+  const ProgramRun ids = run(XF_RUN, "--model " + model_path() + " --ids --strict", bad_ids);
   EXPECT_EQ(ids.status, 1);
   EXPECT_NE(ids.err.find("'x' is not a token id"), std::string::npos) << ids.err;
+}
+
+// Without --strict no line is lost: an over-long line is truncated, an unreadable one gives an
+// empty line, each with a warning naming it, a count at the end, and exit status 0.
+TEST(XfRun, KeepsEveryLineAndWarnsAboutBadOnes) {
+  std::vector<std::string> lines = xf::test::sample_sentences(12, 43);
+  std::string long_line = "the cat sees the dog and the bird and the cat sees the dog";
+  long_line += " " + long_line + " " + long_line + " " + long_line;
+  lines[3] = long_line;
+  lines[8] = "caf\xe9 au lait";
+  const std::string input = write_lines("mixed.txt", lines);
+  const int max_source_len = 24;
+  const ProgramRun r = run(XF_RUN, "--model " + model_path() + " --max-batch 4 --max-source-len " +
+                                       std::to_string(max_source_len), input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto out = split_lines(r.out);
+  ASSERT_EQ(out.size(), lines.size()) << r.out;
+  const auto err = split_lines(r.err);
+  ASSERT_EQ(err.size(), 3u) << r.err;
+  EXPECT_NE(err[0].find("warning: line 4: "), std::string::npos) << r.err;
+  EXPECT_NE(err[0].find("truncated"), std::string::npos) << r.err;
+  EXPECT_NE(err[1].find("warning: line 9: "), std::string::npos) << r.err;
+  EXPECT_NE(err[1].find("invalid UTF-8"), std::string::npos) << r.err;
+  EXPECT_EQ(err[2], "xf-run: 2 of 12 lines had problems: 1 truncated to --max-source-len 24, 1 unreadable");
+
+  // The other lines are translated as the library translates them; the long one as its first
+  // max_source_len - 1 tokens; the unreadable one is empty.
+  xf::TranslatorOptions options;
+  options.max_batch = 4;
+  options.max_source_len = max_source_len;
+  auto model = xf::Model::open(model_path());
+  xf::Translator translator(model, options);
+  std::vector<std::vector<int32_t>> sources;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i == 8) {
+      sources.emplace_back();
+      continue;
+    }
+    auto ids = model->encode_source(lines[i]);
+    if (i == 3) {
+      ASSERT_GT(ids.size() + 1, static_cast<size_t>(max_source_len));
+      ids.resize(max_source_len - 1);
+    }
+    ASSERT_LT(ids.size(), static_cast<size_t>(max_source_len)) << "line " << i + 1;
+    sources.push_back(ids);
+  }
+  std::vector<xf::TokenTranslation> expected;
+  translator.translate_ids(sources, {}, expected);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& ids = expected[i].hypotheses[0].ids;
+    EXPECT_EQ(out[i], model->decode_target(ids.data(), ids.size())) << "line " << i + 1;
+  }
+  EXPECT_EQ(out[8], "");
+
+  // The same file read from memory (--no-mmap) gives the same output.
+  const ProgramRun copy = run(XF_RUN, "--model " + model_path() + " --no-mmap --max-batch 4 --max-source-len " +
+                                          std::to_string(max_source_len), input);
+  EXPECT_EQ(copy.status, 0) << copy.err;
+  EXPECT_EQ(copy.out, r.out);
+
+  // xf-bench follows the same rules: warnings, a count, and every line measured.
+  const ProgramRun bench = run(XF_BENCH, "--model " + model_path() + " --input " + input +
+                                             " --batch 4 --json --max-source-len " + std::to_string(max_source_len));
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"sentences\": 12,"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.err.find("xf-bench: 2 of 12 lines had problems"), std::string::npos) << bench.err;
+  const ProgramRun strict = run(XF_BENCH, "--model " + model_path() + " --input " + input + " --strict");
+  EXPECT_EQ(strict.status, 1);
+  EXPECT_NE(strict.err.find("mixed.txt: line 9: "), std::string::npos) << strict.err;
 }
 
 // The decoding option flags reach TranslateOptions: xf-run prints what the library gives with

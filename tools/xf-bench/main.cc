@@ -68,41 +68,27 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
+// The input's sources under xf-run's rules for bad lines (SourceReader): an over-long line is
+// truncated, an unreadable one is an empty source; --strict stops at either.
 std::vector<std::vector<int32_t>> read_sources(const Options& options, const xf::Model& model,
                                                int max_source_len) {
   std::ifstream in(options.input_path);
   if (!in) throw xf::Error(options.input_path + ": cannot open");
+  xf::cli::SourceReader reader("xf-bench", model, max_source_len, options.ids, options.cli.strict);
   std::vector<std::vector<int32_t>> sources;
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::string where = options.input_path + ":" + std::to_string(sources.size() + 1);
-    std::vector<int32_t> ids;
+    sources.emplace_back();
     try {
-      if (options.ids) {
-        size_t pos = 0;
-        while (pos < line.size()) {
-          size_t used = 0;
-          const long id = std::stol(line.substr(pos), &used);
-          if (id < 0 || id >= static_cast<long>(model.config().source_vocab_size)) throw std::out_of_range("id");
-          ids.push_back(static_cast<int32_t>(id));
-          pos += used;
-          while (pos < line.size() && line[pos] == ' ') ++pos;
-        }
-      } else {
-        ids = model.encode_source(line);
-      }
+      reader.read(line, sources.size(), sources.back());
     } catch (const xf::Error& e) {
-      throw xf::Error(where + ": " + e.what());
-    } catch (const std::exception&) {
-      throw xf::Error(where + ": not a line of token ids within the vocabulary");
+      throw xf::Error(options.input_path + ": " + e.what());
     }
-    if (static_cast<int64_t>(ids.size()) + 1 > max_source_len)
-      throw xf::Error(where + ": " + std::to_string(ids.size() + 1) +
-                      " tokens with EOS, more than --max-source-len " + std::to_string(max_source_len));
-    sources.push_back(std::move(ids));
   }
+  if (in.bad()) throw xf::Error(options.input_path + ": read failed");
   if (sources.empty()) throw xf::Error(options.input_path + ": no sentences");
+  reader.print_summary(sources.size());
   return sources;
 }
 
@@ -115,7 +101,7 @@ double percentile(std::vector<double> values, double p) {
 }
 
 int run(Options options) {
-  auto model = xf::Model::open(options.cli.model_path);
+  auto model = xf::Model::open(options.cli.model_path, options.cli.model_access);
   if (!options.ids && !model->has_tokenizer())
     throw xf::Error(options.cli.model_path + ": the model has no tokenizer; use --ids");
   options.cli.finish(model.get());

@@ -1,14 +1,18 @@
-// xf-run: translates stdin to stdout, one line each, in order.
+// xf-run: translates stdin (or --input) to stdout (or --output), one line each, in order.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <string>
 #include <vector>
 
 #include "translator_cli.h"
 #include "xf/error.h"
+#include "xf/format/model_writer.h"
 #include "xf/translator.h"
 
 namespace {
@@ -17,9 +21,10 @@ using xf::cli::UsageError;
 
 const char* const kUsage = R"(usage: xf-run --model FILE [options] < input > output
 
-Translates stdin (or --input) to stdout (or --output): one output line per input line, in order
-(lines are read in blocks and decoded in batches sorted by length). An empty line gives an
-empty line.
+Translates stdin (or --input) to stdout (or --output): one output line per input line, in
+order. Lines are decoded in batches sorted by length; what has been read is translated as soon
+as the input pauses, so an app can write a line into a pipe and read its translation. An empty
+line gives an empty line.
 
 %s  --ids                 read and write space-separated token ids instead of text: input ids
                         are source pieces without EOS, output ids exclude EOS
@@ -34,8 +39,11 @@ With --n-best N > 1, each input line gives N lines, best first, in the form
   INDEX ||| TRANSLATION ||| SCORE
 (INDEX counts input lines from 0; SCORE is the log-probability with the length penalty).
 An empty line has a single hypothesis, the empty one.
-Exit status: 0 on success, 1 on bad input (model file, invalid UTF-8, a line over the limits:
-the message names the line), 2 on a bad command line.
+A line longer than --max-source-len is truncated; a line that is not valid UTF-8 (or, with
+--ids, holds a bad id) gives an empty output line. Each gets a warning naming its line, and a
+count is printed at the end; the exit status stays 0 (--strict: stop there with status 1).
+Exit status: 0 on success, 1 on bad input (model file, a bad target prefix; with --strict, a
+bad line) or when the output cannot be written (full disk, closed pipe), 2 on a bad command line.
 )";
 
 struct Options {
@@ -65,53 +73,81 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
-std::vector<int32_t> parse_ids(const std::string& line, size_t line_number) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < line.size()) {
-    if (line[i] == ' ' || line[i] == '\t') {
-      ++i;
-      continue;
-    }
-    size_t end = i;
-    while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
-    const std::string word = line.substr(i, end - i);
-    char* stop = nullptr;
-    const long id = std::strtol(word.c_str(), &stop, 10);
-    if (*stop != '\0' || id < 0 || id > INT32_MAX)
-      throw xf::Error("line " + std::to_string(line_number) + ": '" + word + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(id));
-    i = end;
-  }
-  return ids;
-}
+// Lines from a file descriptor, read in whatever pieces arrive. next() can tell "no complete
+// line has arrived yet" apart from the end of the input, so the caller can translate what it
+// has while an interactive writer waits for answers.
+class LineReader {
+ public:
+  enum class Status { line, paused, end };
+  explicit LineReader(int fd) : fd_(fd) {}
 
-// Translates one block of lines and writes the results to `output`. prefixes: empty, or one
-// target prefix line per line.
-void translate_block(xf::Translator& translator, const Options& options,
+  // A complete line (without "\n" and a trailing "\r"). With wait false, `paused` when no
+  // complete line is buffered and nothing more can be read at once. A last line without "\n"
+  // counts as a line.
+  Status next(std::string& line, bool wait) {
+    for (;;) {
+      const size_t newline = buffer_.find('\n', start_);
+      if (newline != std::string::npos) return take(line, newline, newline + 1);
+      if (end_) {
+        if (start_ == buffer_.size()) return Status::end;
+        return take(line, buffer_.size(), buffer_.size());
+      }
+      if (!wait) {
+        pollfd p{fd_, POLLIN, 0};
+        const int ready = ::poll(&p, 1, 0);
+        if (ready == 0) return Status::paused;
+        if (ready < 0 && errno != EINTR) throw xf::Error(std::string("input: poll failed: ") + std::strerror(errno));
+      }
+      fill();
+    }
+  }
+
+ private:
+  Status take(std::string& line, size_t end, size_t next_start) {
+    line.assign(buffer_, start_, end - start_);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    start_ = next_start;
+    return Status::line;
+  }
+
+  void fill() {
+    if (start_ > 0) {  // drop the lines already handed out
+      buffer_.erase(0, start_);
+      start_ = 0;
+    }
+    char chunk[1 << 16];
+    const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) return;
+      throw xf::Error(std::string("input: read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) end_ = true;
+    buffer_.append(chunk, static_cast<size_t>(n));
+  }
+
+  int fd_;
+  std::string buffer_;
+  size_t start_ = 0;
+  bool end_ = false;
+};
+
+// Translates one block of lines and writes the results to `output_fd`, checking every write.
+// prefixes: empty, or one target prefix line per line.
+void translate_block(xf::Translator& translator, const Options& options, xf::cli::SourceReader& reader,
                      const std::vector<std::string>& lines, const std::vector<std::string>& prefixes,
-                     size_t first_line, std::vector<xf::TokenTranslation>& results, FILE* output) {
+                     size_t first_line, std::vector<xf::TokenTranslation>& results, int output_fd) {
   const xf::Model& model = translator.model();
-  const xf::ModelConfig& config = model.config();
   std::vector<std::vector<int32_t>> sources(lines.size()), prefix_ids(prefixes.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     const size_t line_number = first_line + i + 1;
+    reader.read(lines[i], line_number, sources[i]);
+    if (prefixes.empty()) continue;
     try {
-      sources[i] = options.ids ? parse_ids(lines[i], line_number) : model.encode_source(lines[i]);
-      if (!prefixes.empty())
-        prefix_ids[i] = options.ids ? parse_ids(prefixes[i], line_number) : model.encode_target(prefixes[i]);
+      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix_ids[i]);
+      else prefix_ids[i] = model.encode_target(prefixes[i]);
     } catch (const xf::Error& e) {
-      if (options.ids) throw;
-      throw xf::Error("line " + std::to_string(line_number) + ": " + e.what());
+      throw xf::Error(options.target_prefix + ": line " + std::to_string(line_number) + ": " + e.what());
     }
-    if (static_cast<int64_t>(sources[i].size()) + 1 > translator.options().max_source_len)
-      throw xf::Error("line " + std::to_string(line_number) + ": " + std::to_string(sources[i].size() + 1) +
-                      " tokens with EOS, more than --max-source-len " +
-                      std::to_string(translator.options().max_source_len));
-    for (int32_t id : sources[i])
-      if (static_cast<uint32_t>(id) >= config.source_vocab_size)
-        throw xf::Error("line " + std::to_string(line_number) + ": token id " + std::to_string(id) +
-                        " is outside the source vocabulary of " + std::to_string(config.source_vocab_size));
   }
   translator.translate_ids(sources, options.cli.translate, results, prefix_ids);
   std::string out;
@@ -134,72 +170,75 @@ void translate_block(xf::Translator& translator, const Options& options,
       }
     }
   }
-  if (std::fwrite(out.data(), 1, out.size(), output) != out.size() || std::fflush(output) != 0)
-    throw xf::Error(std::string("cannot write the output: ") + std::strerror(errno));
-}
-
-// An input file, or stdin; its name for messages.
-std::istream& open_input(const std::string& path, std::ifstream& file, const char* what) {
-  if (path.empty()) return std::cin;
-  file.open(path);
-  if (!file) throw xf::Error(path + ": cannot open " + what + ": " + std::strerror(errno));
-  return file;
+  xf::write_all(output_fd, out.data(), out.size(), "output");
 }
 
 int run(const Options& options_in) {
   Options options = options_in;
-  auto model = xf::Model::open(options.cli.model_path);
+  auto model = xf::Model::open(options.cli.model_path, options.cli.model_access);
   if (!options.ids && !model->has_tokenizer())
     throw xf::Error(options.cli.model_path + ": the model has no tokenizer; use --ids");
   options.cli.finish(model.get());
   xf::Translator translator(model, options.cli.translator);
-  // Blocks of several batches, so that sorting by length has something to sort.
-  const size_t block = static_cast<size_t>(options.cli.translator.max_batch) * 8;
-  std::ifstream input_file, prefix_file;
-  std::istream& input = open_input(options.input, input_file, "the input");
-  const bool with_prefix = !options.target_prefix.empty();
-  if (with_prefix) open_input(options.target_prefix, prefix_file, "the target prefixes");
-  FILE* output = stdout;
-  if (!options.output.empty()) {
-    output = std::fopen(options.output.c_str(), "w");
-    if (output == nullptr) throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
+  xf::cli::SourceReader reader("xf-run", *model, options.cli.translator.max_source_len, options.ids,
+                               options.cli.strict);
+  int input_fd = STDIN_FILENO, output_fd = STDOUT_FILENO;
+  if (!options.input.empty()) {
+    input_fd = ::open(options.input.c_str(), O_RDONLY | O_CLOEXEC);
+    if (input_fd < 0) throw xf::Error(options.input + ": cannot open the input: " + std::strerror(errno));
   }
+  std::ifstream prefix_file;
+  const bool with_prefix = !options.target_prefix.empty();
+  if (with_prefix) {
+    prefix_file.open(options.target_prefix);
+    if (!prefix_file)
+      throw xf::Error(options.target_prefix + ": cannot open the target prefixes: " + std::strerror(errno));
+  }
+  if (!options.output.empty()) {
+    output_fd = ::open(options.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (output_fd < 0) throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
+  }
+  // Blocks of several batches when input is plentiful, so that sorting by length has
+  // something to sort; fewer when the input pauses.
+  const size_t block = static_cast<size_t>(options.cli.translator.max_batch) * 8;
   std::vector<std::string> lines, prefixes;
   std::vector<xf::TokenTranslation> results;
-  std::string line;
   size_t first_line = 0;
-  const auto read_line = [](std::istream& in, std::string& line) {
-    if (!std::getline(in, line)) return false;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  };
   const auto flush = [&] {
-    translate_block(translator, options, lines, prefixes, first_line, results, output);
+    if (lines.empty()) return;
+    translate_block(translator, options, reader, lines, prefixes, first_line, results, output_fd);
     first_line += lines.size();
     lines.clear();
     prefixes.clear();
   };
-  while (read_line(input, line)) {
+  LineReader input(input_fd);
+  std::string line;
+  for (;;) {
+    const LineReader::Status status = input.next(line, /*wait=*/lines.empty());
+    if (status == LineReader::Status::end) break;
+    if (status == LineReader::Status::paused) {
+      flush();
+      continue;
+    }
     lines.push_back(line);
     if (with_prefix) {
       prefixes.emplace_back();
-      if (!read_line(prefix_file, prefixes.back()))
+      if (!std::getline(prefix_file, prefixes.back()))
         throw xf::Error(options.target_prefix + ": ends after " + std::to_string(first_line + lines.size() - 1) +
                         " lines, before the input");
+      if (!prefixes.back().empty() && prefixes.back().back() == '\r') prefixes.back().pop_back();
     }
     if (lines.size() == block) flush();
   }
-  if (!lines.empty()) flush();
-  if (output != stdout && std::fclose(output) != 0)
+  flush();
+  if (output_fd != STDOUT_FILENO && ::close(output_fd) != 0)
     throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
+  reader.print_summary(first_line);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xf::cli::tool_main("xf-run", kUsage, argc, argv, parse_options, [](const Options& options) {
-    std::ios::sync_with_stdio(false);
-    return run(options);
-  });
+  return xf::cli::tool_main("xf-run", kUsage, argc, argv, parse_options, run);
 }

@@ -1,12 +1,18 @@
 #pragma once
 // Command-line options shared by xf-run and xf-bench: the model, the translator's plan and the
 // decoding options. Header-only; each tool includes it.
+#include <signal.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
+#include "xf/error.h"
 #include "xf/translator.h"
 
 namespace xf::cli {
@@ -41,6 +47,8 @@ struct TranslatorCli {
   TranslatorOptions translator;
   TranslateOptions translate;
   bool max_source_len_given = false;
+  bool strict = false;
+  FileAccess model_access = FileAccess::map;
 
   // Consumes argv[i] (and its value) when it is one of the shared options; returns false
   // otherwise. Throws UsageError on a bad value.
@@ -73,6 +81,10 @@ struct TranslatorCli {
       else if (name == "int8") translator.weight_dtype = DType::int8;
       else if (name == "f16") translator.weight_dtype = DType::f16;
       else if (name != "stored") throw UsageError{"--dtype expects stored, f32, f16 or int8, got '" + name + "'"};
+    } else if (arg == "--strict") {
+      strict = true;
+    } else if (arg == "--no-mmap") {
+      model_access = FileAccess::read;
     } else if (arg == "--length-penalty") {
       translate.length_penalty = parse_number(arg, value());
     } else if (arg == "--max-len-a") {
@@ -117,6 +129,85 @@ struct TranslatorCli {
   }
 };
 
+// Space-separated token ids (no EOS) of a vocabulary of `vocab_size` ids (`which`: "source" or
+// "target", for the message), appended to `ids`. Throws xf::Error naming the bad word.
+inline void parse_token_ids(const std::string& line, uint32_t vocab_size, const char* which,
+                            std::vector<int32_t>& ids) {
+  size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] == ' ' || line[i] == '\t') {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
+    const std::string word = line.substr(i, end - i);
+    char* stop = nullptr;
+    errno = 0;
+    const long id = std::strtol(word.c_str(), &stop, 10);
+    if (*stop != '\0' || errno != 0 || id < 0 || id > INT32_MAX) throw Error("'" + word + "' is not a token id");
+    if (static_cast<uint32_t>(id) >= vocab_size)
+      throw Error("token id " + word + " is outside the " + which + " vocabulary of " + std::to_string(vocab_size));
+    ids.push_back(static_cast<int32_t>(id));
+    i = end;
+  }
+}
+
+// Input lines -> source ids under the tools' rules for bad lines (never lose a line): a line
+// longer than the plan is truncated to --max-source-len; a line that cannot be read (invalid
+// UTF-8; with --ids, a word that is not an id of the vocabulary) gives no source. Each gets a
+// warning on stderr naming its line; with --strict either is an xf::Error instead.
+class SourceReader {
+ public:
+  SourceReader(const char* tool, const Model& model, int max_source_len, bool ids, bool strict)
+      : tool_(tool), model_(model), max_source_len_(max_source_len), ids_(ids), strict_(strict) {}
+
+  // Fills `source`; false when the line is unreadable (then `source` is empty).
+  bool read(const std::string& line, size_t line_number, std::vector<int32_t>& source) {
+    source.clear();
+    const std::string where = "line " + std::to_string(line_number);
+    try {
+      if (ids_) parse_ids(line, source);
+      else source = model_.encode_source(line);
+    } catch (const Error& e) {
+      if (strict_) throw Error(where + ": " + e.what());
+      std::fprintf(stderr, "%s: warning: %s: %s; its output is empty\n", tool_, where.c_str(), e.what());
+      source.clear();
+      ++unreadable_;
+      return false;
+    }
+    if (static_cast<int64_t>(source.size()) + 1 > max_source_len_) {
+      const std::string problem = std::to_string(source.size() + 1) +
+                                  " tokens with EOS, more than --max-source-len " + std::to_string(max_source_len_);
+      if (strict_) throw Error(where + ": " + problem);
+      std::fprintf(stderr, "%s: warning: %s: %s; truncated\n", tool_, where.c_str(), problem.c_str());
+      source.resize(static_cast<size_t>(max_source_len_ - 1));
+      ++truncated_;
+    }
+    return true;
+  }
+
+  size_t truncated() const { return truncated_; }
+  size_t unreadable() const { return unreadable_; }
+  // One line on stderr when some line had a problem: how many of `lines`, by kind.
+  void print_summary(size_t lines) const {
+    if (truncated_ + unreadable_ == 0) return;
+    std::fprintf(stderr, "%s: %zu of %zu lines had problems: %zu truncated to --max-source-len %d, %zu unreadable\n",
+                 tool_, truncated_ + unreadable_, lines, truncated_, max_source_len_, unreadable_);
+  }
+
+ private:
+  void parse_ids(const std::string& line, std::vector<int32_t>& ids) const {
+    parse_token_ids(line, model_.config().source_vocab_size, "source", ids);
+  }
+
+  const char* tool_;
+  const Model& model_;
+  int max_source_len_;
+  bool ids_, strict_;
+  size_t truncated_ = 0, unreadable_ = 0;
+};
+
 // The help text of the shared options.
 inline const char* translator_options_help() {
   return R"(  --model FILE          the .xfm model (required)
@@ -126,7 +217,11 @@ inline const char* translator_options_help() {
   --max-batch N         sentences decoded together (default 32; --batch is the same)
   --threads N           CPU threads; 0: every core (default 1)
   --max-source-len N    longest source in tokens with EOS (default 256, at most the model's
-                        max_positions); a longer line is an error
+                        max_positions); a longer line is truncated to it, with a warning
+  --strict              stop at the first line that is too long or unreadable (invalid UTF-8,
+                        a bad token id) with exit status 1, instead of warning and going on
+  --no-mmap             read the model file into memory instead of mapping it, so that the
+                        file may be replaced or changed while the program runs
   --dtype stored|f32|f16|int8
                         weight matrices as stored in the file (default; f16/bf16 are widened to
                         f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
@@ -153,20 +248,31 @@ inline const char* translator_options_help() {
 )";
 }
 
+// Flushes stdout; a write that failed at any point (full disk, closed pipe) is an xf::Error.
+inline void check_stdout() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw Error(std::string("output: write failed: ") + std::strerror(errno ? errno : EIO));
+}
+
 // The main() of xf-run and xf-bench: --help (or -h) prints `usage`, whose %s is the shared
 // options' help; then parse(argc, argv) gives the options and run(options) the exit status. Errors
 // are one line "<tool>: <message>": a UsageError exits kExitUsageError, any other kExitInputError.
+// SIGPIPE is ignored, so that a closed output pipe is such an error and not a silent exit.
 template <typename Parse, typename Run>
 int tool_main(const char* tool, const char* usage, int argc, char** argv, Parse parse, Run run) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf(usage, translator_options_help());
-      return 0;
-    }
+  ::signal(SIGPIPE, SIG_IGN);
   try {
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+        std::printf(usage, translator_options_help());
+        check_stdout();
+        return 0;
+      }
     auto options = parse(argc, argv);
     options.cli.finish(nullptr);
-    return run(options);
+    const int status = run(options);
+    check_stdout();
+    return status;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", tool, e.message.c_str());
     return kExitUsageError;

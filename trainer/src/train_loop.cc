@@ -41,6 +41,8 @@ CorpusLanguages corpus_languages(const TrainOptions& options) {
   size_t comma = options.tsv_columns.find(',');
   languages.tsv_first = options.tsv_columns.substr(0, comma);
   languages.tsv_second = options.tsv_columns.substr(comma + 1);
+  languages.strict = options.strict_data;
+  languages.max_bad_share = options.max_bad_percent / 100.0;
   return languages;
 }
 

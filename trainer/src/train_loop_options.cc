@@ -93,6 +93,12 @@ const std::vector<OptionSpec>& option_table() {
          o.tsv_columns = v;
        },
        [](const O& o) { return o.tsv_columns; }},
+      {"strict-data", "    refuse a corpus at its first malformed pair (default: skip such pairs)",
+       [](O& o, const std::string& v) { o.strict_data = v != "0"; },
+       [](const O& o) { return std::string(o.strict_data ? "1" : "0"); }},
+      {"max-bad-lines", "P  refuse a corpus with more than P percent malformed pairs (default 1)",
+       [](O& o, const std::string& v) { o.max_bad_percent = to_double("max-bad-lines", v, 0, 100); },
+       [](const O& o) { return number_text(o.max_bad_percent); }},
       {"spm", "MODEL       reuse this SentencePiece model instead of training one",
        [](O& o, const std::string& v) { o.spm_path = v; }, [](const O& o) { return o.spm_path; }},
       {"init-from", "MODEL.xfm  start from this model file's weights, architecture and\n"
@@ -232,7 +238,9 @@ const OptionSpec* find_option(const std::string& name) {
   return nullptr;
 }
 
-bool is_flag(const std::string& name) { return name == "resume" || name == "help"; }
+bool is_flag(const std::string& name) {
+  return name == "resume" || name == "help" || name == "strict-data";
+}
 
 }  // namespace
 

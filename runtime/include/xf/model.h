@@ -9,6 +9,7 @@
 
 #include "xf/error.h"
 #include "xf/format/config.h"
+#include "xf/format/model_file.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -16,12 +17,15 @@ class SentencePieceProcessor;
 
 namespace xf {
 
-class ModelFile;
-
 class XF_API Model {
  public:
   // Opens and validates the file. Throws xf::Error("<path>: <problem>").
+  // FileAccess::map (default): the file is memory-mapped and must not be overwritten in place
+  // while the model is open (replace it by renaming a new file over it, which is atomic; `cp
+  // new.xfm model.xfm` over an open model kills the process with SIGBUS). FileAccess::read:
+  // the file is read into memory, for apps whose files may change under them.
   static std::shared_ptr<const Model> open(const std::string& path);
+  static std::shared_ptr<const Model> open(const std::string& path, FileAccess access);
   // Wraps a model file already open (tests open models from memory this way).
   static std::shared_ptr<const Model> from_file(std::shared_ptr<const ModelFile> file);
   ~Model();

@@ -10,9 +10,13 @@
 // All working memory (activations, the decoder's K/V caches, search bookkeeping) is taken when
 // the Translator is built. The token-level translate_ids() allocates nothing after its first
 // call; the text-level translate() adds SentencePiece tokenization and result strings, which do.
-// A Translator is not thread-safe: use one per thread (they can share a Model).
+// Threads: a Model may be shared by any number of Translators on any threads. A Translator's
+// translate() and translate_ids() may be called from any thread; calls from several threads at
+// once are serialized by a mutex inside (each waits for the one before), so for parallel
+// translation use one Translator per thread. backend() is for single-threaded tests.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,6 +163,7 @@ class XF_API Translator {
   std::unique_ptr<runtime::MemoryPlan> plan_;
   std::unique_ptr<runtime::Backend> backend_;
   std::unique_ptr<runtime::Search> search_;
+  std::mutex mutex_;  // one translation at a time: the plan's buffers are shared by all calls
   std::vector<int32_t> order_;  // sentence indices sorted by length; grows on the first call
   std::vector<TokenTranslation*> batch_results_;  // [max_batch] where a batch's results go
   int64_t last_call_batches_ = 0;

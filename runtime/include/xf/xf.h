@@ -18,6 +18,12 @@
  * size the app was compiled with: fields are only ever appended, so a newer library reads the
  * fields an older app knows and gives the others their defaults, and an older library accepts
  * a newer app's struct as long as the fields it does not know are zero (what init leaves them).
+ *
+ * Threads: a model may be shared by any number of translators on any threads. A translator
+ * may be called from any thread; calls to one translator from several threads at once are
+ * serialized (each waits for the one before), so for parallel translation create one
+ * translator per thread. Results are owned by the caller and independent of each other.
+ * Freeing a handle while another thread still uses it is undefined.
  */
 #ifndef XF_XF_H_
 #define XF_XF_H_
@@ -95,7 +101,20 @@ XF_API const char* xf_version(void);
 /* The message of this thread's last failure ("" when none). Valid until the next xf call. */
 XF_API const char* xf_last_error(void);
 
+/* Opens a model file by memory-mapping it: the file must not be overwritten in place while it is
+ * open (replace it by renaming a new file over it; xf_model_options.mmap = 0 reads it instead). */
 XF_API xf_status xf_model_open(const char* path, xf_model** model);
+
+typedef struct xf_model_options {
+  size_t struct_size; /* sizeof(xf_model_options) as the app compiled it: set by init */
+  int mmap; /* 1 (default): map the file; 0: read it into memory, so it may change or go */
+} xf_model_options;
+XF_API void xf_model_options_init_sized(xf_model_options* options, size_t struct_size);
+static inline void xf_model_options_init(xf_model_options* options) {
+  xf_model_options_init_sized(options, sizeof(*options));
+}
+XF_API xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
+                                            xf_model** model);
 XF_API void xf_model_free(xf_model* model);
 
 /* Fills the first struct_size bytes of *options with the defaults and sets struct_size.

@@ -1,5 +1,6 @@
 // Parallel text readers: TSV and the Hugging Face CSV export, with UTF-8 validation.
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -19,12 +20,66 @@ std::string_view strip_carriage_return(std::string_view line) {
   return line;
 }
 
-// Throws "<label>:<line>: invalid UTF-8".
-void check_utf8(std::string_view text, const std::string& label, size_t line_number) {
-  if (!metrics::is_valid_utf8(text)) {
-    throw Error(label + ":" + std::to_string(line_number) + ": invalid UTF-8");
+// Malformed pairs of one file: each skipped with a warning (the first few) and counted by cause,
+// or an error when the policy is strict; finish() prints the counts and refuses a file with too
+// many.
+class MalformedPairs {
+ public:
+  enum Cause { missing_field, extra_fields, invalid_utf8, empty_side, kCauses };
+
+  MalformedPairs(const std::string& label, const CorpusLanguages& policy) : label_(label), policy_(policy) {}
+
+  // Records the malformed pair at `line` (throws "<label>:<line>: <problem>" when strict).
+  void add(Cause cause, size_t line, const std::string& problem) {
+    const std::string where = label_ + ":" + std::to_string(line) + ": " + problem;
+    if (policy_.strict) throw Error(where);
+    if (total() < kWarnedBadLines) std::fprintf(stderr, "warning: %s; pair skipped\n", where.c_str());
+    ++counts_[cause];
   }
-}
+
+  // Checks a pair's fields; false (recorded) when one is malformed.
+  bool check_fields(std::string_view first, std::string_view second, size_t line) {
+    if (!metrics::is_valid_utf8(first) || !metrics::is_valid_utf8(second)) {
+      add(invalid_utf8, line, "invalid UTF-8");
+      return false;
+    }
+    if (first.empty() || second.empty()) {
+      add(empty_side, line, "empty " + std::string(first.empty() ? "first" : "second") + " field");
+      return false;
+    }
+    return true;
+  }
+
+  // After the last of `pairs` (good and malformed) pairs.
+  void finish(size_t pairs) const {
+    const size_t bad = total();
+    if (bad == 0) return;
+    static const char* const names[kCauses] = {"with a field missing", "with extra fields", "with invalid UTF-8",
+                                               "with an empty side"};
+    std::string causes;
+    for (int c = 0; c < kCauses; ++c)
+      if (counts_[c] > 0) causes += (causes.empty() ? "" : ", ") + std::to_string(counts_[c]) + " " + names[c];
+    std::fprintf(stderr, "warning: %s: skipped %zu of %zu pairs (%s)\n", label_.c_str(), bad, pairs, causes.c_str());
+    if (static_cast<double>(bad) > policy_.max_bad_share * static_cast<double>(pairs)) {
+      char share[64];
+      std::snprintf(share, sizeof share, "%.4g%%, more than --max-bad-lines %.4g%%", 100.0 * bad / pairs,
+                    100.0 * policy_.max_bad_share);
+      throw Error(label_ + ": " + std::to_string(bad) + " of " + std::to_string(pairs) + " pairs are malformed (" +
+                  share + "): is it in the expected format?");
+    }
+  }
+
+ private:
+  size_t total() const {
+    size_t n = 0;
+    for (size_t c : counts_) n += c;
+    return n;
+  }
+
+  const std::string& label_;
+  const CorpusLanguages& policy_;
+  size_t counts_[kCauses] = {};
+};
 
 bool starts_with_bom(std::string_view text) { return text.substr(0, 3) == "\xEF\xBB\xBF"; }
 
@@ -50,7 +105,8 @@ std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
   if (starts_with_bom(text)) text.remove_prefix(3);
 
   std::vector<TextPair> pairs;
-  size_t line_number = 0;
+  MalformedPairs malformed(label, languages);
+  size_t line_number = 0, seen = 0;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -59,16 +115,21 @@ std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
     start = end + 1;
     ++line_number;
     if (line.empty()) continue;
-    check_utf8(line, label, line_number);
+    ++seen;
+    if (!metrics::is_valid_utf8(line)) {
+      malformed.add(MalformedPairs::invalid_utf8, line_number, "invalid UTF-8");
+      continue;
+    }
     size_t tab = line.find('\t');
     if (tab == std::string_view::npos) {
-      throw Error(label + ":" + std::to_string(line_number) +
-                  ": expected two tab-separated fields, found one");
+      malformed.add(MalformedPairs::missing_field, line_number, "expected two tab-separated fields, found one");
+      continue;
     }
     if (line.find('\t', tab + 1) != std::string_view::npos) {
-      throw Error(label + ":" + std::to_string(line_number) +
-                  ": expected two tab-separated fields, found more");
+      malformed.add(MalformedPairs::extra_fields, line_number, "expected two tab-separated fields, found more");
+      continue;
     }
+    if (!malformed.check_fields(line.substr(0, tab), line.substr(tab + 1), line_number)) continue;
     std::string first(line.substr(0, tab));
     std::string second(line.substr(tab + 1));
     if (first_is_source) {
@@ -77,6 +138,7 @@ std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
       pairs.push_back({std::move(second), std::move(first)});
     }
   }
+  malformed.finish(seen);
   return pairs;
 }
 
@@ -170,16 +232,26 @@ std::vector<TextPair> parse_csv(std::string_view text, const std::string& label,
 
   std::vector<TextPair> pairs;
   pairs.reserve(records.size() - 1);
+  MalformedPairs malformed(label, languages);
   for (size_t r = 1; r < records.size(); ++r) {
     const CsvRecord& record = records[r];
     if (record.fields.size() != header.fields.size()) {
-      throw Error(label + ":" + std::to_string(record.line) + ": expected " +
-                  std::to_string(header.fields.size()) + " fields, found " +
-                  std::to_string(record.fields.size()));
+      malformed.add(record.fields.size() < header.fields.size() ? MalformedPairs::missing_field
+                                                                : MalformedPairs::extra_fields,
+                    record.line, "expected " + std::to_string(header.fields.size()) + " fields, found " +
+                                     std::to_string(record.fields.size()));
+      continue;
     }
-    for (const std::string& field : record.fields) check_utf8(field, label, record.line);
+    bool valid = true;
+    for (const std::string& field : record.fields) valid = valid && metrics::is_valid_utf8(field);
+    if (!valid) {
+      malformed.add(MalformedPairs::invalid_utf8, record.line, "invalid UTF-8");
+      continue;
+    }
+    if (!malformed.check_fields(record.fields[source_index], record.fields[target_index], record.line)) continue;
     pairs.push_back({record.fields[source_index], record.fields[target_index]});
   }
+  malformed.finish(records.size() - 1);
   return pairs;
 }
 

@@ -34,10 +34,16 @@ struct TensorView {
   uint64_t cols() const { return rank == 0 ? 1 : elements() / shape[0]; }
 };
 
+// How ModelFile::open gets the bytes. map: memory-mapped, zero copy; the file must not be
+// overwritten in place while it is open (replace it by renaming a new file over it: readers
+// keep the old inode). read: read into memory once, so the file may change or go afterwards.
+enum class FileAccess { map, read };
+
 class ModelFile {
  public:
   // Throws xf::Error("<path>: <problem>") for anything that is not exactly right.
-  static std::shared_ptr<const ModelFile> open(const std::string& path);
+  static std::shared_ptr<const ModelFile> open(const std::string& path,
+                                               FileAccess access = FileAccess::map);
   // Validates a file already in memory (the bytes must outlive the ModelFile). For the fuzzer.
   static std::shared_ptr<const ModelFile> from_memory(const void* bytes, size_t size,
                                                       const std::string& label);
@@ -78,7 +84,8 @@ class ModelFile {
   std::string path_;
   const uint8_t* bytes_ = nullptr;
   size_t size_ = 0;
-  bool mapped_ = false;
+  bool mapped_ = false;     // bytes_ maps the file
+  bool anonymous_ = false;  // bytes_ is an anonymous mapping holding a copy (FileAccess::read)
   uint32_t format_version_ = 0;
   size_t blob_offset_ = 0;
   ModelConfig config_;

@@ -47,7 +47,14 @@ class ModelWriter {
 };
 
 // Writes bytes to path atomically: path.tmp.<pid>, fsync, rename. Shared by every writer of
-// models and checkpoints.
+// models and checkpoints. Only a regular file (or a path that does not exist yet) is replaced
+// by rename; an existing device or FIFO (/dev/null, /dev/full, a pipe) is written in place, so
+// that it stays what it is, and a failed or short write there is an error too.
 void write_file_atomically(const std::string& path, const void* data, size_t size);
+
+// Writes all `size` bytes to `fd` (retrying short writes and EINTR). Throws
+// xf::Error("<label>: write failed: <reason>"), e.g. for a full disk or a closed pipe (EPIPE,
+// when SIGPIPE is ignored).
+void write_all(int fd, const void* data, size_t size, const std::string& label);
 
 }  // namespace xf

@@ -23,11 +23,18 @@ struct WeightMatrix {
 // Widens row `row` of `weights` to f32 (dequantizes int8).                   out: [cols]
 void load_row(const WeightMatrix& weights, int64_t row, float* out);
 
-// Symmetric int8 quantization of a whole tensor with one scale: the rule of
-// xf::quantize_rows_int8 (format/dtype_convert.h) applied to all `count` values as one row,
-// scale = max|x| / 127 (1 when x is all zeros), q = nearbyint(x / scale) in [-127, 127].
-// Returns the scale. Parallel and vectorized: the int8 matmul quantizes its input with it.
-float quantize_int8_per_tensor(const float* x, int64_t count, int8_t* quantized, int threads);
+// Symmetric int8 quantization of each row of x [rows, cols] with its own scale: the rule of
+// xf::quantize_rows_int8 (format/dtype_convert.h), scales[r] = max|x[r, :]| / 127 (1 for a row
+// of zeros), q = nearbyint(x / scale) in [-127, 127]. Parallel and vectorized. The int8 matmul
+// quantizes its input with it (one scale per token, as CTranslate2 does), so that a row's
+// product never depends on the other rows: a sentence translates the same in any batch.
+void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* quantized, float* scales,
+                           int threads);
+
+// y[r, :] = y[r, :] * row_scales[r] (+ bias[:] when bias is not null).        y: [rows, cols]
+// The int8 matmul's epilogue: the per-row input scales, which oneDNN 2.6 cannot apply itself.
+void scale_rows_add_bias(float* y, int64_t rows, int64_t cols, const float* row_scales, const float* bias,
+                         int threads);
 
 // out[i, :] = scale * table[ids[i], :] + sinusoid(positions[i])      out: [count, dim]
 // Sinusoid as in the paper: PE(p, 2j) = sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(...).

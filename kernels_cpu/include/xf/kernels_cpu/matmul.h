@@ -52,8 +52,9 @@ class CpuEngine {
 
 // y[M, N] = x[M, K] W[N, K]^T (+ bias[N]), for one fixed M. The constructor and run() set the
 // calling thread's OpenMP thread count to the engine's (see run()). f32 weights use an f32 primitive;
-// int8 weights quantize x per tensor (dynamic absmax) into a workspace and use an s8 x s8
-// primitive whose output scales combine the row scales of W with x's scale.
+// int8 weights quantize x per row (dynamic absmax, one scale per token) into a workspace, run
+// an s8 x s8 primitive whose output scales are the row scales of W, and apply x's row scales
+// and the bias in an epilogue (scale_rows_add_bias): row i of y depends on row i of x only.
 // f16 / bf16 weights are not supported here (the converter widens them for the CPU, or the
 // Translator does once at load).
 class StaticMatmul {

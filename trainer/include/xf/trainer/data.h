@@ -19,7 +19,11 @@ struct TextPair {
   std::string target;
 };
 
-// Which languages a file holds and which direction to train.
+// How to read a corpus file: which languages it holds, which direction to train, and what to do
+// with a malformed pair (a line without a tab or with extra fields, invalid UTF-8, an empty
+// side): skip it with a warning on stderr (the first kWarnedBadLines named, then a count by
+// cause), or refuse the file when `strict` (--strict-data) or when more than `max_bad_share` of
+// its pairs are malformed (it is then probably not in the expected format).
 struct CorpusLanguages {
   std::string source = "en";  // --src-lang
   std::string target = "fr";  // --tgt-lang
@@ -27,14 +31,19 @@ struct CorpusLanguages {
   // set is English<TAB>French, so --src-lang fr --tgt-lang en swaps the columns.
   std::string tsv_first = "en";
   std::string tsv_second = "fr";
+  bool strict = false;          // --strict-data: the first malformed pair is an error
+  double max_bad_share = 0.01;  // --max-bad-lines PERCENT / 100
 };
+
+inline constexpr size_t kWarnedBadLines = 5;
 
 // The CSV header column that holds `language` ("en" -> "English words/sentences",
 // "fr" -> "French words/sentences"); throws xf::Error for another language.
 std::string csv_column_for_language(const std::string& language);
 
 // Parsers over a file's bytes; `label` names the file in errors ("<label>:<line>: <problem>").
-// Every field must be valid UTF-8 (checked with xf::metrics::is_valid_utf8).
+// A pair is malformed (see CorpusLanguages) unless both fields are valid UTF-8 (checked with
+// xf::metrics::is_valid_utf8) and not empty.
 // TSV: one pair per line, exactly two tab-separated fields, '\r\n' accepted; empty lines skipped.
 std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
                                 const CorpusLanguages& languages);

@@ -23,6 +23,8 @@ struct TrainOptions {
   std::string source_language = "en";   // --src-lang
   std::string target_language = "fr";   // --tgt-lang
   std::string tsv_columns = "en,fr";    // --tsv-columns: languages of a TSV's two columns
+  bool strict_data = false;             // --strict-data: a malformed pair refuses the corpus
+  double max_bad_percent = 1.0;         // --max-bad-lines: more malformed pairs refuse it
   std::string spm_path;                 // --spm: reuse this SentencePiece model
   std::string init_from_path;           // --init-from: start from a model file's weights
   int vocab_size = 8000;                // --vocab-size (shared vocabulary)

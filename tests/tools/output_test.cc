@@ -1,0 +1,278 @@
+// Where the tools' output goes wrong: a full device, a file that cannot grow (a full
+// filesystem), a closed pipe, a FIFO; and xf-run used interactively through pipes. Device nodes
+// and FIFOs are made in the test's own temporary folder, never /dev's: the bug this guards
+// against replaced the node by a regular file.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tiny_model.h"
+#include "xf/format/parameters.h"
+#include "xf/trainer/checkpoint.h"
+#include "xf/translator.h"
+
+extern char** environ;
+
+namespace {
+namespace fs = std::filesystem;
+
+// A fresh folder, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() : path_(xf::test::make_temp_dir("tools_output")) {}
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// The last line of a tool's stderr (xf-convert prints progress before its error).
+std::string last_line(const std::string& text) {
+  const size_t start = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  return start == std::string::npos ? text : text.substr(start + 1);
+}
+
+// A character device node like /dev/full (1, 7) or /dev/null (1, 3) at `path`. False (the test
+// then skips) where making device nodes is not permitted (not root, or a restricted container).
+bool make_char_device(const std::string& path, unsigned minor, std::string& why) {
+  if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(1, minor)) == 0) return true;
+  why = "cannot make a device node in the test folder (mknod: " + std::string(std::strerror(errno)) + ")";
+  return false;
+}
+
+bool is_char_device(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+struct Exit {
+  int status = -1;
+  std::string err;
+};
+
+// Runs `command` with sh; stderr is captured.
+Exit shell(const std::string& command, const TempDir& dir) {
+  const std::string err = dir.file("stderr");
+  const int status = std::system((command + " 2> " + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(err)};
+}
+
+// Starts `argv` with the given descriptors as its stdin and stdout (-1: /dev/null's) and its
+// stderr into `err_path`.
+pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::string& err_path,
+            const std::vector<int>& close_in_child = {}) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, STDIN_FILENO);
+  else posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (int fd : close_in_child) posix_spawn_file_actions_addclose(&actions, fd);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+int wait_status(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class ToolOutput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.file("tiny.xfm");
+    xf::test::write_tiny_model(model_);
+    input_ = dir_.file("input.txt");
+    std::string text;
+    for (const auto& line : xf::test::sample_sentences(200, 7)) text += line + "\n";
+    write_file(input_, text);
+  }
+  std::string xf_run() const { return std::string(XF_RUN) + " --model " + model_ + " --max-batch 8"; }
+
+  TempDir dir_;
+  std::string model_, input_;
+};
+
+TEST_F(ToolOutput, XfRunIntoAFullDeviceFailsWithOneLine) {
+  const std::string full = dir_.file("full");
+  std::string why;
+  if (!make_char_device(full, 7, why)) GTEST_SKIP() << why;
+  const Exit r = shell(xf_run() + " < " + input_ + " > " + full, dir_);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err, "xf-run: output: write failed: No space left on device\n");
+  EXPECT_TRUE(is_char_device(full));
+}
+
+// A file that cannot grow past one block fails a write as a full filesystem does (EFBIG for
+// the size limit, ENOSPC for the disk: the same path through write()).
+TEST_F(ToolOutput, XfRunIntoAFileThatCannotGrowFailsWithOneLine) {
+  const std::string out = dir_.file("out.txt");
+  const Exit r = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + xf_run() + " < " + input_ + " > " + out + "\"", dir_);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err, "xf-run: output: write failed: File too large\n");
+}
+
+TEST_F(ToolOutput, XfRunIntoAClosedPipeFailsWithOneLine) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::close(fds[0]);  // no reader: every write gets EPIPE
+  const int in = ::open(input_.c_str(), O_RDONLY);
+  const pid_t pid = spawn({XF_RUN, "--model", model_}, in, fds[1], dir_.file("stderr"));
+  ::close(in);
+  ::close(fds[1]);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(wait_status(pid), 1);
+  EXPECT_EQ(read_file(dir_.file("stderr")), "xf-run: output: write failed: Broken pipe\n");
+}
+
+// An app writes one line into xf-run's stdin, keeps the pipe open, and reads the translation.
+TEST_F(ToolOutput, XfRunAnswersALineBeforeTheInputEnds) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  const pid_t pid = spawn({XF_RUN, "--model", model_}, to_child[0], from_child[1], dir_.file("stderr"),
+                          {to_child[1], from_child[0]});
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  ASSERT_GT(pid, 0);
+  const std::string sentence = xf::test::sample_sentences(1, 9)[0];
+  const std::string line = sentence + "\n";
+  ASSERT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
+
+  std::string answer;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (answer.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{from_child[0], POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::read(from_child[0], buffer, sizeof buffer);
+    if (n <= 0) break;
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(to_child[1]);  // only now does the input end
+  std::string rest;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(from_child[0], buffer, sizeof buffer)) > 0;) rest.append(buffer, static_cast<size_t>(n));
+  ::close(from_child[0]);
+  EXPECT_EQ(wait_status(pid), 0) << read_file(dir_.file("stderr"));
+  EXPECT_EQ(rest, "");
+
+  xf::Translator translator(xf::Model::open(model_));
+  EXPECT_EQ(answer, translator.translate({sentence})[0].hypotheses[0].text + "\n");
+}
+
+// A random checkpoint of a tiny model, for xf-convert.
+std::string write_checkpoint(const TempDir& dir) {
+  xf::trainer::Checkpoint c;
+  c.config.source_vocab_size = c.config.target_vocab_size = 12;
+  c.config.d_model = 8;
+  c.config.num_heads = 2;
+  c.config.d_ff = 16;
+  c.config.encoder_layers = c.config.decoder_layers = 1;
+  c.config.max_positions = 32;
+  size_t count = 0;
+  for (const auto& spec : xf::transformer_parameters(c.config)) {
+    size_t n = 1;
+    for (auto d : spec.shape) n *= d;
+    count += n;
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (auto* v : {&c.parameters, &c.adam.first_moment, &c.adam.second_moment}) {
+    v->resize(count);
+    for (float& x : *v) x = normal(rng);
+  }
+  c.tokenizer_model = "not read by xf-convert";
+  const std::string path = dir.file("step-000001");
+  xf::trainer::write_checkpoint(path, c);
+  return path;
+}
+
+TEST_F(ToolOutput, XfConvertWritesDevicesInPlace) {
+  const std::string checkpoint = write_checkpoint(dir_);
+  const std::string convert = std::string(XF_CONVERT) + " " + checkpoint + " -o ";
+  std::string why;
+  const std::string full = dir_.file("full"), null = dir_.file("null");
+  if (!make_char_device(full, 7, why) || !make_char_device(null, 3, why)) GTEST_SKIP() << why;
+
+  const Exit to_full = shell(convert + full, dir_);
+  EXPECT_EQ(to_full.status, 1);
+  EXPECT_EQ(last_line(to_full.err), "xf-convert: " + full + ": write failed: No space left on device\n");
+  EXPECT_TRUE(is_char_device(full));
+
+  const Exit to_null = shell(convert + null, dir_);
+  EXPECT_EQ(to_null.status, 0) << to_null.err;
+  EXPECT_TRUE(is_char_device(null));
+  EXPECT_EQ(std::vector<std::string>({"full", "input.txt", "null", "stderr", "step-000001", "tiny.xfm"}),
+            [&] {
+              std::vector<std::string> names;
+              for (const auto& e : fs::directory_iterator(fs::path(full).parent_path()))
+                names.push_back(e.path().filename().string());
+              std::sort(names.begin(), names.end());
+              return names;
+            }()) << "no temporary file left beside the devices";
+}
+
+TEST_F(ToolOutput, XfConvertWritesAFifoInPlaceAndFailsOnAFileThatCannotGrow) {
+  const std::string checkpoint = write_checkpoint(dir_);
+  const std::string regular = dir_.file("model.xfm");
+  ASSERT_EQ(shell(std::string(XF_CONVERT) + " " + checkpoint + " -o " + regular, dir_).status, 0);
+
+  const std::string fifo = dir_.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string through_fifo;
+  std::thread reader([&] { through_fifo = read_file(fifo); });
+  const Exit r = shell(std::string(XF_CONVERT) + " " + checkpoint + " -o " + fifo, dir_);
+  reader.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(through_fifo, read_file(regular));
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  // A full filesystem: the write fails, the old file stays, no temporary is left.
+  const std::string before = read_file(regular);
+  const Exit full = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + std::string(XF_CONVERT) + " " +
+                              checkpoint + " --dtype f32 -o " + regular + "\"", dir_);
+  EXPECT_EQ(full.status, 1);
+  EXPECT_EQ(last_line(full.err), "xf-convert: " + regular + ": write failed: File too large\n");
+  EXPECT_EQ(read_file(regular), before);
+}
+
+}  // namespace
