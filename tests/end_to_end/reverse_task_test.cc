@@ -22,7 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kBin = std::string(XF_BINARY_DIR) + "/bin/";
-const std::string kDir = std::string(XF_BINARY_DIR) + "/end_to_end_reverse";
 
 std::string random_word(std::mt19937& rng) {
   std::uniform_int_distribution<int> length(6, 10), letter(0, 9);
@@ -51,7 +50,12 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 class ReverseTask : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // Each test its own folder: ctest runs this file's tests as parallel processes, and a shared
+  // folder that one of them recreated under the other made TrainConvertTranslateExactly fail.
+  const std::string kDir = std::string(XF_BINARY_DIR) + "/end_to_end_reverse/" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+
+  void SetUp() override {
     fs::remove_all(kDir);
     fs::create_directories(kDir);
     std::mt19937 rng(2024);
@@ -72,9 +76,8 @@ class ReverseTask : public ::testing::Test {
       }
     }
   }
-  static std::vector<std::string> heldout_;
+  std::vector<std::string> heldout_;
 };
-std::vector<std::string> ReverseTask::heldout_;
 
 TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   const std::string run_dir = kDir + "/run";
@@ -114,8 +117,7 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
 
 // Runs a command; returns its exit status and the last line of its stderr (progress lines may
 // come before the error).
-std::pair<int, std::string> run_for_error(const std::string& command) {
-  const std::string log = kDir + "/error.log";
+std::pair<int, std::string> run_for_error(const std::string& command, const std::string& log) {
   int status = std::system((command + " > /dev/null 2> " + log).c_str());
   std::ifstream in(log);
   std::stringstream text;
@@ -147,7 +149,7 @@ TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
        "xf-convert: --dtype: 'q4' is not one of f32|f16|int8\n"},
   };
   for (const auto& [command, expected] : cases) {
-    auto [status, error] = run_for_error(command);
+    auto [status, error] = run_for_error(command, kDir + "/error.log");
     EXPECT_EQ(status, 1) << command;
     EXPECT_EQ(error, expected) << command;
   }
