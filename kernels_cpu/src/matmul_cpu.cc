@@ -42,14 +42,32 @@ dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType type) {
 
 }  // namespace
 
-// A copy of one weight matrix in a oneDNN blocked layout, shared by the StaticMatmuls of every
-// row count that asks for that layout.
+// oneDNN's int8 products on CPUs without VNNI (AVX2, AVX-512 before Cascade Lake) add pairs of
+// u8 x s8 products in int16 with saturation (vpmaddubsw): 2 * 255 * 127 overflows, and a row of
+// aligned large values came out 32640 instead of 4129024 (oneDNN 2.6.3, AMD EPYC with AVX2).
+// Weights of 7 bits (|w| <= 63) keep every pair inside int16 (2 * 255 * 63 = 32130).
+bool int8_products_saturate() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto has = [isa](dnnl_cpu_isa_t level) { return (isa & level) == static_cast<unsigned>(level); };
+  return !has(dnnl_cpu_isa_avx512_core_vnni) && !has(dnnl_cpu_isa_avx2_vnni);
+}
+
+int8_t to_seven_bits(int8_t value) {
+  // Round half away from zero (-127..127 -> -64..64), then clamp the two ends to +-63.
+  const int halved = value >= 0 ? (value + 1) / 2 : -((1 - value) / 2);
+  return static_cast<int8_t>(std::clamp(halved, -63, 63));
+}
+
+// A copy of one weight matrix made at plan time, shared by the StaticMatmuls of every row count
+// that asks for it: f32 weights in a oneDNN blocked layout, or int8 weights requantized to 7 bits
+// (each value halved, its row's scale doubled) where int8 products saturate.
 struct PackedWeights {
   const void* source = nullptr;
   int64_t n = 0;
   int64_t k = 0;
   dnnl::memory::desc desc;
-  dnnl::memory memory;  // owns the packed bytes
+  dnnl::memory memory;            // owns the packed bytes
+  std::vector<float> row_scales;  // 7-bit int8 copies: [n]
 };
 
 struct CpuEngine::Impl {
@@ -59,8 +77,10 @@ struct CpuEngine::Impl {
   std::mutex mutex;  // guards packed
   std::vector<std::weak_ptr<PackedWeights>> packed;
 
-  std::shared_ptr<PackedWeights> packed_copy(const WeightMatrix& weights,
-                                             const dnnl::memory::desc& desc) {
+  // The shared copy of `weights` in `desc`, made by `fill` when no StaticMatmul holds one yet.
+  template <typename Fill>
+  std::shared_ptr<PackedWeights> shared_copy(const WeightMatrix& weights,
+                                             const dnnl::memory::desc& desc, Fill fill) {
     std::lock_guard<std::mutex> lock(mutex);
     packed.erase(std::remove_if(packed.begin(), packed.end(),
                                 [](const std::weak_ptr<PackedWeights>& p) { return p.expired(); }),
@@ -78,12 +98,31 @@ struct CpuEngine::Impl {
     made->k = weights.cols;
     made->desc = desc;
     made->memory = dnnl::memory(desc, engine);  // oneDNN allocates; plan time only
-    dnnl::memory stored(stored_weights_desc(weights.rows, weights.cols, DataType::f32), engine,
-                        const_cast<void*>(weights.data));
-    dnnl::reorder reorder(stored, made->memory);
-    run_primitive(reorder, stream, {{DNNL_ARG_FROM, stored}, {DNNL_ARG_TO, made->memory}});
+    fill(*made);
     packed.push_back(made);
     return made;
+  }
+
+  std::shared_ptr<PackedWeights> packed_copy(const WeightMatrix& weights,
+                                             const dnnl::memory::desc& desc) {
+    return shared_copy(weights, desc, [&](PackedWeights& made) {
+      dnnl::memory stored(stored_weights_desc(weights.rows, weights.cols, DataType::f32), engine,
+                          const_cast<void*>(weights.data));
+      dnnl::reorder reorder(stored, made.memory);
+      run_primitive(reorder, stream, {{DNNL_ARG_FROM, stored}, {DNNL_ARG_TO, made.memory}});
+    });
+  }
+
+  std::shared_ptr<PackedWeights> seven_bit_copy(const WeightMatrix& weights) {
+    const auto desc = stored_weights_desc(weights.rows, weights.cols, DataType::s8);
+    return shared_copy(weights, desc, [&](PackedWeights& made) {
+      const auto* from = static_cast<const int8_t*>(weights.data);
+      auto* to = static_cast<int8_t*>(made.memory.get_data_handle());
+      const int64_t count = weights.rows * weights.cols;
+      for (int64_t i = 0; i < count; ++i) to[i] = to_seven_bits(from[i]);
+      made.row_scales.assign(weights.row_scales, weights.row_scales + weights.rows);
+      for (float& scale : made.row_scales) scale *= 2.0f;
+    });
   }
 };
 
@@ -167,7 +206,12 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
     pd = dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(source_desc, weights_desc, destination_desc), attr, eng);
-    weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
+    if (int8_products_saturate()) {
+      s.packed = engine.impl_->seven_bit_copy(weights);
+      weights_memory = s.packed->memory;
+    } else {
+      weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
+    }
   } else {
     const dnnl::memory::desc stored = stored_weights_desc(s.n, s.k, DataType::f32);
     const dnnl::memory::desc wanted =
@@ -209,8 +253,9 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     s.args[DNNL_ARG_BIAS] = s.bias;
   }
   if (s.int8) {
-    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] = dnnl::memory({{s.n}, DataType::f32, {1}}, eng,
-                                                       const_cast<float*>(weights.row_scales));
+    const float* w_scales = s.packed ? s.packed->row_scales.data() : weights.row_scales;
+    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] =
+        dnnl::memory({{s.n}, DataType::f32, {1}}, eng, const_cast<float*>(w_scales));
   }
   if (s.scratchpad_bytes > 0) {
     s.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);

@@ -163,7 +163,7 @@ void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bi
                 test::RandomInputs& random) {
   SCOPED_TRACE("int8 m " + std::to_string(m) + " n " + std::to_string(n) + " k " +
                std::to_string(k) + " bias " + std::to_string(with_bias));
-  const Int8Case w = make_int8_weights(n, k, random);
+  Int8Case w = make_int8_weights(n, k, random);
   const std::vector<float> x = random.uniform(m * k, -2.0f, 2.0f);
   const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
   StaticMatmul matmul(engine, m,
@@ -173,6 +173,11 @@ void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bi
   std::vector<float> y(m * n, std::nanf(""));
   matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
 
+  // The weights the product reads: the 7-bit copy where int8 products saturate.
+  if (int8_products_saturate()) {
+    for (int8_t& value : w.quantized) value = to_seven_bits(value);
+    for (float& scale : w.row_scales) scale *= 2.0f;
+  }
   // x as the kernel quantizes it, one scale per row (quantize_int8_per_row has its own test).
   std::vector<int8_t> x_quantized(m * k);
   std::vector<float> x_scales(m);
@@ -236,6 +241,34 @@ TEST(StaticMatmul, Int8MatchesReference) {
     }
   }
   check_int8(engine, 4, 64, 2048, true, random);
+}
+
+// Large values of one sign in x and W: the pairs of u8 x s8 products that oneDNN adds in int16 on
+// CPUs without VNNI overflow unless the weights have 7 bits (found on an AVX2 machine, where the
+// product came out 32640 instead of 4129024).
+TEST(StaticMatmul, Int8OfAlignedExtremesIsExact) {
+  CpuEngine engine(1);
+  for (int64_t m : {1, 4}) {
+    const int64_t n = 8, k = 256;
+    std::vector<int8_t> weights(n * k, 127);
+    for (int64_t c = 0; c < k; ++c) weights[1 * k + c] = -127;  // a row of the other sign
+    const std::vector<float> scales(n, 1.0f / 127.0f);
+    const std::vector<float> x(m * k, 1.0f);  // quantized to 127 per step of 1/127
+    StaticMatmul matmul(engine, m, WeightMatrix{DType::int8, weights.data(), scales.data(), n, k},
+                        false);
+    Workspace workspace(matmul.workspace_bytes());
+    std::vector<float> y(m * n);
+    matmul.run(x.data(), nullptr, y.data(), workspace.data());
+    // 127 (1.0 after scaling) in W, or its 7-bit copy 63 at twice the scale.
+    const float w = int8_products_saturate() ? to_seven_bits(127) * 2.0f / 127.0f : 1.0f;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_NEAR(y[i * n + j], (j == 1 ? -256.0f : 256.0f) * w, 1e-3f)
+            << "m " << m << " row " << i << " column " << j << " (" << matmul.implementation()
+            << ")";
+      }
+    }
+  }
 }
 
 TEST(StaticMatmul, Int8OfZeroInputIsTheBias) {

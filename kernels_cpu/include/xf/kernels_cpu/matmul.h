@@ -93,6 +93,12 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 
+// True where oneDNN's int8 products add pairs in saturating int16 (CPUs without VNNI). There
+// StaticMatmul reads int8 weights from a 7-bit copy: each value to_seven_bits(), its row's
+// scale doubled (made once per weight matrix, shared like packed f32 copies).
+bool int8_products_saturate();
+int8_t to_seven_bits(int8_t value);
+
 // Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
 // allocation counter can attribute what happens inside it to oneDNN. args: prepared at plan
 // time (memory objects made once, their data handles re-pointed before each call).
