@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, tests the
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
-# tests again under AddressSanitizer, then a bounded libFuzzer run of the model reader. Exits
-# non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
+# tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
+# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
 # ctest includes the data-parallel runs under mpirun.
-# Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/ and build-fuzz/)
+# Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/, build-tsan/, build-fuzz/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +24,11 @@ scripts/check_aarch64.sh build
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 ctest --preset asan
+
+# Translators on several threads, and one shared by two threads, under ThreadSanitizer (issue 13).
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan
+ctest --preset tsan
 
 # The libFuzzer target for the reader, a bounded run, where clang and its fuzzer runtime exist.
 if command -v clang++ >/dev/null && compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a' >/dev/null; then

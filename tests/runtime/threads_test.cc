@@ -1,7 +1,6 @@
 // Threads, as translator.h and xf.h state them: translators on several threads sharing one
 // Model give the single-threaded outputs; two threads calling one translator at once are
-// serialized, never corrupt. The `tsan` preset builds it with ThreadSanitizer (crashes at start
-// on this machine, not yet in scripts/test.sh).
+// serialized, never corrupt. Also run under ThreadSanitizer (the `tsan` preset, scripts/test.sh).
 #include <gtest/gtest.h>
 
 #include <filesystem>
