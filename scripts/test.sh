@@ -2,8 +2,8 @@
 # Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, tests the
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
 # tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
-# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where
-# OpenMPI is installed (scripts/setup.sh), ctest includes the data-parallel runs under mpirun.
+# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
+# ctest includes the data-parallel runs under mpirun.
 # Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/, build-tsan/, build-fuzz/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,8 +9,11 @@
 // XF_VECTORIZED marks a hot function. On x86-64 with GCC or Clang it is compiled three times
 // (AVX-512, AVX2+FMA, baseline SSE2) and the loader picks the best for the CPU at hand, so the
 // library needs no -march flag. Elsewhere (aarch64: NEON is baseline) it is a plain function.
+// Not under ASan or TSan: their instrumented ifunc resolvers run before the sanitizer starts
+// (the TSan build of the threads test crashed at start).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(XF_NO_MULTIVERSION) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)
+    !defined(XF_NO_MULTIVERSION) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define XF_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define XF_VECTORIZED

@@ -1,6 +1,6 @@
 // Threads, as translator.h and xf.h state them: translators on several threads sharing one
 // Model give the single-threaded outputs; two threads calling one translator at once are
-// serialized, never corrupt. Also built with ThreadSanitizer (the `tsan` preset, scripts/test.sh).
+// serialized, never corrupt. Also run under ThreadSanitizer (the `tsan` preset, scripts/test.sh).
 #include <gtest/gtest.h>
 
 #include <filesystem>
