@@ -228,19 +228,18 @@ int use_openmp_threads(int threads) {
 class CpuOps {
  public:
   using Value = float;
-  using Bias = float;
-  using HeadStrides = cpu::HeadStrides;
-  using AttentionShape = cpu::AttentionShape;
   struct Linear {
     std::unique_ptr<PlannedMatmul> product;  // adds the bias when bound with bias_in_product
     const float* bias = nullptr;
   };
+  using Logits = Linear;
+  using Table = WeightMatrix;
   struct Norm {
     const float* gamma = nullptr;
     const float* beta = nullptr;
   };
-  using Table = WeightMatrix;
-  using Logits = Linear;
+  using HeadStrides = cpu::HeadStrides;
+  using AttentionShape = cpu::AttentionShape;
   struct Input {};  // host memory is the device's: an input is used where it lies
   static constexpr size_t kAlignment = 64;
   static constexpr bool kLogitsOnHost = true;

@@ -156,7 +156,6 @@ template <typename T>
 class CudaOps {
  public:
   using Value = T;
-  using Bias = T;
   using HeadStrides = cuda::HeadStrides;
   using AttentionShape = cuda::AttentionShape;
   // y[rows, out] = x[rows, in] W^T; the bias is added by a kernel after the product.

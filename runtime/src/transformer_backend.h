@@ -6,7 +6,7 @@
 // the device. The layer code never sees a device API.
 //
 // What an Ops provides (the CPU's and the CUDA's are the two examples):
-//   types     Value (activations, K/V caches: float, or half on CUDA), Bias, Linear, Norm, Table,
+//   types     Value (activations, K/V caches, biases: float, or half on CUDA), Linear, Norm, Table,
 //             Logits (the output projection), HeadStrides, AttentionShape
 //   binding   linear(prefix, max_rows, bias_in_product), norm(prefix), table(name),
 //             output_projection(max_rows), weights_bound()
@@ -71,9 +71,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
   std::vector<const TensorView*> released_weights() const override { return ops_.released_weights(); }
 
  private:
-  using Linear = typename Ops::Linear;  // its .bias: const Bias*
+  using Linear = typename Ops::Linear;  // its .bias: const T*
   using Norm = typename Ops::Norm;
-  using Bias = typename Ops::Bias;
 
   struct EncoderLayer {
     Linear qkv, self_output, ffn_inner, ffn_outer;
@@ -90,7 +89,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
                     int64_t sentences, int64_t source_len, T* x);
 
   // out = LayerNorm(x + bias + residual); bias and residual may be null.
-  void layer_norm(const T* x, const Bias* bias, const T* residual, const Norm& n, int64_t rows, T* out) {
+  void layer_norm(const T* x, const T* bias, const T* residual, const Norm& n, int64_t rows, T* out) {
     ops_.layer_norm(x, bias, residual, n, config_.layer_norm_epsilon, rows, d_, out);
   }
   // The sub-layer's input: x itself (post-norm) or LayerNorm(x) into `normed` (pre-norm).
