@@ -25,6 +25,7 @@
 #include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
+#include "xf/kernels_cpu/beam_reorder.h"
 #include "xf/kernels_cpu/kernels.h"
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/model.h"
@@ -243,10 +244,12 @@ class CpuOps {
   struct Input {};  // host memory is the device's: an input is used where it lies
   static constexpr size_t kAlignment = 64;
   static constexpr bool kLogitsOnHost = true;
+  static constexpr bool kReorderInPlace = true;
 
   CpuOps(const Model& model, const MemoryPlan& plan, int threads, std::optional<DType> matrix_dtype)
       : config_(model.config()), buckets_(plan), threads_(use_openmp_threads(threads)), engine_(threads),
-        weights_(model.file(), matrix_dtype), longest_key_(std::max(plan.max_source_len, plan.max_target_len)) {}
+        weights_(model.file(), matrix_dtype), longest_key_(std::max(plan.max_source_len, plan.max_target_len)),
+        max_beam_(plan.max_beam), max_target_len_(plan.max_target_len) {}
 
   // ---- binding
   Linear linear(const std::string& prefix, int64_t max_rows, bool bias_in_product) {
@@ -276,6 +279,7 @@ class CpuOps {
   int64_t padded_rows(int64_t rows) const { return buckets_.padded_rows(rows); }
   void reserve(ArenaLayout& layout) {
     scratch_offset_ = layout.reserve_array<float>(threads_ * longest_key_);
+    reorder_scratch_offset_ = layout.reserve_array<float>(threads_ * max_beam_ * max_target_len_ * config_.d_model);
     workspace_offset_ = layout.reserve(workspace_bytes_);
   }
   Input input(ArenaLayout&, size_t) { return {}; }
@@ -286,6 +290,7 @@ class CpuOps {
     char* base = static_cast<char*>(arena_->base());
     attention_scratch_ = reinterpret_cast<float*>(base + scratch_offset_);
     workspace_ = base + workspace_offset_;
+    reorder_scratch_ = reinterpret_cast<float*>(base + reorder_scratch_offset_);
     return base;
   }
   size_t arena_bytes() const { return arena_->bytes(); }
@@ -334,9 +339,9 @@ class CpuOps {
              int32_t* ids) {
     cpu::log_softmax_top_k(logits, row_offsets, rows, vocab, k, values, ids, threads_);
   }
-  void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count, int64_t len,
-                   float* dst, int64_t dst_stride) {
-    cpu::gather_rows(src, src_stride, indices, count, len, dst, dst_stride, threads_);
+  void reorder_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count, int64_t group,
+                        int64_t len) {
+    cpu::reorder_rows_in_place(rows, stride, parents, count, group, len, reorder_scratch_, threads_);
   }
   // count blocks of `block` elements, `pitch` apart, from src to dst (which may overlap).
   void copy_blocks(const float* src, float* dst, int64_t block, int64_t count, int64_t pitch) {
@@ -376,10 +381,12 @@ class CpuOps {
   std::vector<const TensorView*> released_;
   size_t workspace_bytes_ = 0;
   int64_t longest_key_;  // the attention scratch's row
-  size_t scratch_offset_ = 0, workspace_offset_ = 0;
+  int64_t max_beam_, max_target_len_;
+  size_t scratch_offset_ = 0, workspace_offset_ = 0, reorder_scratch_offset_ = 0;
   std::unique_ptr<HostArena> arena_;
   float* attention_scratch_ = nullptr;  // [threads, longest key length]
   void* workspace_ = nullptr;           // the matrix products' scratchpad
+  float* reorder_scratch_ = nullptr;    // [threads, max_beam, max_target_len * d]
 };
 
 }  // namespace

@@ -180,6 +180,7 @@ class CudaOps {
   using Input = size_t;  // an index into staged_
   static constexpr size_t kAlignment = cuda::kArenaAlignment;
   static constexpr bool kLogitsOnHost = false;
+  static constexpr bool kReorderInPlace = false;  // two copies of the caches, one gather kernel
 
   CudaOps(const Model& model, const MemoryPlan& plan, int device)
       : config_(model.config()), plan_(plan), file_(model.file()), device_(device),

@@ -15,7 +15,9 @@
 //             allocate(layout) -> base of the working memory; arena_bytes()
 //   kernels   project, logits, embed, layer_norm, add_bias_residual, bias_relu, attention,
 //             self_attention_step (the cache write and the cached attention, fused or not),
-//             top_k, gather_rows, copy_blocks, download (tests)
+//             top_k, copy_blocks, download (tests), and the beam reorder of the caches: either
+//             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
+//             a second copy
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -134,9 +136,10 @@ class TransformerBackend final : public Backend, public BackendProbe {
   T* memory_ = nullptr;    // encoder output [sentences * source_len (padded), d]
   T* cross_kv_ = nullptr;  // per decoder layer [sentences * source_len (padded), 2d]: K | V
   int64_t cross_kv_layer_stride_ = 0;
-  // Self-attention K and V caches, current and next (the beam gather writes the other one):
-  // [layers, max_rows, max_target_len, d]: a row's positions are contiguous, so a new position
-  // is one copy per row and the beam gather one copy per row and layer.
+  // Self-attention K and V caches, [layers, max_rows, max_target_len, d]: a row's positions are
+  // contiguous, so a new position is one copy per row and the beam reorder one copy per row and
+  // layer. Ops::kReorderInPlace: one copy of each, reordered in place (self_k_[1] is
+  // self_k_[0]); otherwise current and next, the beam gather writing the other one.
   T* self_k_[2] = {nullptr, nullptr};
   T* self_v_[2] = {nullptr, nullptr};
   int current_cache_ = 0;
@@ -218,8 +221,11 @@ void TransformerBackend<Ops>::plan_buffers() {
   const size_t cross_kv = layout.reserve_array<T>(layers * cross_kv_layer_stride_);
   cache_row_stride_ = plan_.max_target_len * d_;
   cache_layer_stride_ = plan_.max_rows * cache_row_stride_;
+  // K and V, and a second copy of each for the beam gather unless the device reorders in place.
   size_t caches[4];
-  for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
+  for (int c = 0; c < (Ops::kReorderInPlace ? 2 : 4); ++c)
+    caches[c] = layout.reserve_array<T>(layers * cache_layer_stride_);
+  if (Ops::kReorderInPlace) caches[2] = caches[0], caches[3] = caches[1];
   ops_.reserve(layout);
   source_ids_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences * plan_.max_source_len);
   lengths_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences);
@@ -249,8 +255,8 @@ void TransformerBackend<Ops>::plan_buffers() {
   memory_ = at(memory);
   cross_kv_ = at(cross_kv);
   self_k_[0] = at(caches[0]);
-  self_k_[1] = at(caches[1]);
-  self_v_[0] = at(caches[2]);
+  self_v_[0] = at(caches[1]);
+  self_k_[1] = at(caches[2]);
   self_v_[1] = at(caches[3]);
   enc_qkv_ = at(enc_qkv);
   enc_context_ = at(enc_context);
@@ -367,16 +373,25 @@ template <typename Ops>
 void TransformerBackend<Ops>::reorder_cache(const int32_t* parents, int64_t step) {
   if (step < 0 || step >= plan_.max_target_len || rows_ < 1) throw Error("internal: reorder_cache() outside the plan");
   const int32_t* device_parents = ops_.upload(parents_input_, parents, rows_);
-  const int next = 1 - current_cache_;
   const int64_t prefix = (step + 1) * d_;
-  for (size_t l = 0; l < decoder_.size(); ++l) {
-    const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
-    ops_.gather_rows(self_k_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
-                     self_k_[next] + offset, cache_row_stride_);
-    ops_.gather_rows(self_v_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
-                     self_v_[next] + offset, cache_row_stride_);
+  if constexpr (Ops::kReorderInPlace) {
+    // Rows in groups of beam_ (a sentence's hypotheses), whose parents lie in one group.
+    for (size_t l = 0; l < decoder_.size(); ++l) {
+      const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
+      ops_.reorder_in_place(self_k_[0] + offset, cache_row_stride_, device_parents, rows_, beam_, prefix);
+      ops_.reorder_in_place(self_v_[0] + offset, cache_row_stride_, device_parents, rows_, beam_, prefix);
+    }
+  } else {
+    const int next = 1 - current_cache_;
+    for (size_t l = 0; l < decoder_.size(); ++l) {
+      const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
+      ops_.gather_rows(self_k_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
+                       self_k_[next] + offset, cache_row_stride_);
+      ops_.gather_rows(self_v_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
+                       self_v_[next] + offset, cache_row_stride_);
+    }
+    current_cache_ = next;
   }
-  current_cache_ = next;
 }
 
 template <typename Ops>

@@ -1,0 +1,19 @@
+#pragma once
+// The beam search's cache reorder in place: one copy of the decoder's K/V caches instead of two.
+#include <cstdint>
+
+namespace xf::cpu {
+
+// Rows come in groups of `group` consecutive rows (a sentence's beam hypotheses). Afterwards,
+// row i holds what row parents[i] held before in its first row_len elements (the rest of the
+// row is left as it is). A group's parents all lie in one group at or after it: its own (the
+// beam step), or a later one (the rows of a sentence moved forward when finished sentences are
+// dropped). Rows whose parent is themselves are not touched; a row that another row of its
+// group still needs is copied to the scratch before it is overwritten, so a step copies about
+// as many rows as hypotheses changed, not every row.
+// rows: [count, stride]; parents: [count]; scratch: [threads, group, row_len] floats.
+// Throws xf::Error when a parent breaks the rule above (nothing is written then).
+void reorder_rows_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count,
+                           int64_t group, int64_t row_len, float* scratch, int threads);
+
+}  // namespace xf::cpu

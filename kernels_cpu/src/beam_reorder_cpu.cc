@@ -1,0 +1,63 @@
+#include "xf/kernels_cpu/beam_reorder.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <string>
+
+#include "parallel_cpu.h"
+#include "xf/error.h"
+
+namespace xf::cpu {
+namespace {
+
+// Moves one group's rows from their parents; every parent lies in `source_group`.
+void reorder_group(float* rows, int64_t stride, const int32_t* parents, int64_t first, int64_t group,
+                   int64_t row_len, float* scratch) {
+  const size_t bytes = sizeof(float) * row_len;
+  // Save each row of this group that is overwritten here and read by another row of it.
+  for (int64_t j = 0; j < group; ++j) {
+    const int64_t r = first + j;
+    if (parents[r] == r) continue;
+    for (int64_t k = 0; k < group; ++k) {
+      if (k != j && parents[first + k] == r) {
+        std::memcpy(scratch + j * row_len, rows + r * stride, bytes);
+        break;
+      }
+    }
+  }
+  for (int64_t j = 0; j < group; ++j) {
+    const int64_t i = first + j, p = parents[i];
+    if (p == i) continue;
+    const bool saved = p >= first && p < first + group && parents[p] != p;
+    std::memcpy(rows + i * stride, saved ? scratch + (p - first) * row_len : rows + p * stride, bytes);
+  }
+}
+
+}  // namespace
+
+void reorder_rows_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count,
+                           int64_t group, int64_t row_len, float* scratch, int threads) {
+  if (group < 1 || count % group != 0) throw Error("reorder_rows_in_place: rows do not form whole groups");
+  // Each group draws from one group at or after it; any group drawing from another makes the
+  // order matter (a later group is read before it is written), so the groups then run in order.
+  bool across_groups = false;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t source_group = parents[i] / group, own = i / group;
+    if (parents[i] < 0 || parents[i] / group != parents[i - i % group] / group || source_group < own)
+      throw Error("reorder_rows_in_place: parent " + std::to_string(parents[i]) + " of row " +
+                  std::to_string(i) + " is not in one group at or after the row's own");
+    across_groups |= source_group != own;
+  }
+  const int64_t groups = count / group;
+  if (across_groups) {
+    for (int64_t g = 0; g < groups; ++g) reorder_group(rows, stride, parents, g * group, group, row_len, scratch);
+    return;
+  }
+  detail::parallel_for(groups, threads, count * row_len > (1 << 14), [&](int64_t g) {
+    float* own_scratch = scratch + static_cast<int64_t>(omp_get_thread_num()) * group * row_len;
+    reorder_group(rows, stride, parents, g * group, group, row_len, own_scratch);
+  });
+}
+
+}  // namespace xf::cpu
