@@ -36,11 +36,13 @@ void reorder_group(float* rows, int64_t stride, const int32_t* parents, int64_t 
 
 }  // namespace
 
-void reorder_rows_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count,
-                           int64_t group, int64_t row_len, float* scratch, int threads) {
+void reorder_rows_in_place(float* rows, int64_t slabs, int64_t slab_stride, int64_t stride,
+                           const int32_t* parents, int64_t count, int64_t group, int64_t row_len,
+                           float* scratch, int threads) {
   if (group < 1 || count % group != 0) throw Error("reorder_rows_in_place: rows do not form whole groups");
   // Each group draws from one group at or after it; any group drawing from another makes the
-  // order matter (a later group is read before it is written), so the groups then run in order.
+  // order matter (a later group is read before it is written), so a slab's groups then run in
+  // order, on one thread.
   bool across_groups = false;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t source_group = parents[i] / group, own = i / group;
@@ -50,13 +52,19 @@ void reorder_rows_in_place(float* rows, int64_t stride, const int32_t* parents, 
     across_groups |= source_group != own;
   }
   const int64_t groups = count / group;
+  const bool worth_sharing = slabs * count * row_len > (1 << 14);
+  auto own_scratch = [&] { return scratch + static_cast<int64_t>(omp_get_thread_num()) * group * row_len; };
   if (across_groups) {
-    for (int64_t g = 0; g < groups; ++g) reorder_group(rows, stride, parents, g * group, group, row_len, scratch);
+    detail::parallel_for(slabs, threads, worth_sharing, [&](int64_t slab) {
+      float* slab_scratch = own_scratch();
+      for (int64_t g = 0; g < groups; ++g)
+        reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, slab_scratch);
+    });
     return;
   }
-  detail::parallel_for(groups, threads, count * row_len > (1 << 14), [&](int64_t g) {
-    float* own_scratch = scratch + static_cast<int64_t>(omp_get_thread_num()) * group * row_len;
-    reorder_group(rows, stride, parents, g * group, group, row_len, own_scratch);
+  detail::parallel_for(slabs * groups, threads, worth_sharing, [&](int64_t item) {
+    const int64_t slab = item / groups, g = item % groups;
+    reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, own_scratch());
   });
 }
 

@@ -339,9 +339,10 @@ class CpuOps {
              int32_t* ids) {
     cpu::log_softmax_top_k(logits, row_offsets, rows, vocab, k, values, ids, threads_);
   }
-  void reorder_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count, int64_t group,
-                        int64_t len) {
-    cpu::reorder_rows_in_place(rows, stride, parents, count, group, len, reorder_scratch_, threads_);
+  void reorder_in_place(float* rows, int64_t slabs, int64_t slab_stride, int64_t stride, const int32_t* parents,
+                        int64_t count, int64_t group, int64_t len) {
+    cpu::reorder_rows_in_place(rows, slabs, slab_stride, stride, parents, count, group, len, reorder_scratch_,
+                               threads_);
   }
   // count blocks of `block` elements, `pitch` apart, from src to dst (which may overlap).
   void copy_blocks(const float* src, float* dst, int64_t block, int64_t count, int64_t pitch) {

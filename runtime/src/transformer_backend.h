@@ -222,10 +222,14 @@ void TransformerBackend<Ops>::plan_buffers() {
   cache_row_stride_ = plan_.max_target_len * d_;
   cache_layer_stride_ = plan_.max_rows * cache_row_stride_;
   // K and V, and a second copy of each for the beam gather unless the device reorders in place.
+  // In place: K then V in one block, [2, layers, ...], reordered together.
   size_t caches[4];
-  for (int c = 0; c < (Ops::kReorderInPlace ? 2 : 4); ++c)
-    caches[c] = layout.reserve_array<T>(layers * cache_layer_stride_);
-  if (Ops::kReorderInPlace) caches[2] = caches[0], caches[3] = caches[1];
+  if (Ops::kReorderInPlace) {
+    caches[0] = caches[2] = layout.reserve_array<T>(2 * layers * cache_layer_stride_);
+    caches[1] = caches[3] = caches[0] + sizeof(T) * layers * cache_layer_stride_;
+  } else {
+    for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
+  }
   ops_.reserve(layout);
   source_ids_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences * plan_.max_source_len);
   lengths_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences);
@@ -375,12 +379,10 @@ void TransformerBackend<Ops>::reorder_cache(const int32_t* parents, int64_t step
   const int32_t* device_parents = ops_.upload(parents_input_, parents, rows_);
   const int64_t prefix = (step + 1) * d_;
   if constexpr (Ops::kReorderInPlace) {
-    // Rows in groups of beam_ (a sentence's hypotheses), whose parents lie in one group.
-    for (size_t l = 0; l < decoder_.size(); ++l) {
-      const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
-      ops_.reorder_in_place(self_k_[0] + offset, cache_row_stride_, device_parents, rows_, beam_, prefix);
-      ops_.reorder_in_place(self_v_[0] + offset, cache_row_stride_, device_parents, rows_, beam_, prefix);
-    }
+    // Rows in groups of beam_ (a sentence's hypotheses), whose parents lie in one group; K and
+    // V of every layer at once: one block of 2 x layers slabs.
+    ops_.reorder_in_place(self_k_[0], 2 * static_cast<int64_t>(decoder_.size()), cache_layer_stride_,
+                          cache_row_stride_, device_parents, rows_, beam_, prefix);
   } else {
     const int next = 1 - current_cache_;
     for (size_t l = 0; l < decoder_.size(); ++l) {

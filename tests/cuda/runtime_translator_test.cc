@@ -437,7 +437,7 @@ INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
                            return random_case_label(info.param);
                          });
 
-// More source rows than the plan's encoder group (4096): the encoder runs over several groups of
+// More source rows than the plan's encoder group (1024): the encoder runs over several groups of
 // whole sentences, each writing its part of the encoder output and of the cross-attention K|V.
 TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchCpu) {
   XF_SKIP_WITHOUT_GPU();

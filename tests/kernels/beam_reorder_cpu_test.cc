@@ -1,6 +1,7 @@
 // The in-place beam reorder against an out-of-place gather of the same rows.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "random_inputs.h"
@@ -40,7 +41,7 @@ TEST(ReorderRowsInPlace, BeamStepsMatchAGather) {
       }
       std::vector<float> rows = before;
       std::vector<float> scratch(threads * group * row_len);
-      reorder_rows_in_place(rows.data(), stride, parents.data(), count, group, row_len, scratch.data(), threads);
+      reorder_rows_in_place(rows.data(), 1, 0, stride, parents.data(), count, group, row_len, scratch.data(), threads);
       expect_reordered(before, rows, parents, stride, row_len);
     }
   }
@@ -62,9 +63,32 @@ TEST(ReorderRowsInPlace, DroppedSentencesMoveForward) {
   parents[7] = 4 * group + 0;
   std::vector<float> rows = before;
   std::vector<float> scratch(2 * group * row_len);
-  reorder_rows_in_place(rows.data(), stride, parents.data(), static_cast<int64_t>(parents.size()), group,
+  reorder_rows_in_place(rows.data(), 1, 0, stride, parents.data(), static_cast<int64_t>(parents.size()), group,
                         row_len, scratch.data(), 2);
   expect_reordered(before, rows, parents, stride, row_len);
+}
+
+TEST(ReorderRowsInPlace, EverySlabIsReordered) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  // 6 rows after, up to 12 before (the parents of dropped sentences' rows index the rows before).
+  const int64_t group = 2, count = 6, stride = 9, row_len = 7, slabs = 5, slab_stride = 12 * stride + 3;
+  for (const std::vector<int32_t>& parents : {std::vector<int32_t>{1, 1, 2, 2, 5, 4},      // beam steps
+                                              std::vector<int32_t>{2, 3, 9, 8, 10, 10}}) {  // sentences dropped
+    const std::vector<float> before = random.uniform(slabs * slab_stride, -1.0f, 1.0f);
+    std::vector<float> rows = before;
+    std::vector<float> scratch(2 * group * row_len);
+    reorder_rows_in_place(rows.data(), slabs, slab_stride, stride, parents.data(), count, group, row_len,
+                          scratch.data(), 2);
+    for (int64_t slab = 0; slab < slabs; ++slab) {
+      SCOPED_TRACE("slab " + std::to_string(slab));
+      const auto first = before.begin() + slab * slab_stride;
+      const std::vector<float> slab_before(first, first + slab_stride);
+      const std::vector<float> slab_after(rows.begin() + slab * slab_stride, rows.begin() + (slab + 1) * slab_stride);
+      expect_reordered(slab_before, slab_after, parents, stride, row_len);
+      for (int64_t c = count * stride; c < slab_stride; ++c) ASSERT_EQ(slab_after[c], slab_before[c]);
+    }
+  }
 }
 
 TEST(ReorderRowsInPlace, RefusesParentsOutsideTheRule) {
@@ -77,12 +101,12 @@ TEST(ReorderRowsInPlace, RefusesParentsOutsideTheRule) {
       {0, -1, 2, 3},  // negative
   };
   for (const std::vector<int32_t>& parents : bad) {
-    EXPECT_THROW(reorder_rows_in_place(rows.data(), stride, parents.data(), 4, group, row_len, scratch.data(), 1),
+    EXPECT_THROW(reorder_rows_in_place(rows.data(), 1, 0, stride, parents.data(), 4, group, row_len, scratch.data(), 1),
                  Error);
     EXPECT_EQ(rows, before);
   }
   const std::vector<int32_t> fine = {0, 1, 2, 3};
-  EXPECT_THROW(reorder_rows_in_place(rows.data(), stride, fine.data(), 3, group, row_len, scratch.data(), 1), Error)
+  EXPECT_THROW(reorder_rows_in_place(rows.data(), 1, 0, stride, fine.data(), 3, group, row_len, scratch.data(), 1), Error)
       << "3 rows are not whole groups of 2";
 }
 

@@ -11,9 +11,13 @@ namespace xf::cpu {
 // dropped). Rows whose parent is themselves are not touched; a row that another row of its
 // group still needs is copied to the scratch before it is overwritten, so a step copies about
 // as many rows as hypotheses changed, not every row.
-// rows: [count, stride]; parents: [count]; scratch: [threads, group, row_len] floats.
+// The same reorder applies to `slabs` blocks of rows, slab_stride apart (the K and V caches of
+// every layer), which run in parallel; the groups too when none draws from another.
+// rows: [slabs, slab_stride], each slab [count, stride]; parents: [count];
+// scratch: [threads, group, row_len] floats.
 // Throws xf::Error when a parent breaks the rule above (nothing is written then).
-void reorder_rows_in_place(float* rows, int64_t stride, const int32_t* parents, int64_t count,
-                           int64_t group, int64_t row_len, float* scratch, int threads);
+void reorder_rows_in_place(float* rows, int64_t slabs, int64_t slab_stride, int64_t stride,
+                           const int32_t* parents, int64_t count, int64_t group, int64_t row_len,
+                           float* scratch, int threads);
 
 }  // namespace xf::cpu
