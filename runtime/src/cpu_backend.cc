@@ -247,7 +247,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias);
   Norm norm(const std::string& prefix) {
-    return {weights_.vector(prefix + ".gamma"), weights_.vector(prefix + ".beta")};
+    return {weights_.vector(prefix + schema::kGamma), weights_.vector(prefix + schema::kBeta)};
   }
   // out = LayerNorm(x + bias + residual); bias and residual may be null.
   void layer_norm(const float* x, const float* bias, const float* residual, const Norm& n,
@@ -319,9 +319,9 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<PlannedMatmul> CpuBackend::linear(const std::string& prefix, int64_t max_rows,
                                                   bool fuse_bias, const float** separate_bias) {
-  const float* bias = weights_.vector(prefix + ".bias");
+  const float* bias = weights_.vector(prefix + schema::kBias);
   if (separate_bias != nullptr) *separate_bias = bias;
-  return planned_matmul(prefix + ".weight", max_rows, fuse_bias ? bias : nullptr);
+  return planned_matmul(prefix + schema::kWeight, max_rows, fuse_bias ? bias : nullptr);
 }
 
 // The products of one weight matrix; the file's pages of the stored matrix are released when
@@ -350,32 +350,32 @@ void CpuBackend::prepare_weights() {
   for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
     const std::string p = param::encoder_layer(i);
     EncoderLayer layer;
-    layer.qkv = linear(p + "self_attention.qkv", encoder_rows, true, nullptr);
-    layer.self_output = linear(p + "self_attention.output", encoder_rows, false, &layer.self_output_bias);
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner", encoder_rows, false, &layer.ffn_inner_bias);
-    layer.ffn_outer = linear(p + "ffn.outer", encoder_rows, false, &layer.ffn_outer_bias);
-    layer.ffn_norm = norm(p + "ffn_norm");
+    layer.qkv = linear(p + schema::kSelfAttentionQkv.name, encoder_rows, true, nullptr);
+    layer.self_output = linear(p + schema::kSelfAttentionOutput.name, encoder_rows, false, &layer.self_output_bias);
+    layer.self_norm = norm(p + schema::kSelfAttentionNorm.name);
+    layer.ffn_inner = linear(p + schema::kFfnInner.name, encoder_rows, false, &layer.ffn_inner_bias);
+    layer.ffn_outer = linear(p + schema::kFfnOuter.name, encoder_rows, false, &layer.ffn_outer_bias);
+    layer.ffn_norm = norm(p + schema::kFfnNorm.name);
     encoder_.push_back(std::move(layer));
   }
   for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
     DecoderLayer layer;
-    layer.qkv = linear(p + "self_attention.qkv", decoder_rows, true, nullptr);
-    layer.self_output = linear(p + "self_attention.output", decoder_rows, false, &layer.self_output_bias);
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.cross_query = linear(p + "cross_attention.query", decoder_rows, true, nullptr);
-    layer.cross_key_value = linear(p + "cross_attention.key_value", cross_rows, true, nullptr);
-    layer.cross_output = linear(p + "cross_attention.output", decoder_rows, false, &layer.cross_output_bias);
-    layer.cross_norm = norm(p + "cross_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner", decoder_rows, false, &layer.ffn_inner_bias);
-    layer.ffn_outer = linear(p + "ffn.outer", decoder_rows, false, &layer.ffn_outer_bias);
-    layer.ffn_norm = norm(p + "ffn_norm");
+    layer.qkv = linear(p + schema::kSelfAttentionQkv.name, decoder_rows, true, nullptr);
+    layer.self_output = linear(p + schema::kSelfAttentionOutput.name, decoder_rows, false, &layer.self_output_bias);
+    layer.self_norm = norm(p + schema::kSelfAttentionNorm.name);
+    layer.cross_query = linear(p + schema::kCrossAttentionQuery.name, decoder_rows, true, nullptr);
+    layer.cross_key_value = linear(p + schema::kCrossAttentionKeyValue.name, cross_rows, true, nullptr);
+    layer.cross_output = linear(p + schema::kCrossAttentionOutput.name, decoder_rows, false, &layer.cross_output_bias);
+    layer.cross_norm = norm(p + schema::kCrossAttentionNorm.name);
+    layer.ffn_inner = linear(p + schema::kFfnInner.name, decoder_rows, false, &layer.ffn_inner_bias);
+    layer.ffn_outer = linear(p + schema::kFfnOuter.name, decoder_rows, false, &layer.ffn_outer_bias);
+    layer.ffn_norm = norm(p + schema::kFfnNorm.name);
     decoder_.push_back(std::move(layer));
   }
   if (pre_norm_) {
-    encoder_final_norm_ = norm("encoder.final_norm");
-    decoder_final_norm_ = norm("decoder.final_norm");
+    encoder_final_norm_ = norm(schema::kEncoderFinalNorm.name);
+    decoder_final_norm_ = norm(schema::kDecoderFinalNorm.name);
   }
   // The output projection first: when tied and stored as f16/bf16, it widens the target table,
   // which the embedding lookup then shares.

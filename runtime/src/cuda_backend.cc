@@ -246,12 +246,12 @@ class CudaBackend final : public Backend {
   void prepare_weights();
   void plan_arena();
   Linear<T> linear(const std::string& prefix) {
-    const TensorView& w = model_file_.tensor(prefix + ".weight");
-    return {weights_.tensor(prefix + ".weight"), weights_.tensor(prefix + ".bias"),
+    const TensorView& w = model_file_.tensor(prefix + schema::kWeight);
+    return {weights_.tensor(prefix + schema::kWeight), weights_.tensor(prefix + schema::kBias),
             static_cast<int64_t>(w.rows()), static_cast<int64_t>(w.cols())};
   }
   Norm<T> norm(const std::string& prefix) {
-    return {weights_.tensor(prefix + ".gamma"), weights_.tensor(prefix + ".beta")};
+    return {weights_.tensor(prefix + schema::kGamma), weights_.tensor(prefix + schema::kBeta)};
   }
   void product(const Linear<T>& l, const T* x, T* y, int64_t rows) {
     cuda::matmul(cublas_.handle, x, l.weight, y, rows, l.out, l.in);
@@ -372,32 +372,32 @@ void CudaBackend<T>::prepare_weights() {
   for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
     const std::string p = param::encoder_layer(i);
     EncoderLayer<T> layer;
-    layer.qkv = linear(p + "self_attention.qkv");
-    layer.self_output = linear(p + "self_attention.output");
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner");
-    layer.ffn_outer = linear(p + "ffn.outer");
-    layer.ffn_norm = norm(p + "ffn_norm");
+    layer.qkv = linear(p + schema::kSelfAttentionQkv.name);
+    layer.self_output = linear(p + schema::kSelfAttentionOutput.name);
+    layer.self_norm = norm(p + schema::kSelfAttentionNorm.name);
+    layer.ffn_inner = linear(p + schema::kFfnInner.name);
+    layer.ffn_outer = linear(p + schema::kFfnOuter.name);
+    layer.ffn_norm = norm(p + schema::kFfnNorm.name);
     encoder_.push_back(layer);
   }
   for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
     DecoderLayer<T> layer;
-    layer.qkv = linear(p + "self_attention.qkv");
-    layer.self_output = linear(p + "self_attention.output");
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.cross_query = linear(p + "cross_attention.query");
-    layer.cross_key_value = linear(p + "cross_attention.key_value");
-    layer.cross_output = linear(p + "cross_attention.output");
-    layer.cross_norm = norm(p + "cross_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner");
-    layer.ffn_outer = linear(p + "ffn.outer");
-    layer.ffn_norm = norm(p + "ffn_norm");
+    layer.qkv = linear(p + schema::kSelfAttentionQkv.name);
+    layer.self_output = linear(p + schema::kSelfAttentionOutput.name);
+    layer.self_norm = norm(p + schema::kSelfAttentionNorm.name);
+    layer.cross_query = linear(p + schema::kCrossAttentionQuery.name);
+    layer.cross_key_value = linear(p + schema::kCrossAttentionKeyValue.name);
+    layer.cross_output = linear(p + schema::kCrossAttentionOutput.name);
+    layer.cross_norm = norm(p + schema::kCrossAttentionNorm.name);
+    layer.ffn_inner = linear(p + schema::kFfnInner.name);
+    layer.ffn_outer = linear(p + schema::kFfnOuter.name);
+    layer.ffn_norm = norm(p + schema::kFfnNorm.name);
     decoder_.push_back(layer);
   }
   if (pre_norm_) {
-    encoder_final_norm_ = norm("encoder.final_norm");
-    decoder_final_norm_ = norm("decoder.final_norm");
+    encoder_final_norm_ = norm(schema::kEncoderFinalNorm.name);
+    decoder_final_norm_ = norm(schema::kDecoderFinalNorm.name);
   }
   source_table_ = weights_.tensor(param::source_embedding(config_));
   target_table_ = weights_.tensor(param::target_embedding(config_));

@@ -204,12 +204,12 @@ struct BasicTransformerModel<T>::Impl {
   }
   size_t offset_of(const std::string& name) const { return slots[find(name)].offset; }
   Linear linear(const std::string& prefix) const {
-    const ParameterSlot& w = slots[find(prefix + ".weight")];
-    return {w.offset, offset_of(prefix + ".bias"), static_cast<int64_t>(w.spec.shape[0]),
+    const ParameterSlot& w = slots[find(prefix + schema::kWeight)];
+    return {w.offset, offset_of(prefix + schema::kBias), static_cast<int64_t>(w.spec.shape[0]),
             static_cast<int64_t>(w.spec.shape[1])};
   }
   Norm norm(const std::string& prefix) const {
-    return {offset_of(prefix + ".gamma"), offset_of(prefix + ".beta")};
+    return {offset_of(prefix + schema::kGamma), offset_of(prefix + schema::kBeta)};
   }
 
   void build_layout() {
@@ -230,23 +230,23 @@ struct BasicTransformerModel<T>::Impl {
     if (has_output_bias) output_bias = offset_of(param::kOutputBias);
     for (uint32_t i = 0; i < config.encoder_layers; ++i) {
       const std::string p = param::encoder_layer(i);
-      encoder_layers.push_back({linear(p + "self_attention.qkv"),
-                                linear(p + "self_attention.output"), linear(p + "ffn.inner"),
-                                linear(p + "ffn.outer"), norm(p + "self_attention_norm"),
-                                norm(p + "ffn_norm")});
+      encoder_layers.push_back({linear(p + schema::kSelfAttentionQkv.name),
+                                linear(p + schema::kSelfAttentionOutput.name), linear(p + schema::kFfnInner.name),
+                                linear(p + schema::kFfnOuter.name), norm(p + schema::kSelfAttentionNorm.name),
+                                norm(p + schema::kFfnNorm.name)});
     }
     for (uint32_t i = 0; i < config.decoder_layers; ++i) {
       const std::string p = param::decoder_layer(i);
       decoder_layers.push_back(
-          {linear(p + "self_attention.qkv"), linear(p + "self_attention.output"),
-           linear(p + "cross_attention.query"), linear(p + "cross_attention.key_value"),
-           linear(p + "cross_attention.output"), linear(p + "ffn.inner"), linear(p + "ffn.outer"),
-           norm(p + "self_attention_norm"), norm(p + "cross_attention_norm"),
-           norm(p + "ffn_norm")});
+          {linear(p + schema::kSelfAttentionQkv.name), linear(p + schema::kSelfAttentionOutput.name),
+           linear(p + schema::kCrossAttentionQuery.name), linear(p + schema::kCrossAttentionKeyValue.name),
+           linear(p + schema::kCrossAttentionOutput.name), linear(p + schema::kFfnInner.name), linear(p + schema::kFfnOuter.name),
+           norm(p + schema::kSelfAttentionNorm.name), norm(p + schema::kCrossAttentionNorm.name),
+           norm(p + schema::kFfnNorm.name)});
     }
     if (pre_norm()) {
-      encoder_final_norm = norm("encoder.final_norm");
-      decoder_final_norm = norm("decoder.final_norm");
+      encoder_final_norm = norm(schema::kEncoderFinalNorm.name);
+      decoder_final_norm = norm(schema::kDecoderFinalNorm.name);
     }
     encoder.resize(config.encoder_layers);
     decoder.resize(config.decoder_layers);
@@ -757,7 +757,7 @@ void BasicTransformerModel<T>::initialize(uint64_t seed) {
   for (const ParameterSlot& slot : m.slots) {
     T* p = m.parameters.data() + slot.offset;
     const std::string& name = slot.spec.name;
-    if (name == source || name == target || name == "output.weight") {
+    if (name == source || name == target || name == schema::kOutputWeight) {
       std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(double(m.config.d_model)));
       for (size_t i = 0; i < slot.size; ++i) p[i] = static_cast<T>(normal(rng));
     } else if (slot.spec.shape.size() == 2) {
@@ -766,7 +766,7 @@ void BasicTransformerModel<T>::initialize(uint64_t seed) {
       std::uniform_real_distribution<double> uniform(-limit, limit);
       for (size_t i = 0; i < slot.size; ++i) p[i] = static_cast<T>(uniform(rng));
     } else {
-      std::fill(p, p + slot.size, ends_with(name, ".gamma") ? T(1) : T(0));
+      std::fill(p, p + slot.size, ends_with(name, schema::kGamma) ? T(1) : T(0));
     }
   }
 }
