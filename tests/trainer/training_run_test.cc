@@ -1,0 +1,198 @@
+// A fixed, small CPU training run pinned bit for bit: the losses of every step and, at the end,
+// every parameter and both Adam moments must equal tests/trainer/golden/training_run.txt exactly.
+// It guards refactors of the model's forward and backward passes, the kernels they call and the
+// optimizer: any change to the order of a float operation shows here.
+//
+// Two runs (post-norm with shared embeddings and attention dropout; pre-norm with separate tables
+// and an output bias), each 2 threads, dropout 0.1, label smoothing 0.1, global-norm clipping,
+// 24 Adam steps on random reverse-task batches drawn from a fixed seed, as xf-train's loop steps.
+//
+// The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set): on a
+// machine of another kind, regenerate before comparing refactors.
+//
+// The golden file was written by the code it pins. When a change is MEANT to alter the numbers
+// (a new kernel, another operation order), regenerate it and say so in the commit:
+//   XF_REGENERATE_TRAINING_GOLDEN=1 build/bin/trainer_training_run_test
+// (the test then writes the file, and reports itself skipped).
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "golden.h"
+#include "xf/format/config.h"
+#include "xf/trainer/optimizer.h"
+#include "xf/trainer/transformer.h"
+
+namespace xf::trainer {
+namespace {
+
+constexpr int kSteps = 24;
+constexpr int kThreads = 2;
+constexpr int kBatchRows = 6;
+
+std::string golden_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.txt"; }
+
+bool regenerating() {
+  const char* value = std::getenv("XF_REGENERATE_TRAINING_GOLDEN");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+ModelConfig run_config(bool pre_norm) {
+  ModelConfig config;
+  config.source_vocab_size = 20;
+  config.target_vocab_size = 20;
+  config.d_model = 8;
+  config.num_heads = 2;
+  config.d_ff = 16;
+  config.encoder_layers = 2;
+  config.decoder_layers = 2;
+  config.max_positions = 16;
+  config.norm_position = pre_norm ? NormPosition::pre : NormPosition::post;
+  config.shared_embeddings = !pre_norm;
+  config.tied_output = !pre_norm;
+  config.output_bias = pre_norm;
+  return config;
+}
+
+// Random sequences of ids 4..19 (0..3 are pad/unk/bos/eos), targets the reversed sources.
+Batch random_batch(const ModelConfig& config, std::mt19937& rng) {
+  std::uniform_int_distribution<int> length(1, 7), id(4, 19);
+  std::vector<std::vector<int32_t>> sources(kBatchRows), targets(kBatchRows);
+  for (int r = 0; r < kBatchRows; ++r) {
+    for (int n = length(rng); n > 0; --n) sources[r].push_back(id(rng));
+    targets[r].assign(sources[r].rbegin(), sources[r].rend());
+  }
+  return make_batch(config, sources, targets);
+}
+
+// name -> values, as the golden file holds them: f64 for the losses, f32 for the buffers.
+struct RunResult {
+  std::vector<double> losses, nlls;
+  std::vector<float> parameters, first_moment, second_moment;
+};
+
+RunResult train(bool pre_norm) {
+  const ModelConfig config = run_config(pre_norm);
+  TrainingOptions options;
+  options.dropout = 0.1f;
+  options.attention_dropout = pre_norm ? 0.0f : 0.1f;
+  options.label_smoothing = 0.1f;
+  TransformerModel model(config, options, kThreads);
+  model.initialize(11);
+  Adam adam(model.parameter_count(), AdamOptions{}, kThreads);
+  LearningRateSchedule schedule;
+  schedule.scale = 2.0;
+  schedule.d_model = config.d_model;
+  schedule.warmup_steps = 8;
+  const double clip_norm = 1.0;
+  std::mt19937 rng(pre_norm ? 23 : 17);
+  RunResult result;
+  for (int step = 1; step <= kSteps; ++step) {
+    const Batch batch = random_batch(config, rng);
+    model.zero_gradients();
+    const LossSums sums = model.forward_backward(batch, 1000 + step);
+    result.losses.push_back(sums.loss_sum);
+    result.nlls.push_back(sums.nll_sum);
+    double gradient_scale = 1.0 / static_cast<double>(sums.token_count);
+    const double norm =
+        gradient_norm(model.gradients(), model.parameter_count(), gradient_scale, kThreads);
+    gradient_scale *= clip_factor(norm, clip_norm);
+    adam.step(model.parameters(), model.gradients(), schedule.at(step), gradient_scale);
+  }
+  result.parameters.assign(model.parameters(), model.parameters() + model.parameter_count());
+  result.first_moment = adam.state().first_moment;
+  result.second_moment = adam.state().second_moment;
+  return result;
+}
+
+// In golden.h's text format: f64 with 17 significant digits and f32 with 9 both read back
+// exactly (strtod / strtof), so the file pins every bit.
+void write_tensor(std::FILE* out, const std::string& name, const std::vector<double>& values) {
+  std::fprintf(out, "%s f64 1 %zu\n", name.c_str(), values.size());
+  for (double v : values) std::fprintf(out, "%.17g\n", v);
+}
+void write_tensor(std::FILE* out, const std::string& name, const std::vector<float>& values) {
+  std::fprintf(out, "%s f32 1 %zu\n", name.c_str(), values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    std::fprintf(out, "%.9g%c", static_cast<double>(values[i]), i % 8 == 7 ? '\n' : ' ');
+  std::fprintf(out, "\n");
+}
+
+// The number of values whose bits differ from the golden tensor `name`; the first few are
+// reported as failures.
+template <typename T>
+int bit_mismatches(const golden::GoldenFile& golden, const std::string& name,
+                   const std::vector<T>& actual) {
+  const golden::GoldenTensor& expected = golden::golden_at(golden, name);
+  if (expected.size() != actual.size()) {
+    ADD_FAILURE() << name << ": " << actual.size() << " values, golden " << expected.size();
+    return 1;
+  }
+  int mismatches = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const T want = static_cast<T>(expected.values[i]);
+    if (std::memcmp(&want, &actual[i], sizeof(T)) != 0 && ++mismatches <= 5)
+      ADD_FAILURE() << name << "[" << i << "] = " << actual[i] << ", golden " << want
+                    << " (bits differ)";
+  }
+  return mismatches;
+}
+
+const char* run_name(bool pre_norm) { return pre_norm ? "pre_separate" : "post_shared"; }
+
+TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
+  if (regenerating()) {
+    std::FILE* out = std::fopen(golden_file().c_str(), "w");
+    ASSERT_NE(out, nullptr) << "cannot write " << golden_file();
+    std::fprintf(out, "xf-golden %d\n", golden::kGoldenFormatVersion);
+    for (bool pre_norm : {false, true}) {
+      const RunResult r = train(pre_norm);
+      const std::string p = run_name(pre_norm);
+      write_tensor(out, p + ".loss_sum", r.losses);
+      write_tensor(out, p + ".nll_sum", r.nlls);
+      write_tensor(out, p + ".parameters", r.parameters);
+      write_tensor(out, p + ".adam.first_moment", r.first_moment);
+      write_tensor(out, p + ".adam.second_moment", r.second_moment);
+    }
+    ASSERT_EQ(std::fclose(out), 0);
+    GTEST_SKIP() << "wrote " << golden_file();
+  }
+  const golden::GoldenFile golden = golden::load_golden(golden_file());
+  for (bool pre_norm : {false, true}) {
+    SCOPED_TRACE(run_name(pre_norm));
+    const RunResult r = train(pre_norm);
+    const std::string p = run_name(pre_norm);
+    EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".nll_sum", r.nlls), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);
+  }
+}
+
+// The comparison itself can fail: one flipped bit in one parameter is caught.
+TEST(TrainingRun, OneFlippedBitIsCaught) {
+  if (regenerating()) GTEST_SKIP() << "regenerating the golden file";
+  const golden::GoldenFile golden = golden::load_golden(golden_file());
+  const golden::GoldenTensor& tensor = golden::golden_at(golden, "post_shared.parameters");
+  std::vector<float> values(tensor.values.begin(), tensor.values.end());
+  uint32_t bits;
+  std::memcpy(&bits, &values[values.size() / 2], sizeof(bits));
+  bits ^= 1u;
+  std::memcpy(&values[values.size() / 2], &bits, sizeof(bits));
+  int mismatches = 0;
+  EXPECT_NONFATAL_FAILURE(mismatches = bit_mismatches(golden, "post_shared.parameters", values),
+                          "bits differ");
+  EXPECT_EQ(mismatches, 1);
+}
+
+}  // namespace
+}  // namespace xf::trainer
