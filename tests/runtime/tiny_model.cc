@@ -128,29 +128,4 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   return config;
 }
 
-namespace {
-// The folders make_temp_dir() made, removed when the test process exits (the tests keep them in
-// function-local statics, used until then).
-struct TempDirs {
-  std::vector<std::string> paths;
-  ~TempDirs() {
-    std::error_code ignored;
-    for (const auto& path : paths) std::filesystem::remove_all(path, ignored);
-  }
-};
-TempDirs& temp_dirs() {
-  static TempDirs dirs;
-  return dirs;
-}
-}  // namespace
-
-std::string make_temp_dir(const std::string& label) {
-  TempDirs& dirs = temp_dirs();  // made first, so destroyed after the statics that use the folders
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/xf-" + label + "-XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temp dir " + pattern);
-  dirs.paths.push_back(pattern);
-  return pattern;
-}
-
 }  // namespace xf::test
