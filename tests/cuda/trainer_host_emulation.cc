@@ -13,7 +13,7 @@
 // xf_cuda_trainer_tests covers.
 #include "runtime_host_emulation.cc"  // NOLINT: one translation unit, shared allocation table
 
-#include "dropout_hash.cuh"  // the device hash, compiled for the host here
+#include "xf/kernels_common/dropout_hash.h"  // the device hash, compiled for the host here
 #include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/kernels_cuda/backward.h"
@@ -42,7 +42,7 @@ namespace xf::cuda {
 namespace {
 
 bool kept(const DropoutRule& rule, int64_t index) {
-  return detail::dropout_keeps(rule.stream, rule.threshold, index);
+  return dropout_hash::keeps(rule.stream, rule.threshold, index);
 }
 
 // The rows x dim span a row-major buffer covers.
@@ -73,8 +73,8 @@ void emulated_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 DropoutRule make_dropout_rule(uint64_t seed, uint64_t site, float p) {
   if (!(p >= 0.0f && p < 1.0f)) throw Error("emulated make_dropout_rule: p outside [0, 1)");
   DropoutRule rule;
-  rule.stream = detail::mix64(seed ^ detail::mix64(site));
-  rule.threshold = static_cast<uint32_t>(std::llround(static_cast<double>(p) * double(1 << 24)));
+  rule.stream = dropout_hash::site_stream(seed, site);
+  rule.threshold = dropout_hash::threshold(p);
   rule.scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
   return rule;
 }
