@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "xf/kernels_common/dropout_hash.h"
 #include "xf/kernels_cpu/backward.h"
@@ -189,6 +190,35 @@ void apply_dropout(T* x, const uint8_t* mask, size_t count, T scale, int threads
   const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = mask[i] ? x[i] * scale : T(0);
+}
+
+void adam_step(float* parameters, const float* gradients, float* first_moment,
+               float* second_moment, int64_t count, const AdamConstants& c, int threads) {
+  float* m = first_moment;
+  float* v = second_moment;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gradients[i] * c.gradient_scale;
+    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g;
+    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
+    parameters[i] -= c.step_size * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_correction2 + c.epsilon);
+  }
+}
+
+double sum_of_squares(const float* x, int64_t count, int threads) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double sum = 0;
+    const int64_t end = std::min(count, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) sum += double(x[i]) * x[i];
+    partial[static_cast<size_t>(c)] = sum;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
 }
 
 #define XF_INSTANTIATE(T)                                                                       \

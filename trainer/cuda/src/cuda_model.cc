@@ -452,18 +452,13 @@ CudaStepResult CudaTransformerModel::adam_step(double learning_rate, double grad
     return result;
   }
   m.adam_steps += 1;
-  const double t = static_cast<double>(m.adam_steps);
-  // Adam::step's constants, derived the same way (optimizer.cc).
-  cuda::AdamConstants constants;
-  constants.beta1 = static_cast<float>(m.adam_options.beta1);
-  constants.beta2 = static_cast<float>(m.adam_options.beta2);
-  constants.step_size =
-      static_cast<float>(learning_rate / (1.0 - std::pow(m.adam_options.beta1, t)));
-  constants.inv_sqrt_correction2 =
-      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(m.adam_options.beta2, t)));
-  constants.epsilon = static_cast<float>(m.adam_options.epsilon);
-  constants.gradient_scale =
-      static_cast<float>(unscaled * clip_factor(result.gradient_norm, clip_norm));
+  // Adam::step's constants (optimizer.h), for the device kernel.
+  const cpu::AdamConstants c =
+      adam_constants(m.adam_options, m.adam_steps, learning_rate,
+                     unscaled * clip_factor(result.gradient_norm, clip_norm));
+  const cuda::AdamConstants constants{c.beta1,   c.beta2,
+                                      c.step_size, c.inv_sqrt_correction2,
+                                      c.epsilon, c.gradient_scale};
   cuda::adam_step(m.ops.parameters(), m.ops.gradients(), m.first_moment.get(),
                   m.second_moment.get(), static_cast<int64_t>(m.parameter_count), constants,
                   m.mixed() ? m.ops.half_parameters() : nullptr, m.stream());
