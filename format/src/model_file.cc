@@ -14,6 +14,7 @@
 #include "xf/error.h"
 #include "xf/format/file_layout.h"
 #include "xf/format/parameters.h"
+#include "config_fb.h"
 #include "xf_model_generated.h"
 
 namespace xf {
@@ -208,27 +209,9 @@ void ModelFile::parse_and_validate() {
   }
 
   // Config.
-  const fb::ModelConfig* c = model->config();
-  ModelConfig& config = config_;
-  config.source_vocab_size = c->source_vocab_size();
-  config.target_vocab_size = c->target_vocab_size();
-  config.d_model = c->d_model();
-  config.num_heads = c->num_heads();
-  config.d_ff = c->d_ff();
-  config.encoder_layers = c->encoder_layers();
-  config.decoder_layers = c->decoder_layers();
-  config.max_positions = c->max_positions();
-  config.norm_position = static_cast<NormPosition>(c->norm_position());
-  config.shared_embeddings = c->shared_embeddings();
-  config.tied_output = c->tied_output();
-  config.output_bias = c->output_bias();
-  config.layer_norm_epsilon = c->layer_norm_epsilon();
-  config.pad_id = c->pad_id();
-  config.unk_id = c->unk_id();
-  config.bos_id = c->bos_id();
-  config.eos_id = c->eos_id();
+  config_ = config_from_fb(*model->config());
   try {
-    validate_config(config);
+    validate_config(config_);
   } catch (const Error& e) {
     fail(e.what());
   }

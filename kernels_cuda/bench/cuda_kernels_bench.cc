@@ -6,7 +6,6 @@
 //
 // rows = batch x beam of a decoder step (default 128: batch 32, beam 4). Prints one line per
 // kernel: name, dtype, shape, microseconds per call (mean over the iterations after a warm-up).
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -83,9 +82,7 @@ std::string dims(std::initializer_list<int64_t> values) {
 
 // Every kernel of one decoder step and one encoder layer for activation type T.
 template <typename T>
-void bench_dtype(const char* dtype, const Options& o, cublasHandle_t cublas,
-                 cublasLtHandle_t cublas_lt, void* workspace, size_t workspace_bytes,
-                 cudaStream_t stream) {
+void bench_dtype(const char* dtype, const Options& o, cublasHandle_t cublas, cudaStream_t stream) {
   constexpr int64_t d_model = 512, heads = 8, head_dim = 64, d_ff = 2048, vocab = 32000;
   const int64_t rows = o.rows, max_len = o.step + 1, src = o.source_len;
   const int64_t encoder_rows = (rows / 4 > 0 ? rows / 4 : 1) * src;  // batch x source_len
@@ -125,12 +122,6 @@ void bench_dtype(const char* dtype, const Options& o, cublasHandle_t cublas,
                            Product{"matmul encoder qkv", encoder_rows, 3 * d_model, d_model}}) {
     time_kernel(p.name, dtype, "cublas " + dims({p.m, p.n, p.k}), stream, iterations,
                 [&] { xf::cuda::matmul(cublas, a, b, c, p.m, p.n, p.k); });
-    const xf::cuda::LtMatmul lt(cublas_lt,
-                                std::is_same_v<T, float> ? xf::cuda::MatmulType::f32
-                                                         : xf::cuda::MatmulType::f16,
-                                p.m, p.n, p.k, xf::cuda::MatmulEpilogue::bias, workspace_bytes);
-    time_kernel(p.name, dtype, "cublasLt+bias " + dims({p.m, p.n, p.k}), stream, iterations,
-                [&] { lt.run(a, b, b, c, workspace, stream); });
   }
   if constexpr (std::is_same_v<T, half>) {
     time_kernel("matmul logits f32 out", dtype, "cublas " + dims({rows, vocab, d_model}), stream,
@@ -211,16 +202,13 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     XF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cublasHandle_t cublas;
-    cublasLtHandle_t cublas_lt;
     XF_CUBLAS_CHECK(cublasCreate(&cublas));
-    XF_CUBLAS_CHECK(cublasLtCreate(&cublas_lt));
     const size_t workspace_bytes = xf::cuda::recommended_cublas_workspace_bytes(device);
     void* workspace = xf::cuda::device_malloc(workspace_bytes);
     xf::cuda::bind_cublas_handle(cublas, stream, workspace, workspace_bytes);
-    bench_dtype<float>("f32", options, cublas, cublas_lt, workspace, workspace_bytes, stream);
-    bench_dtype<half>("f16", options, cublas, cublas_lt, workspace, workspace_bytes, stream);
+    bench_dtype<float>("f32", options, cublas, stream);
+    bench_dtype<half>("f16", options, cublas, stream);
     xf::cuda::device_free(workspace);
-    XF_CUBLAS_CHECK(cublasLtDestroy(cublas_lt));
     XF_CUBLAS_CHECK(cublasDestroy(cublas));
     XF_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;

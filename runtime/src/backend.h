@@ -60,16 +60,9 @@ class Backend {
   virtual bool can_drop_sentences() const { return false; }
   virtual void keep_sentences(const int32_t* kept, int64_t count);
 
-  // For tests against a reference: the last encoder output [sentences, source_len, d_model] and
-  // the last step's logits [rows, target_vocab], copied to host memory.
-  virtual void copy_encoder_output(float* out) const = 0;
-  virtual void copy_logits(float* out) const = 0;
-
   // Bytes of working memory the backend took at construction.
   virtual size_t arena_bytes() const = 0;
-  // The stored matrices whose mapped pages the backend released (ModelFile::release_pages)
-  // because it reads copies of them (for tests). Views into the model's ModelFile.
-  virtual std::vector<const TensorView*> released_weights() const { return {}; }
+  // (Test-only reads of intermediate values: backend_probe.h.)
 };
 
 // threads: CPU threads for kernels and oneDNN. matrix_dtype: f32 or int8 to convert the weight

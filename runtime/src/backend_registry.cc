@@ -37,17 +37,8 @@ class ModuleBackend final : public Backend {
   void keep_sentences(const int32_t* kept, int64_t count) override {
     modules::call_module([&] { inner_->keep_sentences(kept, count); });
   }
-  void copy_encoder_output(float* out) const override {
-    modules::call_module([&] { inner_->copy_encoder_output(out); });
-  }
-  void copy_logits(float* out) const override {
-    modules::call_module([&] { inner_->copy_logits(out); });
-  }
   size_t arena_bytes() const override {
     return modules::call_module([&] { return inner_->arena_bytes(); });
-  }
-  std::vector<const TensorView*> released_weights() const override {
-    return modules::call_module([&] { return inner_->released_weights(); });
   }
 
  private:

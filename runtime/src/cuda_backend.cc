@@ -1,5 +1,6 @@
-// The CUDA backend: cuBLAS matrix products and xf's CUDA kernels (kernels_cuda/) over one device
-// arena, on one stream. Host C++ only (g++): every GPU function lives in xf_kernels_cuda.
+// The CUDA backend: the Transformer of transformer_backend.h over CudaOps, i.e. cuBLAS matrix
+// products and xf's CUDA kernels (kernels_cuda/) over one device arena, on one stream. Host C++
+// only (g++): every GPU function lives in xf_kernels_cuda.
 //
 // Memory: everything is taken when the backend is built, from the MemoryPlan: one device
 // allocation for the weights, one DeviceArena for the working memory (activations, K/V caches,
@@ -28,6 +29,7 @@
 
 #include "backend.h"
 #include "memory_plan.h"
+#include "transformer_backend.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
@@ -102,79 +104,7 @@ struct PinnedBlock {
   PinnedBlock& operator=(const PinnedBlock&) = delete;
 };
 
-// Offsets of sub-buffers in one block, reserved in order. rewind(mark()) lets buffers whose
-// lifetimes do not overlap (the encoder's and a decoder step's) share memory; the block's size
-// is the high-water mark.
-class BlockLayout {
- public:
-  explicit BlockLayout(size_t alignment) : alignment_(alignment) {}
-  template <typename T>
-  size_t reserve_array(int64_t count) {
-    return reserve(static_cast<size_t>(std::max<int64_t>(count, 0)) * sizeof(T));
-  }
-  size_t reserve(size_t bytes) {
-    const size_t offset = cuda::align_up(size_, alignment_);
-    size_ = offset + std::max<size_t>(bytes, 1);
-    high_water_ = std::max(high_water_, size_);
-    return offset;
-  }
-  size_t mark() const { return size_; }
-  void rewind(size_t mark) { size_ = mark; }
-  size_t bytes() const { return cuda::align_up(std::max<size_t>(high_water_, 1), alignment_); }
-
- private:
-  size_t alignment_;
-  size_t size_ = 0;
-  size_t high_water_ = 0;
-};
-
-// A host input of the step (tokens, parents, ...) on its way to the device: written into pinned
-// memory, then copied on the stream. The event guards the pinned slot: it is rewritten only once
-// its previous copy has left.
-template <typename U>
-struct StagedInput {
-  U* host = nullptr;    // pinned
-  U* device = nullptr;  // in the arena
-  std::unique_ptr<Event> copied;
-
-  U* begin_write() {
-    XF_CUDA_CHECK(cudaEventSynchronize(copied->handle));
-    return host;
-  }
-  const U* upload(int64_t count, cudaStream_t stream) {
-    XF_CUDA_CHECK(cudaMemcpyAsync(device, host, sizeof(U) * count, cudaMemcpyHostToDevice, stream));
-    XF_CUDA_CHECK(cudaEventRecord(copied->handle, stream));
-    return device;
-  }
-};
-
 // ---- weights ----------------------------------------------------------------------------------
-
-// y[rows, out] = x[rows, in] W^T; the bias is added by the kernel that follows the product.
-template <typename T>
-struct Linear {
-  const T* weight = nullptr;  // [out, in] as in the model file
-  const T* bias = nullptr;    // [out]
-  int64_t out = 0, in = 0;
-};
-
-template <typename T>
-struct Norm {
-  const T* gamma = nullptr;
-  const T* beta = nullptr;
-};
-
-template <typename T>
-struct EncoderLayer {
-  Linear<T> qkv, self_output, ffn_inner, ffn_outer;
-  Norm<T> self_norm, ffn_norm;
-};
-
-template <typename T>
-struct DecoderLayer {
-  Linear<T> qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
-  Norm<T> self_norm, cross_norm, ffn_norm;
-};
 
 // The model's tensors on the device, converted to T (or f32 where asked), each uploaded once
 // (a tied output projection and the embedding share one copy) into one allocation.
@@ -220,496 +150,225 @@ class DeviceWeights {
   std::unordered_map<std::string, const void*> uploaded_;
 };
 
-// ---- the backend ------------------------------------------------------------------------------
+// ---- the CUDA part of the Transformer (transformer_backend.h lists what an Ops provides) -------
 
 template <typename T>
-class CudaBackend final : public Backend {
+class CudaOps {
  public:
-  CudaBackend(const Model& model, const MemoryPlan& plan, int device);
-  ~CudaBackend() override {
+  using Value = T;
+  using HeadStrides = cuda::HeadStrides;
+  using AttentionShape = cuda::AttentionShape;
+  // y[rows, out] = x[rows, in] W^T; the bias is added by a kernel after the product.
+  struct Linear {
+    const T* weight = nullptr;  // [out, in] as in the model file
+    const T* bias = nullptr;    // [out]
+    int64_t out = 0, in = 0;
+    bool bias_in_product = false;
+  };
+  struct Norm {
+    const T* gamma = nullptr;
+    const T* beta = nullptr;
+  };
+  struct Table {
+    const T* data = nullptr;  // [vocab, d]
+    int64_t vocab = 0;
+  };
+  struct Logits {
+    const T* weight = nullptr;    // [target_vocab, d]
+    const float* bias = nullptr;  // [target_vocab] f32 (the logits are f32), or null
+  };
+  using Input = size_t;  // an index into staged_
+  static constexpr size_t kAlignment = cuda::kArenaAlignment;
+  static constexpr bool kLogitsOnHost = false;
+
+  CudaOps(const Model& model, const MemoryPlan& plan, int device)
+      : config_(model.config()), plan_(plan), file_(model.file()), device_(device),
+        weights_(model.file(), config_.output_bias ? std::vector<std::string>{param::kOutputBias}
+                                                   : std::vector<std::string>{}),
+        host_layout_(64) {}
+  ~CudaOps() {
     // Work still queued reads the arena: let it finish before the members free anything.
-    (void)cudaStreamSynchronize(stream_.handle);
+    (void)cudaStreamSynchronize(stream());
+  }
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  // ---- binding
+  Linear linear(const std::string& prefix, int64_t, bool bias_in_product) {
+    const TensorView& w = file_.tensor(prefix + schema::kWeight);
+    return {weights_.tensor(prefix + schema::kWeight), weights_.tensor(prefix + schema::kBias),
+            static_cast<int64_t>(w.rows()), static_cast<int64_t>(w.cols()), bias_in_product};
+  }
+  Norm norm(const std::string& prefix) {
+    return {weights_.tensor(prefix + schema::kGamma), weights_.tensor(prefix + schema::kBeta)};
+  }
+  Logits output_projection(int64_t) {
+    return {weights_.tensor(param::output_projection(config_)),
+            config_.output_bias ? weights_.tensor_f32(param::kOutputBias) : nullptr};
+  }
+  Table table(const std::string& name) {
+    return {weights_.tensor(name), static_cast<int64_t>(file_.tensor(name).rows())};
+  }
+  // The weights went up with cudaMemcpy on the legacy stream, which a non-blocking stream does
+  // not wait for.
+  void weights_bound() { XF_CUDA_CHECK(cudaDeviceSynchronize()); }
+  std::vector<const TensorView*> released_weights() const { return {}; }
+
+  // ---- memory: the device arena, and a pinned host block for what crosses the bus
+  int64_t padded_rows(int64_t rows) const { return rows; }
+  void reserve(ArenaLayout& layout) {
+    const int64_t top = plan_.max_rows * plan_.max_beam;
+    cublas_workspace_bytes_ = cuda::recommended_cublas_workspace_bytes(device_);
+    cublas_workspace_ = layout.reserve(cublas_workspace_bytes_);
+    attention_workspace_ = layout.reserve(cuda::cached_attention_workspace_bytes(
+        plan_.max_rows, config_.num_heads, config_.head_dim(), plan_.max_target_len));
+    row_offsets_input_ = input(layout, sizeof(float) * plan_.max_rows);
+    top_values_ = layout.reserve_array<float>(top);
+    top_ids_ = layout.reserve_array<int32_t>(top);
+    top_values_host_ = host_layout_.reserve_array<float>(top);
+    top_ids_host_ = host_layout_.reserve_array<int32_t>(top);
+  }
+  Input input(ArenaLayout& layout, size_t bytes) {
+    Staged s;
+    s.device_offset = layout.reserve(bytes);
+    s.host_offset = host_layout_.reserve(bytes);
+    staged_.push_back(std::move(s));
+    return staged_.size() - 1;
+  }
+  void* allocate(const ArenaLayout& layout) {
+    arena_ = std::make_unique<cuda::DeviceArena>(layout.bytes());
+    pinned_ = std::make_unique<PinnedBlock>(host_layout_.bytes());
+    for (Staged& s : staged_) {
+      s.device = device_at(s.device_offset);
+      s.host = host_at(s.host_offset);
+      s.copied = std::make_unique<Event>();
+    }
+    cuda::bind_cublas_handle(cublas_.handle, stream(), device_at(cublas_workspace_), cublas_workspace_bytes_);
+    return arena_->base();
+  }
+  size_t arena_bytes() const { return arena_->capacity(); }
+  // Writes values into the input's pinned slot (once its previous copy has left), then copies
+  // them to the device on the stream.
+  template <typename U>
+  const U* upload(Input input, const U* values, int64_t count) {
+    Staged& s = staged_[input];
+    XF_CUDA_CHECK(cudaEventSynchronize(s.copied->handle));
+    std::copy(values, values + count, static_cast<U*>(s.host));
+    XF_CUDA_CHECK(cudaMemcpyAsync(s.device, s.host, sizeof(U) * count, cudaMemcpyHostToDevice, stream()));
+    XF_CUDA_CHECK(cudaEventRecord(s.copied->handle, stream()));
+    return static_cast<const U*>(s.device);
   }
 
-  void encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
-              int64_t source_len) override;
-  void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
-  void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
-  void reorder_cache(const int32_t* parents, int64_t step) override;
-  bool can_drop_sentences() const override { return true; }
-  void keep_sentences(const int32_t* kept, int64_t count) override;
-  void copy_encoder_output(float* out) const override;
-  void copy_logits(float* out) const override;
-  size_t arena_bytes() const override { return arena_->capacity(); }
+  // ---- kernels
+  void project(const Linear& l, const T* x, T* y, int64_t rows) {
+    cuda::matmul(cublas_.handle, x, l.weight, y, rows, l.out, l.in);
+    if (l.bias_in_product) cuda::add_bias_residual(y, l.bias, nullptr, rows, l.out, stream());
+  }
+  // f32 logits in both compute types (f16 inputs, f32 output and accumulation).
+  void logits(const Logits& l, const T* x, float* y, int64_t rows) {
+    cuda::matmul(cublas_.handle, x, l.weight, y, rows, config_.target_vocab_size, config_.d_model);
+    if (l.bias != nullptr)
+      cuda::add_bias_residual(y, l.bias, nullptr, rows, config_.target_vocab_size, stream());
+  }
+  void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale, T* out) {
+    cuda::embed(table.data, table.vocab, config_.d_model, ids, positions, rows, scale, out, stream());
+  }
+  void layer_norm(const T* x, const T* bias, const T* residual, const Norm& n, float epsilon, int64_t rows,
+                  int64_t dim, T* out) {
+    cuda::add_bias_residual_layer_norm(x, bias, residual, n.gamma, n.beta, epsilon, rows, dim, out, nullptr,
+                                       nullptr, stream());
+  }
+  void add_bias_residual(T* x, const T* bias, const T* residual, int64_t rows, int64_t dim) {
+    cuda::add_bias_residual(x, bias, residual, rows, dim, stream());
+  }
+  void bias_relu(T* x, const T* bias, int64_t rows, int64_t dim) { cuda::bias_relu(x, bias, rows, dim, stream()); }
+  void attention(const T* q, HeadStrides qs, const T* k, HeadStrides ks, const T* v, HeadStrides vs, T* out,
+                 HeadStrides os, const AttentionShape& shape, const int32_t* key_lengths) {
+    cuda::attention(q, qs, k, ks, v, vs, out, os, shape, key_lengths, -1, nullptr, stream());
+  }
+  // The product without its bias, then one kernel adds it and splits Q to [rows, heads, 1,
+  // head_dim] (position stride 0) and K, V into the caches at `step`; the cached attention
+  // splits long caches over several blocks.
+  void self_attention_step(const Linear& qkv_linear, const T* in, int64_t rows, int64_t step, T* k_cache,
+                           T* v_cache, HeadStrides cache_strides, T* qkv, T* query, T* context) {
+    const int64_t d = config_.d_model, heads = config_.num_heads, head_dim = config_.head_dim();
+    cuda::matmul(cublas_.handle, in, qkv_linear.weight, qkv, rows, qkv_linear.out, qkv_linear.in);
+    cuda::SplitHeadsOutputs<T> split;
+    split.data[0] = query;
+    split.data[1] = k_cache;
+    split.data[2] = v_cache;
+    split.strides[0] = HeadStrides{d, head_dim, 0};
+    split.strides[1] = cache_strides;
+    split.strides[2] = cache_strides;
+    cuda::add_bias_split_heads(qkv, 3 * d, qkv_linear.bias, 3, rows, 1, heads, head_dim, split, step, stream());
+    cuda::cached_attention(query, d, k_cache, v_cache, cache_strides, rows, heads, head_dim, plan_.max_target_len,
+                           step, context, d, device_at(attention_workspace_), stream());
+  }
+  // Only [rows, k] crosses the bus.
+  void top_k(const float* logits, const float* row_offsets, int64_t rows, int64_t vocab, int64_t k,
+             float* values, int32_t* ids) {
+    const float* offsets = row_offsets != nullptr ? upload(row_offsets_input_, row_offsets, rows) : nullptr;
+    float* top_values = static_cast<float*>(device_at(top_values_));
+    int32_t* top_ids = static_cast<int32_t*>(device_at(top_ids_));
+    cuda::log_softmax_top_k(logits, offsets, rows, vocab, k, top_values, top_ids, stream());
+    const int64_t count = rows * k;
+    float* values_host = static_cast<float*>(host_at(top_values_host_));
+    int32_t* ids_host = static_cast<int32_t*>(host_at(top_ids_host_));
+    XF_CUDA_CHECK(cudaMemcpyAsync(values_host, top_values, sizeof(float) * count, cudaMemcpyDeviceToHost, stream()));
+    XF_CUDA_CHECK(cudaMemcpyAsync(ids_host, top_ids, sizeof(int32_t) * count, cudaMemcpyDeviceToHost, stream()));
+    XF_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    std::copy(values_host, values_host + count, values);
+    std::copy(ids_host, ids_host + count, ids);
+  }
+  void gather_rows(const T* src, int64_t src_stride, const int32_t* indices, int64_t count, int64_t len, T* dst,
+                   int64_t dst_stride) {
+    cuda::gather_rows(src, src_stride, indices, count, len, dst, dst_stride, stream());
+  }
+  // count blocks of `block` elements, `pitch` apart, from src to dst, in stream order.
+  void copy_blocks(const T* src, T* dst, int64_t block, int64_t count, int64_t pitch) {
+    XF_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(T) * pitch, src, sizeof(T) * pitch, sizeof(T) * block, count,
+                                    cudaMemcpyDeviceToDevice, stream()));
+  }
+  template <typename U>
+  void download(const U* values, int64_t count, float* out) const {
+    std::vector<U> host(count);  // for tests: allocating here is fine
+    XF_CUDA_CHECK(cudaMemcpyAsync(host.data(), values, sizeof(U) * count, cudaMemcpyDeviceToHost, stream()));
+    XF_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (int64_t i = 0; i < count; ++i) out[i] = to_f32(host[i]);
+  }
 
  private:
-  void prepare_weights();
-  void plan_arena();
-  Linear<T> linear(const std::string& prefix) {
-    const TensorView& w = model_file_.tensor(prefix + ".weight");
-    return {weights_.tensor(prefix + ".weight"), weights_.tensor(prefix + ".bias"),
-            static_cast<int64_t>(w.rows()), static_cast<int64_t>(w.cols())};
-  }
-  Norm<T> norm(const std::string& prefix) {
-    return {weights_.tensor(prefix + ".gamma"), weights_.tensor(prefix + ".beta")};
-  }
-  void product(const Linear<T>& l, const T* x, T* y, int64_t rows) {
-    cuda::matmul(cublas_.handle, x, l.weight, y, rows, l.out, l.in);
-  }
-  // out = LayerNorm(x + bias + residual); bias and residual may be null.
-  void layer_norm(const T* x, const T* bias, const T* residual, const Norm<T>& n, int64_t rows, T* out) {
-    cuda::add_bias_residual_layer_norm(x, bias, residual, n.gamma, n.beta, config_.layer_norm_epsilon,
-                                       rows, d_, out, nullptr, nullptr, stream());
-  }
-  // The sub-layer's input: x itself (post-norm) or LayerNorm(x) into `normed` (pre-norm).
-  const T* sublayer_input(const T* x, const Norm<T>& n, int64_t rows, T* normed) {
-    if (!pre_norm_) return x;
-    layer_norm(x, nullptr, nullptr, n, rows, normed);
-    return normed;
-  }
-  // x = LayerNorm(x + sublayer + bias) (post-norm) or x += sublayer + bias (pre-norm).
-  void residual(T* x, const T* sublayer, const T* bias, const Norm<T>& n, int64_t rows) {
-    if (pre_norm_)
-      cuda::add_bias_residual(x, bias, sublayer, rows, d_, stream());
-    else
-      layer_norm(sublayer, bias, x, n, rows, x);
-  }
-  // x = FFN(x) with its residual and norm; hidden: [rows, d_ff].
-  template <typename Layer>
-  void feed_forward(const Layer& layer, T* x, int64_t rows, T* normed, T* hidden, T* sublayer) {
-    const T* in = sublayer_input(x, layer.ffn_norm, rows, normed);
-    product(layer.ffn_inner, in, hidden, rows);
-    cuda::bias_relu(hidden, layer.ffn_inner.bias, rows, d_ff_, stream());
-    product(layer.ffn_outer, hidden, sublayer, rows);
-    residual(x, sublayer, layer.ffn_outer.bias, layer.ffn_norm, rows);
-  }
-  void encode_group(const int32_t* source_ids, const int32_t* source_lengths, const int32_t* positions,
-                    int64_t sentences, int64_t source_len, T* x);
+  // A host input's pinned slot and device buffer. The event guards the pinned slot: it is
+  // rewritten only once its previous copy has left.
+  struct Staged {
+    size_t device_offset = 0, host_offset = 0;
+    void* device = nullptr;
+    void* host = nullptr;
+    std::unique_ptr<Event> copied;
+  };
+
   cudaStream_t stream() const { return stream_.handle; }
+  void* device_at(size_t offset) const { return static_cast<char*>(arena_->base()) + offset; }
+  void* host_at(size_t offset) const { return static_cast<char*>(pinned_->data) + offset; }
 
   ModelConfig config_;
   const MemoryPlan& plan_;
-  const ModelFile& model_file_;
-  int device_ = 0;
-  int64_t d_ = 0, heads_ = 0, head_dim_ = 0, d_ff_ = 0, source_vocab_ = 0, vocab_ = 0;
-  bool pre_norm_ = false;
-
+  const ModelFile& file_;
+  int device_;
   // Declared first, destroyed last: the arenas below are freed before the stream goes.
   Stream stream_;
   CublasHandle cublas_;
   DeviceWeights<T> weights_;
+  ArenaLayout host_layout_;
   std::unique_ptr<cuda::DeviceArena> arena_;
   std::unique_ptr<PinnedBlock> pinned_;
-
-  const T* source_table_ = nullptr;  // [source_vocab, d]
-  const T* target_table_ = nullptr;  // [target_vocab, d]
-  std::vector<EncoderLayer<T>> encoder_;
-  std::vector<DecoderLayer<T>> decoder_;
-  Norm<T> encoder_final_norm_, decoder_final_norm_;
-  const T* output_weight_ = nullptr;       // [target_vocab, d]
-  const float* output_bias_ = nullptr;     // [target_vocab] f32 (the logits are f32), or null
-
-  // Persistent across a batch.
-  T* memory_ = nullptr;    // encoder output [sentences * source_len, d]
-  T* cross_kv_ = nullptr;  // per decoder layer [sentences * source_len, 2d]: K | V, bias added
-  int64_t cross_kv_layer_stride_ = 0;
-  // Self-attention K and V caches, current and next (the beam gather writes the other one):
-  // [layers, max_rows, max_target_len, d], as the CPU backend's: a row's positions are
-  // contiguous, so the beam gather is one row copy per row and layer.
-  T* self_k_[2] = {nullptr, nullptr};
-  T* self_v_[2] = {nullptr, nullptr};
-  int current_cache_ = 0;
-  int64_t cache_layer_stride_ = 0, cache_row_stride_ = 0;
-  void* cublas_workspace_ = nullptr;
+  std::vector<Staged> staged_;
   size_t cublas_workspace_bytes_ = 0;
-  void* attention_workspace_ = nullptr;  // cached_attention's split-key partials
-  StagedInput<int32_t> source_ids_;      // [max_sentences * max_source_len]
-  StagedInput<int32_t> source_lengths_;  // [max_sentences]
-  StagedInput<int32_t> positions_;       // [max(encoder group rows, max_rows)]
-  StagedInput<int32_t> tokens_;          // [max_rows]
-  StagedInput<int32_t> parents_;         // [max_rows]
-  StagedInput<float> row_offsets_;       // [max_rows]
-  float* top_values_ = nullptr;          // [max_rows, max_beam] device
-  int32_t* top_ids_ = nullptr;           // [max_rows, max_beam] device
-  float* top_values_host_ = nullptr;     // [max_rows, max_beam] pinned
-  int32_t* top_ids_host_ = nullptr;      // [max_rows, max_beam] pinned
-  // Encoder working buffers (live during encode only), rows = encoder group.
-  T *enc_qkv_ = nullptr, *enc_context_ = nullptr, *enc_sublayer_ = nullptr, *enc_hidden_ = nullptr,
-    *enc_normed_ = nullptr;
-  // Decoder step buffers (live from a step to the next encode), rows = decoder rows.
-  T *dec_x_ = nullptr, *dec_normed_ = nullptr, *dec_qkv_ = nullptr, *dec_query_ = nullptr,
-    *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
-  float* logits_ = nullptr;  // [rows, vocab] f32
-
-  // The batch last encoded (sentences_ shrinks as keep_sentences() drops finished ones).
-  int64_t sentences_ = 0, source_len_ = 0, rows_ = 0, beam_ = 1;
-  std::vector<int32_t> batch_lengths_;  // [max_sentences] the batch's source lengths, on the host
+  // Offsets in the device arena and the pinned block.
+  size_t cublas_workspace_ = 0, attention_workspace_ = 0, top_values_ = 0, top_ids_ = 0;
+  size_t top_values_host_ = 0, top_ids_host_ = 0;
+  Input row_offsets_input_ = 0;
 };
-
-template <typename T>
-CudaBackend<T>::CudaBackend(const Model& model, const MemoryPlan& plan, int device)
-    : config_(model.config()), plan_(plan), model_file_(model.file()), device_(device),
-      weights_(model.file(), config_.output_bias ? std::vector<std::string>{param::kOutputBias}
-                                                 : std::vector<std::string>{}) {
-  d_ = config_.d_model;
-  heads_ = config_.num_heads;
-  head_dim_ = config_.head_dim();
-  d_ff_ = config_.d_ff;
-  source_vocab_ = config_.source_vocab_size;
-  vocab_ = config_.target_vocab_size;
-  pre_norm_ = config_.norm_position == NormPosition::pre;
-  prepare_weights();
-  plan_arena();
-  batch_lengths_.resize(plan_.max_sentences);
-  cuda::bind_cublas_handle(cublas_.handle, stream(), cublas_workspace_, cublas_workspace_bytes_);
-  // The weights went up with cudaMemcpy on the legacy stream, which a non-blocking stream does
-  // not wait for.
-  XF_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-template <typename T>
-void CudaBackend<T>::prepare_weights() {
-  for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
-    const std::string p = param::encoder_layer(i);
-    EncoderLayer<T> layer;
-    layer.qkv = linear(p + "self_attention.qkv");
-    layer.self_output = linear(p + "self_attention.output");
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner");
-    layer.ffn_outer = linear(p + "ffn.outer");
-    layer.ffn_norm = norm(p + "ffn_norm");
-    encoder_.push_back(layer);
-  }
-  for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
-    const std::string p = param::decoder_layer(i);
-    DecoderLayer<T> layer;
-    layer.qkv = linear(p + "self_attention.qkv");
-    layer.self_output = linear(p + "self_attention.output");
-    layer.self_norm = norm(p + "self_attention_norm");
-    layer.cross_query = linear(p + "cross_attention.query");
-    layer.cross_key_value = linear(p + "cross_attention.key_value");
-    layer.cross_output = linear(p + "cross_attention.output");
-    layer.cross_norm = norm(p + "cross_attention_norm");
-    layer.ffn_inner = linear(p + "ffn.inner");
-    layer.ffn_outer = linear(p + "ffn.outer");
-    layer.ffn_norm = norm(p + "ffn_norm");
-    decoder_.push_back(layer);
-  }
-  if (pre_norm_) {
-    encoder_final_norm_ = norm("encoder.final_norm");
-    decoder_final_norm_ = norm("decoder.final_norm");
-  }
-  source_table_ = weights_.tensor(param::source_embedding(config_));
-  target_table_ = weights_.tensor(param::target_embedding(config_));
-  output_weight_ = weights_.tensor(param::output_projection(config_));
-  output_bias_ = config_.output_bias ? weights_.tensor_f32(param::kOutputBias) : nullptr;
-}
-
-template <typename T>
-void CudaBackend<T>::plan_arena() {
-  const int64_t cross_rows = plan_.max_sentences * plan_.max_source_len;
-  const int64_t enc_rows = plan_.encoder_group_rows;
-  const int64_t dec_rows = plan_.max_rows;
-  const int64_t layers = std::max<int64_t>(config_.decoder_layers, 1);
-  const int64_t top = plan_.max_rows * plan_.max_beam;
-
-  BlockLayout layout(cuda::kArenaAlignment);
-  // Persistent buffers.
-  const size_t memory = layout.reserve_array<T>(cross_rows * d_);
-  cross_kv_layer_stride_ = cross_rows * 2 * d_;
-  const size_t cross_kv = layout.reserve_array<T>(layers * cross_kv_layer_stride_);
-  cache_row_stride_ = plan_.max_target_len * d_;
-  cache_layer_stride_ = plan_.max_rows * cache_row_stride_;
-  size_t caches[4];
-  for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
-  cublas_workspace_bytes_ = cuda::recommended_cublas_workspace_bytes(device_);
-  const size_t cublas_workspace = layout.reserve(cublas_workspace_bytes_);
-  const size_t attention_workspace = layout.reserve(
-      cuda::cached_attention_workspace_bytes(plan_.max_rows, heads_, head_dim_, plan_.max_target_len));
-  const size_t source_ids = layout.reserve_array<int32_t>(cross_rows);
-  const size_t source_lengths = layout.reserve_array<int32_t>(plan_.max_sentences);
-  const size_t positions = layout.reserve_array<int32_t>(std::max(enc_rows, dec_rows));
-  const size_t tokens = layout.reserve_array<int32_t>(dec_rows);
-  const size_t parents = layout.reserve_array<int32_t>(dec_rows);
-  const size_t row_offsets = layout.reserve_array<float>(dec_rows);
-  const size_t top_values = layout.reserve_array<float>(top);
-  const size_t top_ids = layout.reserve_array<int32_t>(top);
-
-  // Encoder and decoder-step buffers share memory: a batch's encoder is done before its first step.
-  const size_t phase_start = layout.mark();
-  const size_t enc_qkv = layout.reserve_array<T>(enc_rows * 3 * d_);
-  const size_t enc_context = layout.reserve_array<T>(enc_rows * d_);
-  const size_t enc_sublayer = layout.reserve_array<T>(enc_rows * d_);
-  const size_t enc_hidden = layout.reserve_array<T>(enc_rows * d_ff_);
-  const size_t enc_normed = layout.reserve_array<T>(pre_norm_ ? enc_rows * d_ : 0);
-  layout.rewind(phase_start);
-  const size_t dec_x = layout.reserve_array<T>(dec_rows * d_);
-  const size_t dec_normed = layout.reserve_array<T>(pre_norm_ ? dec_rows * d_ : 0);
-  const size_t dec_qkv = layout.reserve_array<T>(dec_rows * 3 * d_);
-  const size_t dec_query = layout.reserve_array<T>(dec_rows * d_);
-  const size_t dec_context = layout.reserve_array<T>(dec_rows * d_);
-  const size_t dec_sublayer = layout.reserve_array<T>(dec_rows * d_);
-  const size_t dec_hidden = layout.reserve_array<T>(dec_rows * d_ff_);
-  const size_t logits = layout.reserve_array<float>(dec_rows * vocab_);
-
-  arena_ = std::make_unique<cuda::DeviceArena>(layout.bytes());
-  auto at = [&](size_t offset) { return arena_->at(offset, 0); };
-  memory_ = static_cast<T*>(at(memory));
-  cross_kv_ = static_cast<T*>(at(cross_kv));
-  self_k_[0] = static_cast<T*>(at(caches[0]));
-  self_k_[1] = static_cast<T*>(at(caches[1]));
-  self_v_[0] = static_cast<T*>(at(caches[2]));
-  self_v_[1] = static_cast<T*>(at(caches[3]));
-  cublas_workspace_ = at(cublas_workspace);
-  attention_workspace_ = at(attention_workspace);
-  source_ids_.device = static_cast<int32_t*>(at(source_ids));
-  source_lengths_.device = static_cast<int32_t*>(at(source_lengths));
-  positions_.device = static_cast<int32_t*>(at(positions));
-  tokens_.device = static_cast<int32_t*>(at(tokens));
-  parents_.device = static_cast<int32_t*>(at(parents));
-  row_offsets_.device = static_cast<float*>(at(row_offsets));
-  top_values_ = static_cast<float*>(at(top_values));
-  top_ids_ = static_cast<int32_t*>(at(top_ids));
-  enc_qkv_ = static_cast<T*>(at(enc_qkv));
-  enc_context_ = static_cast<T*>(at(enc_context));
-  enc_sublayer_ = static_cast<T*>(at(enc_sublayer));
-  enc_hidden_ = static_cast<T*>(at(enc_hidden));
-  enc_normed_ = static_cast<T*>(at(enc_normed));
-  dec_x_ = static_cast<T*>(at(dec_x));
-  dec_normed_ = static_cast<T*>(at(dec_normed));
-  dec_qkv_ = static_cast<T*>(at(dec_qkv));
-  dec_query_ = static_cast<T*>(at(dec_query));
-  dec_context_ = static_cast<T*>(at(dec_context));
-  dec_sublayer_ = static_cast<T*>(at(dec_sublayer));
-  dec_hidden_ = static_cast<T*>(at(dec_hidden));
-  logits_ = static_cast<float*>(at(logits));
-
-  // The pinned host side: inputs on their way in, the top-k on its way out.
-  BlockLayout host(64);
-  const size_t host_source_ids = host.reserve_array<int32_t>(cross_rows);
-  const size_t host_source_lengths = host.reserve_array<int32_t>(plan_.max_sentences);
-  const size_t host_positions = host.reserve_array<int32_t>(std::max(enc_rows, dec_rows));
-  const size_t host_tokens = host.reserve_array<int32_t>(dec_rows);
-  const size_t host_parents = host.reserve_array<int32_t>(dec_rows);
-  const size_t host_row_offsets = host.reserve_array<float>(dec_rows);
-  const size_t host_top_values = host.reserve_array<float>(top);
-  const size_t host_top_ids = host.reserve_array<int32_t>(top);
-  pinned_ = std::make_unique<PinnedBlock>(host.bytes());
-  auto host_at = [&](size_t offset) { return static_cast<char*>(pinned_->data) + offset; };
-  source_ids_.host = reinterpret_cast<int32_t*>(host_at(host_source_ids));
-  source_lengths_.host = reinterpret_cast<int32_t*>(host_at(host_source_lengths));
-  positions_.host = reinterpret_cast<int32_t*>(host_at(host_positions));
-  tokens_.host = reinterpret_cast<int32_t*>(host_at(host_tokens));
-  parents_.host = reinterpret_cast<int32_t*>(host_at(host_parents));
-  row_offsets_.host = reinterpret_cast<float*>(host_at(host_row_offsets));
-  top_values_host_ = reinterpret_cast<float*>(host_at(host_top_values));
-  top_ids_host_ = reinterpret_cast<int32_t*>(host_at(host_top_ids));
-  for (auto* copied : {&source_ids_.copied, &source_lengths_.copied, &positions_.copied, &tokens_.copied,
-                       &parents_.copied, &row_offsets_.copied})
-    *copied = std::make_unique<Event>();
-}
-
-template <typename T>
-void CudaBackend<T>::encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
-                            int64_t source_len) {
-  if (sentences < 1 || sentences > plan_.max_sentences || source_len < 1 ||
-      source_len > plan_.max_source_len)
-    throw Error("internal: encode() outside the plan");
-  sentences_ = sentences;
-  source_len_ = source_len;
-  const int64_t total_rows = sentences * source_len;
-  std::copy(source_ids, source_ids + total_rows, source_ids_.begin_write());
-  const int32_t* ids = source_ids_.upload(total_rows, stream());
-  std::copy(source_lengths, source_lengths + sentences, batch_lengths_.begin());
-  std::copy(source_lengths, source_lengths + sentences, source_lengths_.begin_write());
-  const int32_t* lengths = source_lengths_.upload(sentences, stream());
-
-  // Groups of whole sentences of at most encoder_group_rows rows; every group starts at
-  // position 0, so one positions buffer serves them all.
-  const int64_t group = std::max<int64_t>(1, plan_.encoder_group_rows / source_len);
-  const int64_t group_rows = std::min(group, sentences) * source_len;
-  int32_t* host_positions = positions_.begin_write();
-  for (int64_t i = 0; i < group_rows; ++i) host_positions[i] = static_cast<int32_t>(i % source_len);
-  const int32_t* positions = positions_.upload(group_rows, stream());
-
-  for (int64_t first = 0; first < sentences; first += group) {
-    const int64_t count = std::min(group, sentences - first);
-    const int64_t rows = count * source_len;
-    T* memory = memory_ + first * source_len * d_;
-    encode_group(ids + first * source_len, lengths + first, positions, count, source_len, memory);
-    // The group's cross-attention K|V for every decoder layer, bias included.
-    for (size_t l = 0; l < decoder_.size(); ++l) {
-      const Linear<T>& kv = decoder_[l].cross_key_value;
-      T* out = cross_kv_ + l * cross_kv_layer_stride_ + first * source_len * 2 * d_;
-      product(kv, memory, out, rows);
-      cuda::add_bias_residual(out, kv.bias, nullptr, rows, 2 * d_, stream());
-    }
-  }
-}
-
-template <typename T>
-void CudaBackend<T>::encode_group(const int32_t* source_ids, const int32_t* source_lengths,
-                                  const int32_t* positions, int64_t sentences, int64_t source_len, T* x) {
-  const int64_t rows = sentences * source_len;
-  cuda::embed(source_table_, source_vocab_, d_, source_ids, positions, rows,
-              std::sqrt(static_cast<float>(d_)), x, stream());
-  // The fused QKV output [sentences, source_len, 3d] seen as [sentences, heads, source_len, head_dim].
-  const HeadStrides qkv_strides{source_len * 3 * d_, head_dim_, 3 * d_};
-  const HeadStrides context_strides{source_len * d_, head_dim_, d_};
-  const cuda::AttentionShape shape{sentences, heads_, source_len, source_len, head_dim_};
-  for (const EncoderLayer<T>& layer : encoder_) {
-    const T* in = sublayer_input(x, layer.self_norm, rows, enc_normed_);
-    product(layer.qkv, in, enc_qkv_, rows);
-    cuda::add_bias_residual(enc_qkv_, layer.qkv.bias, nullptr, rows, 3 * d_, stream());
-    cuda::attention(enc_qkv_, qkv_strides, enc_qkv_ + d_, qkv_strides, enc_qkv_ + 2 * d_, qkv_strides,
-                    enc_context_, context_strides, shape, source_lengths, -1, nullptr, stream());
-    product(layer.self_output, enc_context_, enc_sublayer_, rows);
-    residual(x, enc_sublayer_, layer.self_output.bias, layer.self_norm, rows);
-    feed_forward(layer, x, rows, enc_normed_, enc_hidden_, enc_sublayer_);
-  }
-  if (pre_norm_) layer_norm(x, nullptr, nullptr, encoder_final_norm_, rows, x);
-}
-
-template <typename T>
-void CudaBackend<T>::decode_step(const int32_t* tokens, int64_t beam, int64_t step) {
-  if (beam < 1 || beam > plan_.max_beam || step < 0 || step >= plan_.max_target_len || sentences_ < 1)
-    throw Error("internal: decode_step() outside the plan");
-  beam_ = beam;
-  rows_ = sentences_ * beam;
-  const int64_t rows = rows_;
-  std::copy(tokens, tokens + rows, tokens_.begin_write());
-  const int32_t* device_tokens = tokens_.upload(rows, stream());
-  int32_t* host_positions = positions_.begin_write();
-  std::fill(host_positions, host_positions + rows, static_cast<int32_t>(step));
-  const int32_t* positions = positions_.upload(rows, stream());
-  T* x = dec_x_;
-  cuda::embed(target_table_, vocab_, d_, device_tokens, positions, rows, std::sqrt(static_cast<float>(d_)),
-              x, stream());
-
-  // Self-attention: Q to [rows, heads, 1, head_dim] (position stride 0: the split writes at
-  // position `step`), K and V into the cache [rows, max_target_len, d] at position `step`.
-  const HeadStrides query_strides{d_, head_dim_, 0};
-  const HeadStrides cache_strides{cache_row_stride_, head_dim_, d_};
-  // Cross-attention: a sentence's beam hypotheses are its queries, [sentences, heads, beam, head_dim],
-  // over the sentence's keys [sentences, source_len, 2d]; no copy of K/V per hypothesis.
-  const HeadStrides beam_query_strides{beam * d_, head_dim_, d_};
-  const HeadStrides cross_strides{source_len_ * 2 * d_, head_dim_, 2 * d_};
-  const cuda::AttentionShape cross_shape{sentences_, heads_, beam, source_len_, head_dim_};
-  const int32_t* source_lengths = source_lengths_.device;
-
-  for (size_t l = 0; l < decoder_.size(); ++l) {
-    const DecoderLayer<T>& layer = decoder_[l];
-    T* k_cache = self_k_[current_cache_] + l * cache_layer_stride_;
-    T* v_cache = self_v_[current_cache_] + l * cache_layer_stride_;
-
-    const T* in = sublayer_input(x, layer.self_norm, rows, dec_normed_);
-    product(layer.qkv, in, dec_qkv_, rows);
-    cuda::SplitHeadsOutputs<T> split;
-    split.data[0] = dec_query_;
-    split.data[1] = k_cache;
-    split.data[2] = v_cache;
-    split.strides[0] = query_strides;
-    split.strides[1] = cache_strides;
-    split.strides[2] = cache_strides;
-    cuda::add_bias_split_heads(dec_qkv_, 3 * d_, layer.qkv.bias, 3, rows, 1, heads_, head_dim_, split, step,
-                               stream());
-    cuda::cached_attention(dec_query_, d_, k_cache, v_cache, cache_strides, rows, heads_, head_dim_,
-                           plan_.max_target_len, step, dec_context_, d_, attention_workspace_, stream());
-    product(layer.self_output, dec_context_, dec_sublayer_, rows);
-    residual(x, dec_sublayer_, layer.self_output.bias, layer.self_norm, rows);
-
-    in = sublayer_input(x, layer.cross_norm, rows, dec_normed_);
-    product(layer.cross_query, in, dec_query_, rows);
-    cuda::add_bias_residual(dec_query_, layer.cross_query.bias, nullptr, rows, d_,
-                            stream());
-    const T* cross_kv = cross_kv_ + l * cross_kv_layer_stride_;
-    cuda::attention(dec_query_, beam_query_strides, cross_kv, cross_strides, cross_kv + d_, cross_strides,
-                    dec_context_, beam_query_strides, cross_shape, source_lengths, -1, nullptr, stream());
-    product(layer.cross_output, dec_context_, dec_sublayer_, rows);
-    residual(x, dec_sublayer_, layer.cross_output.bias, layer.cross_norm, rows);
-
-    feed_forward(layer, x, rows, dec_normed_, dec_hidden_, dec_sublayer_);
-  }
-  if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
-  // f32 logits in both compute types (f16 inputs, f32 output and accumulation).
-  cuda::matmul(cublas_.handle, x, output_weight_, logits_, rows, vocab_, d_);
-  if (output_bias_ != nullptr)
-    cuda::add_bias_residual(logits_, output_bias_, nullptr, rows, vocab_, stream());
-}
-
-template <typename T>
-void CudaBackend<T>::top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) {
-  if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
-  const float* offsets = nullptr;
-  if (row_offsets != nullptr) {
-    std::copy(row_offsets, row_offsets + rows_, row_offsets_.begin_write());
-    offsets = row_offsets_.upload(rows_, stream());
-  }
-  cuda::log_softmax_top_k(logits_, offsets, rows_, vocab_, k, top_values_, top_ids_, stream());
-  // Only [rows, k] crosses the bus.
-  const int64_t count = rows_ * k;
-  XF_CUDA_CHECK(cudaMemcpyAsync(top_values_host_, top_values_, sizeof(float) * count,
-                                cudaMemcpyDeviceToHost, stream()));
-  XF_CUDA_CHECK(cudaMemcpyAsync(top_ids_host_, top_ids_, sizeof(int32_t) * count, cudaMemcpyDeviceToHost,
-                                stream()));
-  XF_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  std::copy(top_values_host_, top_values_host_ + count, values);
-  std::copy(top_ids_host_, top_ids_host_ + count, ids);
-}
-
-template <typename T>
-void CudaBackend<T>::reorder_cache(const int32_t* parents, int64_t step) {
-  if (step < 0 || step >= plan_.max_target_len || rows_ < 1) throw Error("internal: reorder_cache() outside the plan");
-  std::copy(parents, parents + rows_, parents_.begin_write());
-  const int32_t* device_parents = parents_.upload(rows_, stream());
-  const int next = 1 - current_cache_;
-  const int64_t prefix = (step + 1) * d_;
-  for (size_t l = 0; l < decoder_.size(); ++l) {
-    const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
-    cuda::gather_rows(self_k_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
-                      self_k_[next] + offset, cache_row_stride_, stream());
-    cuda::gather_rows(self_v_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
-                      self_v_[next] + offset, cache_row_stride_, stream());
-  }
-  current_cache_ = next;
-}
-
-template <typename T>
-void CudaBackend<T>::keep_sentences(const int32_t* kept, int64_t count) {
-  if (count < 1 || count > sentences_) throw Error("internal: keep_sentences() outside the batch");
-  for (int64_t i = 0; i < count; ++i)
-    if (kept[i] < i || kept[i] >= sentences_ || (i > 0 && kept[i] <= kept[i - 1]))
-      throw Error("internal: keep_sentences() needs ascending sentences of the batch");
-  // kept is ascending, so every sentence moves towards the front: copies in stream order, each
-  // one sentence's cross K|V in every layer (one row of source_len * 2d per layer).
-  const int64_t block = source_len_ * 2 * d_;
-  const size_t pitch = sizeof(T) * cross_kv_layer_stride_;
-  for (int64_t i = 0; i < count; ++i) {
-    if (kept[i] == i || decoder_.empty()) continue;
-    XF_CUDA_CHECK(cudaMemcpy2DAsync(cross_kv_ + i * block, pitch, cross_kv_ + kept[i] * block, pitch,
-                                    sizeof(T) * block, decoder_.size(), cudaMemcpyDeviceToDevice, stream()));
-  }
-  for (int64_t i = 0; i < count; ++i) batch_lengths_[i] = batch_lengths_[kept[i]];
-  std::copy(batch_lengths_.begin(), batch_lengths_.begin() + count, source_lengths_.begin_write());
-  source_lengths_.upload(count, stream());
-  sentences_ = count;
-  rows_ = sentences_ * beam_;
-}
-
-template <typename T>
-void CudaBackend<T>::copy_encoder_output(float* out) const {
-  const int64_t count = sentences_ * source_len_ * d_;
-  std::vector<T> values(count);  // for tests: allocating here is fine
-  XF_CUDA_CHECK(cudaMemcpyAsync(values.data(), memory_, sizeof(T) * count, cudaMemcpyDeviceToHost, stream()));
-  XF_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  for (int64_t i = 0; i < count; ++i) out[i] = to_f32(values[i]);
-}
-
-template <typename T>
-void CudaBackend<T>::copy_logits(float* out) const {
-  XF_CUDA_CHECK(cudaMemcpyAsync(out, logits_, sizeof(float) * rows_ * vocab_, cudaMemcpyDeviceToHost, stream()));
-  XF_CUDA_CHECK(cudaStreamSynchronize(stream()));
-}
 
 // The plan's limits that the CUDA kernels cannot serve, refused before anything touches a GPU.
 void check_cuda_limits(const MemoryPlan& plan) {
@@ -769,8 +428,8 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, const MemoryPlan&
   int device = 0;
   XF_CUDA_CHECK(cudaGetDevice(&device));
   const bool f16 = compute_dtype ? *compute_dtype == DType::f16 : stored_in_16_bits(model.file());
-  if (f16) return std::make_unique<CudaBackend<half>>(model, plan, device);
-  return std::make_unique<CudaBackend<float>>(model, plan, device);
+  if (f16) return std::make_unique<TransformerBackend<CudaOps<half>>>(model, plan, device);
+  return std::make_unique<TransformerBackend<CudaOps<float>>>(model, plan, device);
 }
 
 }  // namespace xf::runtime

@@ -1,4 +1,4 @@
-// y = x W^T (+ bias, ReLU) through cuBLAS and cuBLASLt against a double reference.
+// y = x W^T through cuBLAS against a double reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,19 +23,18 @@ struct Reference {
   std::vector<double> magnitude;  // [m, n]: sum_l |x w|, the scale of y's rounding error
 };
 
-// y[i, j] = sum_l x[i, l] w[j, l] (+ bias[j]), then max(0, .) when relu.
-Reference reference_matmul(const std::vector<float>& x, const std::vector<float>& w,
-                           const std::vector<float>* bias, bool relu, const Shape& s) {
+// y[i, j] = sum_l x[i, l] w[j, l].
+Reference reference_matmul(const std::vector<float>& x, const std::vector<float>& w, const Shape& s) {
   Reference ref{std::vector<double>(s.m * s.n), std::vector<double>(s.m * s.n)};
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
-      double sum = bias != nullptr ? (*bias)[j] : 0.0;
-      double magnitude = bias != nullptr ? std::fabs((*bias)[j]) : 0.0;
+      double sum = 0.0;
+      double magnitude = 0.0;
       for (int64_t l = 0; l < s.k; ++l) {
         sum += static_cast<double>(x[i * s.k + l]) * w[j * s.k + l];
         magnitude += std::fabs(static_cast<double>(x[i * s.k + l]) * w[j * s.k + l]);
       }
-      ref.y[i * s.n + j] = relu ? std::max(sum, 0.0) : sum;
+      ref.y[i * s.n + j] = sum;
       ref.magnitude[i * s.n + j] = magnitude;
     }
   }
@@ -48,19 +47,16 @@ class CublasFixture : public ::testing::Test {
   void SetUp() override {
     XF_SKIP_WITHOUT_GPU();
     XF_CUBLAS_CHECK(cublasCreate(&handle_));
-    XF_CUBLAS_CHECK(cublasLtCreate(&lt_handle_));
     workspace_bytes_ = cuda::recommended_cublas_workspace_bytes(0);
     workspace_ = cuda::device_malloc(workspace_bytes_);
     cuda::bind_cublas_handle(handle_, nullptr, workspace_, workspace_bytes_);
   }
   void TearDown() override {
-    if (lt_handle_ != nullptr) (void)cublasLtDestroy(lt_handle_);
     if (handle_ != nullptr) (void)cublasDestroy(handle_);
     cuda::device_free(workspace_);
   }
 
   cublasHandle_t handle_ = nullptr;
-  cublasLtHandle_t lt_handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
 };
@@ -76,7 +72,7 @@ TEST_F(cuda_matmul, F32MatchesDoubleReference) {
     const std::vector<float> w = random.uniform(s.n * s.k, -1.0f, 1.0f);
     DeviceBuffer<float> x_device(x), w_device(w), y_device(s.m * s.n);
     cuda::matmul(handle_, x_device.get(), w_device.get(), y_device.get(), s.m, s.n, s.k);
-    const Reference ref = reference_matmul(x, w, nullptr, false, s);
+    const Reference ref = reference_matmul(x, w, s);
     expect_close(y_device.download(), ref.y, ref.magnitude, kF32Tolerance);
   }
 }
@@ -93,57 +89,11 @@ TEST_F(cuda_matmul, F16InputsWithF16AndF32Outputs) {
     DeviceBuffer<float> y_float(s.m * s.n);
     cuda::matmul(handle_, x_device.get(), w_device.get(), y_half.get(), s.m, s.n, s.k);
     cuda::matmul(handle_, x_device.get(), w_device.get(), y_float.get(), s.m, s.n, s.k);
-    const Reference ref = reference_matmul(x, w, nullptr, false, s);
+    const Reference ref = reference_matmul(x, w, s);
     expect_close(to_float(y_half.download()), ref.y, ref.magnitude, kF16Tolerance);
     // f32 output of f32 accumulation: only the accumulation's rounding is left.
     expect_close(y_float.download(), ref.y, ref.magnitude, 1e-4);
   }
-}
-
-TEST_F(cuda_matmul, LtEpiloguesAddBiasAndRelu) {
-  RandomInputs random;
-  SCOPED_TRACE(random.describe());
-  for (const Shape& s : kShapes) {
-    for (const cuda::MatmulEpilogue epilogue :
-         {cuda::MatmulEpilogue::none, cuda::MatmulEpilogue::bias, cuda::MatmulEpilogue::bias_relu}) {
-      SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
-                   " epilogue=" + std::to_string(static_cast<int>(epilogue)));
-      const bool with_bias = epilogue != cuda::MatmulEpilogue::none;
-      const bool relu = epilogue == cuda::MatmulEpilogue::bias_relu;
-      {  // f32
-        const std::vector<float> x = random.uniform(s.m * s.k, -1.0f, 1.0f);
-        const std::vector<float> w = random.uniform(s.n * s.k, -1.0f, 1.0f);
-        const std::vector<float> bias = random.uniform(s.n, -1.0f, 1.0f);
-        DeviceBuffer<float> x_device(x), w_device(w), bias_device(bias), y_device(s.m * s.n);
-        const cuda::LtMatmul matmul(lt_handle_, cuda::MatmulType::f32, s.m, s.n, s.k, epilogue,
-                                    workspace_bytes_);
-        matmul.run(x_device.get(), w_device.get(), with_bias ? bias_device.get() : nullptr,
-                   y_device.get(), workspace_, nullptr);
-        const Reference ref = reference_matmul(x, w, with_bias ? &bias : nullptr, relu, s);
-        expect_close(y_device.download(), ref.y, ref.magnitude, kF32Tolerance);
-      }
-      {  // f16
-        const std::vector<float> x = round_to_half(random.uniform(s.m * s.k, -1.0f, 1.0f));
-        const std::vector<float> w = round_to_half(random.uniform(s.n * s.k, -1.0f, 1.0f));
-        const std::vector<float> bias = round_to_half(random.uniform(s.n, -1.0f, 1.0f));
-        DeviceBuffer<__half> x_device(to_half(x)), w_device(to_half(w)),
-            bias_device(to_half(bias)), y_device(s.m * s.n);
-        const cuda::LtMatmul matmul(lt_handle_, cuda::MatmulType::f16, s.m, s.n, s.k, epilogue,
-                                    workspace_bytes_);
-        matmul.run(x_device.get(), w_device.get(), with_bias ? bias_device.get() : nullptr,
-                   y_device.get(), workspace_, nullptr);
-        const Reference ref = reference_matmul(x, w, with_bias ? &bias : nullptr, relu, s);
-        expect_close(to_float(y_device.download()), ref.y, ref.magnitude, kF16Tolerance);
-      }
-    }
-  }
-}
-
-TEST_F(cuda_matmul, LtRunWithoutBiasIsRefused) {
-  const cuda::LtMatmul matmul(lt_handle_, cuda::MatmulType::f32, 2, 8, 8,
-                              cuda::MatmulEpilogue::bias, workspace_bytes_);
-  DeviceBuffer<float> x(16), w(64), y(16);
-  EXPECT_THROW(matmul.run(x.get(), w.get(), nullptr, y.get(), workspace_, nullptr), Error);
 }
 
 }  // namespace

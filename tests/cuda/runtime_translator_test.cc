@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backend_probe.h"
 #include "cuda_test_support.h"
 #include "golden.h"
 #include "memory_plan.h"
@@ -192,8 +192,8 @@ TEST_P(cuda_runtime_golden, EncoderOutputAndStepLogitsMatchCpuAndReference) {
   cuda_backend->encode(ids.data(), lengths.data(), batch, source_len);
   cpu_backend->encode(ids.data(), lengths.data(), batch, source_len);
   std::vector<float> cuda_memory(batch * source_len * d), cpu_memory(cuda_memory.size());
-  cuda_backend->copy_encoder_output(cuda_memory.data());
-  cpu_backend->copy_encoder_output(cpu_memory.data());
+  runtime::probe(*cuda_backend).copy_encoder_output(cuda_memory.data());
+  runtime::probe(*cpu_backend).copy_encoder_output(cpu_memory.data());
   // Padded positions are computed but never read: compare each sentence's own positions.
   const auto valid_position = [&](int64_t row) { return row % source_len < lengths[row / source_len]; };
   const double memory_scale = max_abs(cpu_memory);
@@ -217,8 +217,8 @@ TEST_P(cuda_runtime_golden, EncoderOutputAndStepLogitsMatchCpuAndReference) {
     for (int64_t b = 0; b < batch; ++b) tokens[b] = static_cast<int32_t>(target_in.values[b * target_len + t]);
     cuda_backend->decode_step(tokens.data(), 1, t);
     cpu_backend->decode_step(tokens.data(), 1, t);
-    cuda_backend->copy_logits(cuda_logits.data());
-    cpu_backend->copy_logits(cpu_logits.data());
+    runtime::probe(*cuda_backend).copy_logits(cuda_logits.data());
+    runtime::probe(*cpu_backend).copy_logits(cpu_logits.data());
     for (int64_t b = 0; b < batch; ++b)
       std::copy_n(reference_logits.values.begin() + (b * target_len + t) * vocab, vocab, reference.begin() + b * vocab);
     const auto in_target = [&](int64_t b) { return t < target_lengths[b]; };
@@ -389,8 +389,8 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
     for (int32_t& t : tokens) t = static_cast<int32_t>(random.integer(0, vocab - 1));
     cuda_backend->decode_step(tokens.data(), beam, step);
     cpu_backend->decode_step(tokens.data(), beam, step);
-    cuda_backend->copy_logits(cuda_logits.data());
-    cpu_backend->copy_logits(cpu_logits.data());
+    runtime::probe(*cuda_backend).copy_logits(cuda_logits.data());
+    runtime::probe(*cpu_backend).copy_logits(cpu_logits.data());
     const double scale = max_abs(cpu_logits);
     logit_scale = std::max(logit_scale, scale);
     worst_logits = std::max(worst_logits, largest_difference(cuda_logits, cpu_logits, rows, vocab,
@@ -472,8 +472,8 @@ TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchC
   cuda_backend->encode(ids.data(), lengths.data(), sentences, source_len);
   cpu_backend->encode(ids.data(), lengths.data(), sentences, source_len);
   std::vector<float> cuda_memory(sentences * source_len * d), cpu_memory(cuda_memory.size());
-  cuda_backend->copy_encoder_output(cuda_memory.data());
-  cpu_backend->copy_encoder_output(cpu_memory.data());
+  runtime::probe(*cuda_backend).copy_encoder_output(cuda_memory.data());
+  runtime::probe(*cpu_backend).copy_encoder_output(cpu_memory.data());
   const auto valid_position = [&](int64_t row) { return row % source_len < lengths[row / source_len]; };
   EXPECT_LE(largest_difference(cuda_memory, cpu_memory, sentences * source_len, d, valid_position),
             kF32Tolerance * max_abs(cpu_memory))
@@ -485,8 +485,8 @@ TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchC
     for (int32_t& t : tokens) t = static_cast<int32_t>(random.integer(0, vocab - 1));
     cuda_backend->decode_step(tokens.data(), beam, step);
     cpu_backend->decode_step(tokens.data(), beam, step);
-    cuda_backend->copy_logits(cuda_logits.data());
-    cpu_backend->copy_logits(cpu_logits.data());
+    runtime::probe(*cuda_backend).copy_logits(cuda_logits.data());
+    runtime::probe(*cpu_backend).copy_logits(cpu_logits.data());
     EXPECT_LE(largest_difference(cuda_logits, cpu_logits, rows, vocab, [](int64_t) { return true; }),
               kF32Tolerance * max_abs(cpu_logits))
         << "step " << step << " logits against the CPU backend";

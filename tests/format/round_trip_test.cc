@@ -47,23 +47,7 @@ ModelConfig variant_config(const Variant& v) {
 }
 
 void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
-  EXPECT_EQ(a.source_vocab_size, b.source_vocab_size);
-  EXPECT_EQ(a.target_vocab_size, b.target_vocab_size);
-  EXPECT_EQ(a.d_model, b.d_model);
-  EXPECT_EQ(a.num_heads, b.num_heads);
-  EXPECT_EQ(a.d_ff, b.d_ff);
-  EXPECT_EQ(a.encoder_layers, b.encoder_layers);
-  EXPECT_EQ(a.decoder_layers, b.decoder_layers);
-  EXPECT_EQ(a.max_positions, b.max_positions);
-  EXPECT_EQ(a.norm_position, b.norm_position);
-  EXPECT_EQ(a.shared_embeddings, b.shared_embeddings);
-  EXPECT_EQ(a.tied_output, b.tied_output);
-  EXPECT_EQ(a.output_bias, b.output_bias);
-  EXPECT_EQ(a.layer_norm_epsilon, b.layer_norm_epsilon);
-  EXPECT_EQ(a.pad_id, b.pad_id);
-  EXPECT_EQ(a.unk_id, b.unk_id);
-  EXPECT_EQ(a.bos_id, b.bos_id);
-  EXPECT_EQ(a.eos_id, b.eos_id);
+  EXPECT_EQ(config_to_text(a), config_to_text(b));  // every field, epsilon exactly
 }
 
 // Every tensor of `file` equals `expected` byte for byte and lies aligned inside the mapping.
@@ -249,13 +233,14 @@ TEST(FormatWriter, RefusesBadTensors) {
   EXPECT_EQ(message([&] { writer.serialize(); }), "unexpected tensor 'extra.weight'");
   ModelWriter missing(config);
   auto parameters = random_parameters(config, DType::f32, 1);
-  parameters.erase("decoder.layers.0.ffn.outer.bias");
+  const std::string outer_bias = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kBias;
+  parameters.erase(outer_bias);
   add_parameters(missing, parameters);
   EXPECT_EQ(message([&] { missing.serialize(); }),
-            "missing tensor 'decoder.layers.0.ffn.outer.bias'");
-  missing.add_tensor("decoder.layers.0.ffn.outer.bias", DType::f32, {4, 2}, values.data(), 32);
+            "missing tensor '" + outer_bias + "'");
+  missing.add_tensor(outer_bias, DType::f32, {4, 2}, values.data(), 32);
   EXPECT_EQ(message([&] { missing.serialize(); }),
-            "tensor 'decoder.layers.0.ffn.outer.bias' has shape [4,2], the config needs [8]");
+            "tensor '" + outer_bias + "' has shape [4,2], the config needs [8]");
 
   ModelConfig bad = config;
   bad.num_heads = 3;

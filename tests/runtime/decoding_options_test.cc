@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backend_probe.h"
 #include "memory_plan.h"
 #include "search.h"
 #include "tiny_model.h"
@@ -99,7 +99,7 @@ Reference reference_greedy(const Model& model, const TranslatorOptions& topts, c
   int32_t token = config.bos_id;
   for (int64_t step = 0; step < max_length; ++step) {
     backend->decode_step(&token, 1, step);
-    backend->copy_logits(logits.data());
+    runtime::probe(*backend).copy_logits(logits.data());
     if (adjust) adjust(logits, out.ids);
     const auto log_probs = log_softmax(logits);
     token = step < static_cast<int64_t>(prefix.size())
@@ -129,7 +129,7 @@ std::vector<std::vector<double>> forced_log_probs(const Model& model, const Tran
   int32_t token = config.bos_id;
   for (size_t step = 0; step <= output.size() && static_cast<int64_t>(step) < plan.max_target_len; ++step) {
     backend->decode_step(&token, 1, static_cast<int64_t>(step));
-    backend->copy_logits(logits.data());
+    runtime::probe(*backend).copy_logits(logits.data());
     steps.push_back(log_softmax(logits));
     if (step < output.size()) token = output[step];
   }

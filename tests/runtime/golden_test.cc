@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backend_probe.h"
 #include "golden.h"
 #include "memory_plan.h"
 #include "tiny_model.h"
@@ -73,7 +73,7 @@ TEST_P(Golden, EncoderOutputAndIncrementalDecoderLogits) {
   const std::vector<int32_t> lengths = at("source.lengths").to_i32();
   backend->encode(ids.data(), lengths.data(), batch, source_len);
   std::vector<float> memory(batch * source_len * d);
-  backend->copy_encoder_output(memory.data());
+  runtime::probe(*backend).copy_encoder_output(memory.data());
   double scale = 0.0, worst = 0.0;
   for (double v : encoder.values) scale = std::max(scale, std::abs(v));
   for (int64_t b = 0; b < batch; ++b)
@@ -98,7 +98,7 @@ TEST_P(Golden, EncoderOutputAndIncrementalDecoderLogits) {
   for (int64_t t = 0; t < target_len; ++t) {
     for (int64_t b = 0; b < batch; ++b) tokens[b] = static_cast<int32_t>(target_in.values[b * target_len + t]);
     backend->decode_step(tokens.data(), 1, t);
-    backend->copy_logits(step_logits.data());
+    runtime::probe(*backend).copy_logits(step_logits.data());
     for (int64_t b = 0; b < batch; ++b) {
       if (t >= target_lengths[b]) continue;
       for (int64_t v = 0; v < vocab; ++v)

@@ -102,14 +102,15 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
     std::vector<float> values(count);
     const std::string& name = spec.name;
     const bool matrix = spec.shape.size() == 2;
-    if (name.rfind("embedding.", 0) == 0 || name == "output.weight") {
+    if (name == param::source_embedding(config) || name == param::target_embedding(config) ||
+        name == schema::kOutputWeight) {
       std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(config.d_model)));
       for (float& v : values) v = normal(rng);
     } else if (matrix) {
       const float bound = std::sqrt(6.0f / static_cast<float>(spec.shape[0] + spec.shape[1]));
       std::uniform_real_distribution<float> uniform(-bound, bound);
       for (float& v : values) v = uniform(rng);
-    } else if (name.size() > 6 && name.compare(name.size() - 6, 6, ".gamma") == 0) {
+    } else if (name.size() > 6 && name.compare(name.size() - 6, 6, schema::kGamma) == 0) {
       std::uniform_real_distribution<float> uniform(0.8f, 1.2f);
       for (float& v : values) v = uniform(rng);
     } else {

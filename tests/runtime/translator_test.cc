@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backend_probe.h"
 #include "memory_plan.h"
 #include "search.h"
 #include "tiny_model.h"
@@ -108,7 +108,7 @@ TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
     int64_t steps = 0;
     for (int64_t step = 0; step < max_length; ++step) {
       backend->decode_step(&token, 1, step);
-      backend->copy_logits(logits.data());
+      runtime::probe(*backend).copy_logits(logits.data());
       token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       log_prob += log_softmax_at(logits.data(), config.target_vocab_size, token);
       steps = step + 1;
@@ -377,8 +377,8 @@ TEST(Translator, Int8WeightsGiveLogitsCloseToF32) {
   for (int step = 0; step < 3; ++step) {
     a->decode_step(&tokens[step], 1, step);
     b->decode_step(&tokens[step], 1, step);
-    a->copy_logits(la.data());
-    b->copy_logits(lb.data());
+    runtime::probe(*a).copy_logits(la.data());
+    runtime::probe(*b).copy_logits(lb.data());
     double max_abs = 0.0, max_diff = 0.0;
     for (size_t v = 0; v < la.size(); ++v) {
       max_abs = std::max(max_abs, std::abs(static_cast<double>(la[v])));
@@ -518,7 +518,7 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
   auto backend = runtime::make_cpu_backend(*mapped, plan, 1);
   // The pages first, names after: a name is read from the file's header, whose pages (and
   // their neighbours) a read maps back.
-  const std::vector<const TensorView*> released = backend->released_weights();
+  const std::vector<const TensorView*> released = runtime::probe(*backend).released_weights();
   std::vector<std::pair<size_t, size_t>> pages;  // mapped, total per released tensor
   for (const TensorView* t : released) pages.push_back(mapped_pages(pagemap, *t));
   ::close(pagemap);
@@ -535,7 +535,7 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
     released_pages += pages[i].second;
   }
   for (uint32_t i = 0; i < config.encoder_layers; ++i) {
-    const std::string name = param::encoder_layer(i) + "ffn.inner.weight";
+    const std::string name = param::encoder_layer(i) + schema::kFfnInner.name + schema::kWeight;
     EXPECT_NE(std::find(released_names.begin(), released_names.end(), name), released_names.end())
         << name;
   }

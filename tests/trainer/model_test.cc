@@ -162,11 +162,11 @@ TEST(Model, LayoutFollowsTheParameterList) {
   EXPECT_EQ(model.parameter_count(), offset);
   EXPECT_THROW(model.slot("no.such.tensor"), Error);
   model.initialize(1);
-  const float* gamma = model.parameters() + model.slot("encoder.layers.0.ffn_norm.gamma").offset;
-  const float* bias = model.parameters() + model.slot("decoder.layers.1.ffn.inner.bias").offset;
+  const float* gamma = model.parameters() + model.slot(param::encoder_layer(0) + schema::kFfnNorm.name + schema::kGamma).offset;
+  const float* bias = model.parameters() + model.slot(param::decoder_layer(1) + schema::kFfnInner.name + schema::kBias).offset;
   for (int j = 0; j < 8; ++j) EXPECT_EQ(gamma[j], 1.0f);
   for (int j = 0; j < 12; ++j) EXPECT_EQ(bias[j], 0.0f);
-  const ParameterSlot& qkv = model.slot("encoder.layers.0.self_attention.qkv.weight");
+  const ParameterSlot& qkv = model.slot(param::encoder_layer(0) + schema::kSelfAttentionQkv.name + schema::kWeight);
   const double limit = std::sqrt(6.0 / (24 + 8));
   double max_abs = 0;
   for (size_t i = 0; i < qkv.size; ++i)

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "xf/error.h"
+#include "xf/format/schema.h"
 #include "xf/trainer/cpu_training_ops.h"
 #include "xf/trainer/transformer_graph.h"
 
@@ -162,7 +163,7 @@ void BasicTransformerModel<T>::initialize(uint64_t seed) {
   for (const ParameterSlot& slot : m.slots) {
     T* p = parameters() + slot.offset;
     const std::string& name = slot.spec.name;
-    if (name == source || name == target || name == "output.weight") {
+    if (name == source || name == target || name == schema::kOutputWeight) {
       std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(double(m.config.d_model)));
       for (size_t i = 0; i < slot.size; ++i) p[i] = static_cast<T>(normal(rng));
     } else if (slot.spec.shape.size() == 2) {
@@ -171,7 +172,7 @@ void BasicTransformerModel<T>::initialize(uint64_t seed) {
       std::uniform_real_distribution<double> uniform(-limit, limit);
       for (size_t i = 0; i < slot.size; ++i) p[i] = static_cast<T>(uniform(rng));
     } else {
-      std::fill(p, p + slot.size, ends_with(name, ".gamma") ? T(1) : T(0));
+      std::fill(p, p + slot.size, ends_with(name, schema::kGamma) ? T(1) : T(0));
     }
   }
 }

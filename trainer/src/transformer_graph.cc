@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "xf/error.h"
+#include "xf/format/schema.h"
 
 namespace xf::trainer {
 
@@ -58,14 +59,14 @@ size_t TransformerGraph<T>::offset_of(const std::string& name) const {
 
 template <typename T>
 typename TransformerGraph<T>::Linear TransformerGraph<T>::linear(const std::string& prefix) const {
-  const ParameterSlot& w = slots[find(prefix + ".weight")];
-  return {w.offset, offset_of(prefix + ".bias"), static_cast<int64_t>(w.spec.shape[0]),
+  const ParameterSlot& w = slots[find(prefix + schema::kWeight)];
+  return {w.offset, offset_of(prefix + schema::kBias), static_cast<int64_t>(w.spec.shape[0]),
           static_cast<int64_t>(w.spec.shape[1])};
 }
 
 template <typename T>
 typename TransformerGraph<T>::Norm TransformerGraph<T>::norm(const std::string& prefix) const {
-  return {offset_of(prefix + ".gamma"), offset_of(prefix + ".beta")};
+  return {offset_of(prefix + schema::kGamma), offset_of(prefix + schema::kBeta)};
 }
 
 template <typename T>
@@ -79,21 +80,24 @@ void TransformerGraph<T>::build_layout() {
   if (has_output_bias) output_bias = offset_of(param::kOutputBias);
   for (uint32_t i = 0; i < config.encoder_layers; ++i) {
     const std::string p = param::encoder_layer(i);
-    encoder_layers.push_back({linear(p + "self_attention.qkv"), linear(p + "self_attention.output"),
-                              linear(p + "ffn.inner"), linear(p + "ffn.outer"),
-                              norm(p + "self_attention_norm"), norm(p + "ffn_norm")});
+    encoder_layers.push_back(
+        {linear(p + schema::kSelfAttentionQkv.name), linear(p + schema::kSelfAttentionOutput.name),
+         linear(p + schema::kFfnInner.name), linear(p + schema::kFfnOuter.name),
+         norm(p + schema::kSelfAttentionNorm.name), norm(p + schema::kFfnNorm.name)});
   }
   for (uint32_t i = 0; i < config.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
     decoder_layers.push_back(
-        {linear(p + "self_attention.qkv"), linear(p + "self_attention.output"),
-         linear(p + "cross_attention.query"), linear(p + "cross_attention.key_value"),
-         linear(p + "cross_attention.output"), linear(p + "ffn.inner"), linear(p + "ffn.outer"),
-         norm(p + "self_attention_norm"), norm(p + "cross_attention_norm"), norm(p + "ffn_norm")});
+        {linear(p + schema::kSelfAttentionQkv.name), linear(p + schema::kSelfAttentionOutput.name),
+         linear(p + schema::kCrossAttentionQuery.name),
+         linear(p + schema::kCrossAttentionKeyValue.name),
+         linear(p + schema::kCrossAttentionOutput.name), linear(p + schema::kFfnInner.name),
+         linear(p + schema::kFfnOuter.name), norm(p + schema::kSelfAttentionNorm.name),
+         norm(p + schema::kCrossAttentionNorm.name), norm(p + schema::kFfnNorm.name)});
   }
   if (pre_norm()) {
-    encoder_final_norm = norm("encoder.final_norm");
-    decoder_final_norm = norm("decoder.final_norm");
+    encoder_final_norm = norm(schema::kEncoderFinalNorm.name);
+    decoder_final_norm = norm(schema::kDecoderFinalNorm.name);
   }
   encoder.resize(config.encoder_layers);
   decoder.resize(config.decoder_layers);

@@ -13,7 +13,7 @@
 // Threads: a Model may be shared by any number of Translators on any threads. A Translator's
 // translate() and translate_ids() may be called from any thread; calls from several threads at
 // once are serialized by a mutex inside (each waits for the one before), so for parallel
-// translation use one Translator per thread. backend() is for single-threaded tests.
+// translation use one Translator per thread.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -153,9 +153,6 @@ class XF_API Translator {
   size_t arena_bytes() const;
   // Batches the last translate_ids() call decoded (how max_batch_size/batch_type cut it).
   int64_t last_call_batches() const { return last_call_batches_; }
-
-  // The backend, for tests that compare intermediate values with a reference.
-  runtime::Backend& backend() { return *backend_; }
 
  private:
   std::shared_ptr<const Model> model_;

@@ -107,7 +107,7 @@ void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
 
 // True while any thread is inside run_primitive() (a process-wide depth counter, so oneDNN's
 // OpenMP worker threads count too). An allocation hook (tests, xf-bench; see
-// runtime/include/xf/alloc_counter.h) uses it to count oneDNN's allocations apart from xf's.
+// runtime/alloc_counter/include/xf/alloc_counter.h) uses it to count oneDNN's allocations apart from xf's.
 bool inside_backend_call();
 
 }  // namespace xf::cpu

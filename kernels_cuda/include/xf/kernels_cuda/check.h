@@ -1,7 +1,6 @@
 #pragma once
-// Every CUDA, cuBLAS and cuBLASLt call and every kernel launch in xf goes through one of these
+// Every CUDA and cuBLAS call and every kernel launch in xf goes through one of these
 // macros: a failure throws xf::Error naming the call, file:line and the library's own message.
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -32,7 +31,7 @@ const char* cublas_status_name(cublasStatus_t status);
                                    __LINE__);                                    \
   } while (0)
 
-// cublasStatus_t is shared by cuBLAS and cuBLASLt.
+// A cuBLAS call.
 #define XF_CUBLAS_CHECK(call)                                                     \
   do {                                                                            \
     const cublasStatus_t xf_cublas_status_ = (call);                              \

@@ -1,17 +1,15 @@
 #pragma once
-// Matrix products y[M, N] = x[M, K] W[N, K]^T (+ bias[N]) through cuBLAS and cuBLASLt, row-major
+// Matrix products y[M, N] = x[M, K] W[N, K]^T through cuBLAS, row-major
 // as everywhere in xf (W as stored in the model file: one row per output feature).
 // f32: f32 inputs, f32 accumulation (no TF32). f16: f16 inputs, f32 accumulation, f16 or f32
 // output. The caller owns the handle, the stream and a fixed workspace (DESIGN.md: cuBLAS gets a
 // fixed workspace, so nothing allocates while translating).
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 namespace xf::cuda {
 
@@ -34,32 +32,5 @@ void matmul(cublasHandle_t handle, const __half* x, const __half* w, __half* y, 
 // f16 inputs, f32 output: the output projection, whose logits feed log_softmax_top_k in f32.
 void matmul(cublasHandle_t handle, const __half* x, const __half* w, float* y, int64_t m,
             int64_t n, int64_t k);
-
-enum class MatmulEpilogue { none, bias, bias_relu };
-enum class MatmulType { f32, f16 };  // f16: f16 in and out, f32 accumulation
-
-// One cuBLASLt matmul for a fixed shape with a fused epilogue (bias, bias + ReLU), planned once
-// (descriptors and the heuristic's algorithm chosen at construction, which needs a GPU), then
-// run any number of times without allocating. bias has the output type.
-class LtMatmul {
- public:
-  LtMatmul(cublasLtHandle_t handle, MatmulType type, int64_t m, int64_t n, int64_t k,
-           MatmulEpilogue epilogue, size_t workspace_bytes);
-  ~LtMatmul();
-  LtMatmul(LtMatmul&&) noexcept;
-  LtMatmul& operator=(LtMatmul&&) noexcept;
-
-  int64_t m() const;
-  int64_t n() const;
-  int64_t k() const;
-  // x: [m, k], w: [n, k], bias: [n] (required unless epilogue none), y: [m, n]; device pointers
-  // 16-byte aligned. workspace: at least the workspace_bytes given at construction.
-  void run(const void* x, const void* w, const void* bias, void* y, void* workspace,
-           cudaStream_t stream) const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 }  // namespace xf::cuda

@@ -1,0 +1,401 @@
+#pragma once
+// The runtime's Transformer, written once for every device: weight binding, the arena's layout,
+// the encoder, the incremental decoder step, the beam reorder of the self-attention caches and
+// the dropping of finished sentences. A device supplies only its `Ops` (cpu_backend.cc,
+// cuda_backend.cc): how a weight becomes a matrix product, the kernels, and how host inputs reach
+// the device. The layer code never sees a device API.
+//
+// What an Ops provides (the CPU's and the CUDA's are the two examples):
+//   types     Value (activations, K/V caches, biases: float, or half on CUDA), Linear, Norm, Table,
+//             Logits (the output projection), HeadStrides, AttentionShape
+//   binding   linear(prefix, max_rows, bias_in_product), norm(prefix), table(name),
+//             output_projection(max_rows), weights_bound()
+//   memory    padded_rows(rows); reserve(layout) for its own buffers; input(layout, bytes) for a
+//             host input that upload(input, values, count) brings to the device;
+//             allocate(layout) -> base of the working memory; arena_bytes()
+//   kernels   project, logits, embed, layer_norm, add_bias_residual, bias_relu, attention,
+//             self_attention_step (the cache write and the cached attention, fused or not),
+//             top_k, gather_rows, copy_blocks, download (tests)
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend.h"
+#include "backend_probe.h"
+#include "memory_plan.h"
+#include "xf/error.h"
+#include "xf/format/parameters.h"
+#include "xf/model.h"
+
+namespace xf::runtime {
+
+template <typename Ops>
+class TransformerBackend final : public Backend, public BackendProbe {
+ public:
+  using T = typename Ops::Value;
+  using HeadStrides = typename Ops::HeadStrides;
+  using AttentionShape = typename Ops::AttentionShape;
+
+  // ops_args: what the device's Ops takes after (model, plan).
+  template <typename... OpsArgs>
+  TransformerBackend(const Model& model, const MemoryPlan& plan, OpsArgs&&... ops_args)
+      : config_(model.config()), plan_(plan), ops_(model, plan, std::forward<OpsArgs>(ops_args)...),
+        d_(config_.d_model), heads_(config_.num_heads), head_dim_(config_.head_dim()), d_ff_(config_.d_ff),
+        vocab_(config_.target_vocab_size), pre_norm_(config_.norm_position == NormPosition::pre),
+        host_lengths_(plan.max_sentences),
+        host_positions_(std::max(plan.encoder_group_rows, plan.max_rows)) {
+    bind_weights();
+    plan_buffers();
+  }
+
+  void encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
+              int64_t source_len) override;
+  void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
+  void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override {
+    if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
+    ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
+  }
+  float* host_logits() override { return Ops::kLogitsOnHost ? logits_ : nullptr; }
+  void reorder_cache(const int32_t* parents, int64_t step) override;
+  bool can_drop_sentences() const override { return true; }
+  void keep_sentences(const int32_t* kept, int64_t count) override;
+  size_t arena_bytes() const override { return ops_.arena_bytes(); }
+
+  void copy_encoder_output(float* out) const override {
+    ops_.download(memory_, sentences_ * source_len_ * d_, out);
+  }
+  void copy_logits(float* out) const override { ops_.download(logits_, rows_ * vocab_, out); }
+  std::vector<const TensorView*> released_weights() const override { return ops_.released_weights(); }
+
+ private:
+  using Linear = typename Ops::Linear;  // its .bias: const T*
+  using Norm = typename Ops::Norm;
+
+  struct EncoderLayer {
+    Linear qkv, self_output, ffn_inner, ffn_outer;
+    Norm self_norm, ffn_norm;
+  };
+  struct DecoderLayer {
+    Linear qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
+    Norm self_norm, cross_norm, ffn_norm;
+  };
+
+  void bind_weights();
+  void plan_buffers();
+  void encode_group(const int32_t* source_ids, const int32_t* source_lengths, const int32_t* positions,
+                    int64_t sentences, int64_t source_len, T* x);
+
+  // out = LayerNorm(x + bias + residual); bias and residual may be null.
+  void layer_norm(const T* x, const T* bias, const T* residual, const Norm& n, int64_t rows, T* out) {
+    ops_.layer_norm(x, bias, residual, n, config_.layer_norm_epsilon, rows, d_, out);
+  }
+  // The sub-layer's input: x itself (post-norm) or LayerNorm(x) into `normed` (pre-norm).
+  const T* sublayer_input(const T* x, const Norm& n, int64_t rows, T* normed) {
+    if (!pre_norm_) return x;
+    layer_norm(x, nullptr, nullptr, n, rows, normed);
+    return normed;
+  }
+  // x = LayerNorm(x + sublayer + bias) (post-norm) or x += sublayer + bias (pre-norm).
+  void residual(T* x, const T* sublayer, const Linear& from, const Norm& n, int64_t rows) {
+    if (pre_norm_)
+      ops_.add_bias_residual(x, from.bias, sublayer, rows, d_);
+    else
+      layer_norm(sublayer, from.bias, x, n, rows, x);
+  }
+  // x = FFN(x) with its residual and norm.
+  template <typename Layer>
+  void feed_forward(const Layer& layer, T* x, int64_t rows, T* normed, T* hidden, T* sublayer) {
+    const T* in = sublayer_input(x, layer.ffn_norm, rows, normed);
+    ops_.project(layer.ffn_inner, in, hidden, rows);
+    ops_.bias_relu(hidden, layer.ffn_inner.bias, rows, d_ff_);
+    ops_.project(layer.ffn_outer, hidden, sublayer, rows);
+    residual(x, sublayer, layer.ffn_outer, layer.ffn_norm, rows);
+  }
+  const int32_t* upload_lengths() {
+    return ops_.upload(lengths_input_, host_lengths_.data(), sentences_);
+  }
+
+  ModelConfig config_;
+  const MemoryPlan& plan_;
+  Ops ops_;
+  int64_t d_, heads_, head_dim_, d_ff_, vocab_;
+  bool pre_norm_;
+
+  std::vector<EncoderLayer> encoder_;
+  std::vector<DecoderLayer> decoder_;
+  Norm encoder_final_norm_{}, decoder_final_norm_{};
+  typename Ops::Table source_table_{}, target_table_{};
+  typename Ops::Logits output_projection_{};
+
+  // Persistent across a batch.
+  T* memory_ = nullptr;    // encoder output [sentences * source_len (padded), d]
+  T* cross_kv_ = nullptr;  // per decoder layer [sentences * source_len (padded), 2d]: K | V
+  int64_t cross_kv_layer_stride_ = 0;
+  // Self-attention K and V caches, current and next (the beam gather writes the other one):
+  // [layers, max_rows, max_target_len, d]: a row's positions are contiguous, so a new position
+  // is one copy per row and the beam gather one copy per row and layer.
+  T* self_k_[2] = {nullptr, nullptr};
+  T* self_v_[2] = {nullptr, nullptr};
+  int current_cache_ = 0;
+  int64_t cache_layer_stride_ = 0, cache_row_stride_ = 0;
+  // Encoder working buffers (live during encode only), rows = encoder group (padded).
+  T *enc_qkv_ = nullptr, *enc_context_ = nullptr, *enc_sublayer_ = nullptr, *enc_hidden_ = nullptr,
+    *enc_normed_ = nullptr;
+  // Decoder step buffers (live from a step to the next encode), rows = decoder rows (padded).
+  T *dec_x_ = nullptr, *dec_normed_ = nullptr, *dec_qkv_ = nullptr, *dec_query_ = nullptr,
+    *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
+  float* logits_ = nullptr;  // [rows (padded), vocab], f32 on every device
+
+  // Host inputs and their way to the device.
+  typename Ops::Input source_ids_input_{}, lengths_input_{}, positions_input_{}, tokens_input_{},
+      parents_input_{};
+  std::vector<int32_t> host_lengths_;    // [max_sentences] the batch's source lengths
+  std::vector<int32_t> host_positions_;  // [max(encoder group rows, max_rows)]
+  const int32_t* source_lengths_ = nullptr;  // the batch's lengths on the device
+
+  // The batch last encoded (sentences_ shrinks as keep_sentences() drops finished ones).
+  int64_t sentences_ = 0, source_len_ = 0, rows_ = 0, beam_ = 1;
+};
+
+template <typename Ops>
+void TransformerBackend<Ops>::bind_weights() {
+  const int64_t encoder_rows = plan_.encoder_group_rows;
+  const int64_t cross_rows = plan_.max_sentences * plan_.max_source_len;
+  const int64_t decoder_rows = plan_.max_rows;
+  // bias_in_product: the projection adds its bias; otherwise the kernel that follows does.
+  for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
+    const std::string p = param::encoder_layer(i);
+    EncoderLayer layer;
+    layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, encoder_rows, true);
+    layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, encoder_rows, false);
+    layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    layer.ffn_inner = ops_.linear(p + schema::kFfnInner.name, encoder_rows, false);
+    layer.ffn_outer = ops_.linear(p + schema::kFfnOuter.name, encoder_rows, false);
+    layer.ffn_norm = ops_.norm(p + schema::kFfnNorm.name);
+    encoder_.push_back(std::move(layer));
+  }
+  for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
+    const std::string p = param::decoder_layer(i);
+    DecoderLayer layer;
+    layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, decoder_rows, true);
+    layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, decoder_rows, false);
+    layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    layer.cross_query = ops_.linear(p + schema::kCrossAttentionQuery.name, decoder_rows, true);
+    layer.cross_key_value = ops_.linear(p + schema::kCrossAttentionKeyValue.name, cross_rows, true);
+    layer.cross_output = ops_.linear(p + schema::kCrossAttentionOutput.name, decoder_rows, false);
+    layer.cross_norm = ops_.norm(p + schema::kCrossAttentionNorm.name);
+    layer.ffn_inner = ops_.linear(p + schema::kFfnInner.name, decoder_rows, false);
+    layer.ffn_outer = ops_.linear(p + schema::kFfnOuter.name, decoder_rows, false);
+    layer.ffn_norm = ops_.norm(p + schema::kFfnNorm.name);
+    decoder_.push_back(std::move(layer));
+  }
+  if (pre_norm_) {
+    encoder_final_norm_ = ops_.norm(schema::kEncoderFinalNorm.name);
+    decoder_final_norm_ = ops_.norm(schema::kDecoderFinalNorm.name);
+  }
+  // The output projection before the tables: when tied and widened at load, the target table
+  // then shares the widened copy.
+  output_projection_ = ops_.output_projection(decoder_rows);
+  source_table_ = ops_.table(param::source_embedding(config_));
+  target_table_ = ops_.table(param::target_embedding(config_));
+  ops_.weights_bound();
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::plan_buffers() {
+  const int64_t cross_rows = ops_.padded_rows(plan_.max_sentences * plan_.max_source_len);
+  const int64_t enc_rows = ops_.padded_rows(plan_.encoder_group_rows);
+  const int64_t dec_rows = ops_.padded_rows(plan_.max_rows);
+  const int64_t layers = std::max<int64_t>(config_.decoder_layers, 1);
+
+  ArenaLayout layout(Ops::kAlignment);
+  // Persistent buffers.
+  const size_t memory = layout.reserve_array<T>(cross_rows * d_);
+  cross_kv_layer_stride_ = cross_rows * 2 * d_;
+  const size_t cross_kv = layout.reserve_array<T>(layers * cross_kv_layer_stride_);
+  cache_row_stride_ = plan_.max_target_len * d_;
+  cache_layer_stride_ = plan_.max_rows * cache_row_stride_;
+  size_t caches[4];
+  for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
+  ops_.reserve(layout);
+  source_ids_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences * plan_.max_source_len);
+  lengths_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences);
+  positions_input_ = ops_.input(layout, sizeof(int32_t) * host_positions_.size());
+  tokens_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
+  parents_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
+
+  // Encoder and decoder-step buffers share memory: a batch's encoder is done before its first step.
+  const size_t phase_start = layout.mark();
+  const size_t enc_qkv = layout.reserve_array<T>(enc_rows * 3 * d_);
+  const size_t enc_context = layout.reserve_array<T>(enc_rows * d_);
+  const size_t enc_sublayer = layout.reserve_array<T>(enc_rows * d_);
+  const size_t enc_hidden = layout.reserve_array<T>(enc_rows * d_ff_);
+  const size_t enc_normed = layout.reserve_array<T>(pre_norm_ ? enc_rows * d_ : 0);
+  layout.rewind(phase_start);
+  const size_t dec_x = layout.reserve_array<T>(dec_rows * d_);
+  const size_t dec_normed = layout.reserve_array<T>(pre_norm_ ? dec_rows * d_ : 0);
+  const size_t dec_qkv = layout.reserve_array<T>(dec_rows * 3 * d_);
+  const size_t dec_query = layout.reserve_array<T>(dec_rows * d_);
+  const size_t dec_context = layout.reserve_array<T>(dec_rows * d_);
+  const size_t dec_sublayer = layout.reserve_array<T>(dec_rows * d_);
+  const size_t dec_hidden = layout.reserve_array<T>(dec_rows * d_ff_);
+  const size_t logits = layout.reserve_array<float>(dec_rows * vocab_);
+
+  char* base = static_cast<char*>(ops_.allocate(layout));
+  auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
+  memory_ = at(memory);
+  cross_kv_ = at(cross_kv);
+  self_k_[0] = at(caches[0]);
+  self_k_[1] = at(caches[1]);
+  self_v_[0] = at(caches[2]);
+  self_v_[1] = at(caches[3]);
+  enc_qkv_ = at(enc_qkv);
+  enc_context_ = at(enc_context);
+  enc_sublayer_ = at(enc_sublayer);
+  enc_hidden_ = at(enc_hidden);
+  enc_normed_ = at(enc_normed);
+  dec_x_ = at(dec_x);
+  dec_normed_ = at(dec_normed);
+  dec_qkv_ = at(dec_qkv);
+  dec_query_ = at(dec_query);
+  dec_context_ = at(dec_context);
+  dec_sublayer_ = at(dec_sublayer);
+  dec_hidden_ = at(dec_hidden);
+  logits_ = reinterpret_cast<float*>(base + logits);
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::encode(const int32_t* source_ids, const int32_t* source_lengths,
+                                     int64_t sentences, int64_t source_len) {
+  if (sentences < 1 || sentences > plan_.max_sentences || source_len < 1 || source_len > plan_.max_source_len)
+    throw Error("internal: encode() outside the plan");
+  sentences_ = sentences;
+  source_len_ = source_len;
+  const int32_t* ids = ops_.upload(source_ids_input_, source_ids, sentences * source_len);
+  std::copy(source_lengths, source_lengths + sentences, host_lengths_.begin());
+  source_lengths_ = upload_lengths();
+
+  // Groups of whole sentences of at most encoder_group_rows rows; every group starts at
+  // position 0, so one positions buffer serves them all.
+  const int64_t group = std::max<int64_t>(1, plan_.encoder_group_rows / source_len);
+  const int64_t group_rows = std::min(group, sentences) * source_len;
+  for (int64_t i = 0; i < group_rows; ++i) host_positions_[i] = static_cast<int32_t>(i % source_len);
+  const int32_t* positions = ops_.upload(positions_input_, host_positions_.data(), group_rows);
+  for (int64_t first = 0; first < sentences; first += group) {
+    const int64_t count = std::min(group, sentences - first);
+    encode_group(ids + first * source_len, source_lengths_ + first, positions, count, source_len,
+                 memory_ + first * source_len * d_);
+  }
+  // Every decoder layer's cross-attention K | V, once per batch (bias included).
+  const int64_t rows = sentences * source_len;
+  for (size_t l = 0; l < decoder_.size(); ++l)
+    ops_.project(decoder_[l].cross_key_value, memory_, cross_kv_ + l * cross_kv_layer_stride_, rows);
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::encode_group(const int32_t* source_ids, const int32_t* source_lengths,
+                                           const int32_t* positions, int64_t sentences, int64_t source_len,
+                                           T* x) {
+  const int64_t rows = sentences * source_len;
+  ops_.embed(source_table_, source_ids, positions, rows, std::sqrt(static_cast<float>(d_)), x);
+  // The fused QKV output [sentences, source_len, 3d] seen as [sentences, heads, source_len, head_dim].
+  const HeadStrides qkv_strides{source_len * 3 * d_, head_dim_, 3 * d_};
+  const HeadStrides context_strides{source_len * d_, head_dim_, d_};
+  const AttentionShape shape{sentences, heads_, source_len, source_len, head_dim_};
+  for (const EncoderLayer& layer : encoder_) {
+    const T* in = sublayer_input(x, layer.self_norm, rows, enc_normed_);
+    ops_.project(layer.qkv, in, enc_qkv_, rows);
+    ops_.attention(enc_qkv_, qkv_strides, enc_qkv_ + d_, qkv_strides, enc_qkv_ + 2 * d_, qkv_strides,
+                   enc_context_, context_strides, shape, source_lengths);
+    ops_.project(layer.self_output, enc_context_, enc_sublayer_, rows);
+    residual(x, enc_sublayer_, layer.self_output, layer.self_norm, rows);
+    feed_forward(layer, x, rows, enc_normed_, enc_hidden_, enc_sublayer_);
+  }
+  if (pre_norm_) layer_norm(x, nullptr, nullptr, encoder_final_norm_, rows, x);
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, int64_t step) {
+  if (beam < 1 || beam > plan_.max_beam || step < 0 || step >= plan_.max_target_len || sentences_ < 1)
+    throw Error("internal: decode_step() outside the plan");
+  beam_ = beam;
+  rows_ = sentences_ * beam;
+  const int64_t rows = rows_;
+  const int32_t* device_tokens = ops_.upload(tokens_input_, tokens, rows);
+  std::fill(host_positions_.begin(), host_positions_.begin() + rows, static_cast<int32_t>(step));
+  const int32_t* positions = ops_.upload(positions_input_, host_positions_.data(), rows);
+  T* x = dec_x_;
+  ops_.embed(target_table_, device_tokens, positions, rows, std::sqrt(static_cast<float>(d_)), x);
+
+  // Self-attention over the cache [rows, max_target_len, d] seen as [rows, heads, positions, head_dim].
+  const HeadStrides cache_strides{cache_row_stride_, head_dim_, d_};
+  // Cross-attention: a sentence's beam hypotheses are its queries, [sentences, heads, beam, head_dim],
+  // over the sentence's keys [sentences, source_len, 2d]; no copy of K/V per hypothesis.
+  const HeadStrides beam_query_strides{beam * d_, head_dim_, d_};
+  const HeadStrides cross_strides{source_len_ * 2 * d_, head_dim_, 2 * d_};
+  const AttentionShape cross_shape{sentences_, heads_, beam, source_len_, head_dim_};
+
+  for (size_t l = 0; l < decoder_.size(); ++l) {
+    const DecoderLayer& layer = decoder_[l];
+    T* k_cache = self_k_[current_cache_] + l * cache_layer_stride_;
+    T* v_cache = self_v_[current_cache_] + l * cache_layer_stride_;
+
+    const T* in = sublayer_input(x, layer.self_norm, rows, dec_normed_);
+    ops_.self_attention_step(layer.qkv, in, rows, step, k_cache, v_cache, cache_strides, dec_qkv_, dec_query_,
+                             dec_context_);
+    ops_.project(layer.self_output, dec_context_, dec_sublayer_, rows);
+    residual(x, dec_sublayer_, layer.self_output, layer.self_norm, rows);
+
+    in = sublayer_input(x, layer.cross_norm, rows, dec_normed_);
+    ops_.project(layer.cross_query, in, dec_query_, rows);
+    const T* cross_kv = cross_kv_ + l * cross_kv_layer_stride_;
+    ops_.attention(dec_query_, beam_query_strides, cross_kv, cross_strides, cross_kv + d_, cross_strides,
+                   dec_context_, beam_query_strides, cross_shape, source_lengths_);
+    ops_.project(layer.cross_output, dec_context_, dec_sublayer_, rows);
+    residual(x, dec_sublayer_, layer.cross_output, layer.cross_norm, rows);
+
+    feed_forward(layer, x, rows, dec_normed_, dec_hidden_, dec_sublayer_);
+  }
+  if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
+  ops_.logits(output_projection_, x, logits_, rows);
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::reorder_cache(const int32_t* parents, int64_t step) {
+  if (step < 0 || step >= plan_.max_target_len || rows_ < 1) throw Error("internal: reorder_cache() outside the plan");
+  const int32_t* device_parents = ops_.upload(parents_input_, parents, rows_);
+  const int next = 1 - current_cache_;
+  const int64_t prefix = (step + 1) * d_;
+  for (size_t l = 0; l < decoder_.size(); ++l) {
+    const int64_t offset = static_cast<int64_t>(l) * cache_layer_stride_;
+    ops_.gather_rows(self_k_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
+                     self_k_[next] + offset, cache_row_stride_);
+    ops_.gather_rows(self_v_[current_cache_] + offset, cache_row_stride_, device_parents, rows_, prefix,
+                     self_v_[next] + offset, cache_row_stride_);
+  }
+  current_cache_ = next;
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::keep_sentences(const int32_t* kept, int64_t count) {
+  if (count < 1 || count > sentences_) throw Error("internal: keep_sentences() outside the batch");
+  for (int64_t i = 0; i < count; ++i)
+    if (kept[i] < i || kept[i] >= sentences_ || (i > 0 && kept[i] <= kept[i - 1]))
+      throw Error("internal: keep_sentences() needs ascending sentences of the batch");
+  // kept is ascending, so every sentence moves towards the front: in place, in order, one
+  // sentence's cross K | V in every layer at a time.
+  const int64_t block = source_len_ * 2 * d_;
+  for (int64_t i = 0; i < count; ++i)
+    if (kept[i] != i && !decoder_.empty())
+      ops_.copy_blocks(cross_kv_ + kept[i] * block, cross_kv_ + i * block, block,
+                       static_cast<int64_t>(decoder_.size()), cross_kv_layer_stride_);
+  for (int64_t i = 0; i < count; ++i) host_lengths_[i] = host_lengths_[kept[i]];
+  sentences_ = count;
+  rows_ = sentences_ * beam_;
+  source_lengths_ = upload_lengths();
+}
+
+}  // namespace xf::runtime
