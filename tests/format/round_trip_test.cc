@@ -117,6 +117,16 @@ TEST_P(FormatRoundTrip, BitExactThroughAFile) {
 
   // serialize() is what write() puts on disk.
   EXPECT_EQ(read_bytes(dir.file("model.xfm")), writer.serialize());
+
+  // A copy of the bytes, held in memory, reads the same, aligned, and outlives the bytes.
+  std::vector<uint8_t> bytes = writer.serialize();
+  bytes.insert(bytes.begin(), 8, 0);  // misaligned as a heap buffer may be
+  const auto copy = ModelFile::copy_from_memory(bytes.data() + 8, bytes.size() - 8, "in memory");
+  std::fill(bytes.begin(), bytes.end(), 0xff);
+  EXPECT_EQ(copy->path(), "in memory");
+  expect_same_config(copy->config(), config);
+  EXPECT_EQ(copy->source_tokenizer(), source_tokenizer);
+  expect_tensors(*copy, parameters);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -21,6 +21,7 @@
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
+#include "xf/trainer/translate.h"
 
 namespace xf::trainer {
 namespace fs = std::filesystem;
@@ -82,7 +83,7 @@ void truncate_metrics_csv(const std::string& path, int64_t step) {
 
 struct ValidationSet {
   TokenizedCorpus corpus;                          // all dev pairs, for the loss
-  std::vector<std::vector<int32_t>> bleu_sources;  // distinct sources, with EOS
+  std::vector<std::vector<int32_t>> bleu_sources;  // distinct sources, without EOS
   std::vector<std::vector<std::string>> bleu_references;  // every target of that source
 };
 
@@ -108,9 +109,7 @@ ValidationSet load_validation_set(const TrainOptions& options, const Tokenizer& 
     }
     if (static_cast<int64_t>(set.bleu_sources.size()) >= options.valid_bleu_sentences) continue;
     index_of_source[pairs[i].source] = set.bleu_sources.size();
-    std::vector<int32_t> ids(all.source(i), all.source(i) + all.source_length(i));
-    ids.push_back(kEosId);
-    set.bleu_sources.push_back(std::move(ids));
+    set.bleu_sources.emplace_back(all.source(i), all.source(i) + all.source_length(i));
     set.bleu_references.push_back({pairs[i].target});
   }
   return set;
@@ -122,7 +121,9 @@ struct ValidationResult {
 };
 
 // Each rank takes every size()-th loss batch and BLEU chunk; the NLL and BLEU's sufficient
-// statistics are then added over the ranks, so every rank gets the same result.
+// statistics are then added over the ranks, so every rank gets the same result. BLEU is of the
+// runtime's greedy translations (translate_greedy): what xf-run --beam 1 and xf-eval give for
+// the checkpoint converted to an f32 model.
 ValidationResult validate(TransformerModel& model, const ValidationSet& set,
                           const Tokenizer& tokenizer, const TrainOptions& options,
                           Communicator& ranks) {
@@ -146,17 +147,17 @@ ValidationResult validate(TransformerModel& model, const ValidationSet& set,
   }
   metrics::BleuStats bleu;
   const size_t chunk = 32;
+  std::vector<size_t> mine;  // this rank's sentences
   for (size_t start = rank * chunk; start < set.bleu_sources.size(); start += rank_count * chunk) {
-    std::vector<std::vector<int32_t>> sources(
-        set.bleu_sources.begin() + start,
-        set.bleu_sources.begin() + std::min(set.bleu_sources.size(), start + chunk));
-    int64_t longest = 0;
-    for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size());
-    int64_t max_len = std::min<int64_t>(longest + 50, config.max_positions - 1);
-    size_t i = start;
-    for (const auto& ids : model.greedy_decode(sources, max_len)) {
-      bleu += metrics::bleu_sentence_stats(tokenizer.decode(ids), set.bleu_references[i++]);
-    }
+    for (size_t i = start; i < std::min(set.bleu_sources.size(), start + chunk); ++i) mine.push_back(i);
+  }
+  std::vector<std::vector<int32_t>> sources;
+  for (size_t i : mine) sources.push_back(set.bleu_sources[i]);
+  const auto translations = translate_greedy(config, model.parameters(), model.parameter_count(),
+                                             sources, options.threads);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    bleu += metrics::bleu_sentence_stats(tokenizer.decode(translations[k]),
+                                         set.bleu_references[mine[k]]);
   }
   // Counts below 2^53 add exactly in double.
   std::vector<double> sums = {nll, static_cast<double>(tokens), static_cast<double>(bleu.hyp_len),

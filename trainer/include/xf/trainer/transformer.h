@@ -110,11 +110,6 @@ class BasicTransformerModel {
   // Forward only, without dropout; gradients untouched.
   LossSums evaluate(const Batch& batch);
 
-  // Greedy decoding without dropout (not incremental: the decoder reruns over the prefix each
-  // step). sources: token ids with EOS. Returns ids without BOS/EOS, at most max_len tokens.
-  std::vector<std::vector<int32_t>> greedy_decode(
-      const std::vector<std::vector<int32_t>>& sources, int64_t max_len);
-
   // Logits of the last evaluate() ([B*T, vocab], row b*T+t), for tests (forward_backward
   // overwrites them with their gradient).
   const Scalar* last_logits() const;
