@@ -149,7 +149,7 @@ T* BasicTransformerModel<T>::gradients() { return impl_->cpu_ops.gradients(); }
 template <typename T>
 const T* BasicTransformerModel<T>::gradients() const { return impl_->cpu_ops.gradients(); }
 template <typename T>
-const T* BasicTransformerModel<T>::last_logits() const { return impl_->logits; }
+const T* BasicTransformerModel<T>::last_logits() const { return impl_->last_logits(); }
 
 template <typename T>
 void BasicTransformerModel<T>::initialize(uint64_t seed) {

@@ -106,8 +106,7 @@ void TransformerGraph<T>::build_layout() {
 // ---- Plan --------------------------------------------------------------------------------------
 
 template <typename T>
-void TransformerGraph<T>::plan(int64_t batch, int64_t source_len, int64_t target_len,
-                               bool with_logits) {
+void TransformerGraph<T>::plan(int64_t batch, int64_t source_len, int64_t target_len) {
   B = batch;
   S = source_len;
   Tt = target_len;
@@ -162,7 +161,7 @@ void TransformerGraph<T>::plan(int64_t batch, int64_t source_len, int64_t target
     decoder_final = take(nt * dm);
     decoder_final_mean = take(nt);
     decoder_final_rstd = take(nt);
-    logits = take(with_logits ? nt * vocab() : 0);
+    logits = take(nt * vocab());
     d_stream = take(rows * dm);
     d_encoder_output = take(ns * dm);
     d_sum = take(rows * dm);

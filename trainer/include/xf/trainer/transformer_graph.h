@@ -44,8 +44,14 @@ class TransformerGraph {
   LossSums evaluate(const Batch& batch);
 
   size_t find(const std::string& name) const;  // index in slots; throws xf::Error if unknown
+  // Logits of the last pass ([B*T, vocab], device memory; their gradient after forward_backward).
+  const T* last_logits() const { return logits; }
 
-  // ---- The pieces, public for the CPU model's validation decoder ----
+  ModelConfig config;
+  TrainingOptions options;  // read by every pass: may change between passes
+  std::vector<ParameterSlot> slots;
+
+ private:
   struct Linear {
     size_t weight = 0, bias = 0;
     int64_t out = 0, in = 0;
@@ -93,9 +99,8 @@ class TransformerGraph {
     T* hidden = nullptr;  // [B*T, d_ff]
   };
 
-  // Lays every activation of a (B, S, T) batch out in the ops' arenas. with_logits: room for
-  // the full [B*T, V] logits (the validation decoder projects last rows only).
-  void plan(int64_t batch, int64_t source_len, int64_t target_len, bool with_logits = true);
+  // Lays every activation of a (B, S, T) batch out in the ops' arenas.
+  void plan(int64_t batch, int64_t source_len, int64_t target_len);
   // Validates the batch, plans for its shape and uploads its ids.
   void load_batch(const Batch& batch);
   void encode(uint64_t seed);
@@ -105,10 +110,7 @@ class TransformerGraph {
   LossSums loss(bool write_gradient);
   void backward();
 
-  ModelConfig config;
-  TrainingOptions options;
   TrainingOps<T>& ops;
-  std::vector<ParameterSlot> slots;
   std::unordered_map<std::string, size_t> slot_index;
 
   size_t source_embedding = 0, target_embedding = 0, output_weight = 0, output_bias = 0;
@@ -153,7 +155,6 @@ class TransformerGraph {
   T* d_key_value = nullptr;       // [B*S, 2d]
   T* d_hidden = nullptr;          // [max rows, d_ff]
 
- private:
   size_t values_needed_ = 0;  // the arena's size for the planned shape
   int64_t d() const { return config.d_model; }
   int64_t vocab() const { return static_cast<int64_t>(config.target_vocab_size); }
