@@ -1,7 +1,7 @@
 #pragma once
-// The encoder-decoder Transformer for training: parameters, gradients, explicit forward and
-// backward per layer (in the manner of llm.c), label-smoothed loss, and greedy decoding for
-// validation.
+// The encoder-decoder Transformer for training on the CPU: parameters, gradients, and the
+// explicit forward and backward passes of transformer_graph.h (the same code on every device)
+// over CpuTrainingOps, with the label-smoothed loss.
 //
 // Parameters and gradients each live in ONE contiguous buffer, laid out in the order of
 // xf::transformer_parameters(config) (format/include/xf/format/parameters.h), so checkpoints and
