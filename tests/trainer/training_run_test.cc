@@ -22,12 +22,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "golden.h"
 #include "xf/format/config.h"
+#include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
 
@@ -79,7 +81,9 @@ struct RunResult {
   std::vector<float> parameters, first_moment, second_moment;
 };
 
-RunResult train(bool pre_norm) {
+// through_device_model: each step through make_cpu_device_model (xf-train's loop) instead of
+// the model and Adam directly.
+RunResult train(bool pre_norm, bool through_device_model = false) {
   const ModelConfig config = run_config(pre_norm);
   TrainingOptions options;
   options.dropout = 0.1f;
@@ -97,6 +101,15 @@ RunResult train(bool pre_norm) {
   RunResult result;
   for (int step = 1; step <= kSteps; ++step) {
     const Batch batch = random_batch(config, rng);
+    if (through_device_model) {
+      const std::unique_ptr<DeviceModel> device = make_cpu_device_model(model, adam, kThreads);
+      device->zero_gradients();
+      const LossSums sums = device->forward_backward(batch, 1000 + step);
+      result.losses.push_back(sums.loss_sum);
+      result.nlls.push_back(sums.nll_sum);
+      device->adam_step(schedule.at(step), 1.0 / static_cast<double>(sums.token_count), clip_norm);
+      continue;
+    }
     model.zero_gradients();
     const LossSums sums = model.forward_backward(batch, 1000 + step);
     result.losses.push_back(sums.loss_sum);
@@ -172,6 +185,21 @@ TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
     const std::string p = run_name(pre_norm);
     EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".nll_sum", r.nlls), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);
+  }
+}
+
+// xf-train's loop steps through a DeviceModel: on the CPU it gives the same bits.
+TEST(TrainingRun, TheLoopsCpuDeviceModelMatchesTheGoldenRun) {
+  if (regenerating()) GTEST_SKIP() << "regenerating the golden file";
+  const golden::GoldenFile golden = golden::load_golden(golden_file());
+  for (bool pre_norm : {false, true}) {
+    SCOPED_TRACE(run_name(pre_norm));
+    const RunResult r = train(pre_norm, /*through_device_model=*/true);
+    const std::string p = run_name(pre_norm);
+    EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);
