@@ -21,15 +21,15 @@ for f in /usr/include/dnnl*.h* /usr/include/flatbuffers /usr/include/sentencepie
 
 failures=0
 count=0
-for f in format/src/*.cc modules/src/*.cc kernels_cpu/src/*.cc runtime/src/*.cc runtime/metrics/src/*.cc \
+for f in common/src/*.cc format/src/*.cc modules/src/*.cc kernels_cpu/src/*.cc runtime/src/*.cc metrics/src/*.cc \
          trainer/src/*.cc trainer/src/*/*.cc trainer/comm/src/ranks.cc trainer/comm/src/watchdog.cc; do
   [ -f "$f" ] || continue
   case $f in *cuda*) continue ;; esac
   count=$((count + 1))
   # XF_VERSION_STRING, XF_MODULE_ABI: what runtime/ and modules/CMakeLists.txt define.
   if ! $cxx -std=c++17 -O2 -fopenmp -DXF_VERSION_STRING='"0.0.0"' -DXF_MODULE_ABI='"0.0.0"' -c -o "$out/object.o" \
-      -I format/include -I modules/include -I kernels_cpu/include \
-      -I runtime/include -I runtime/metrics/include -I trainer/include -I trainer/comm/include -I runtime/src \
+      -I common/include -I format/include -I modules/include -I kernels_common/include -I kernels_cpu/include \
+      -I runtime/include -I metrics/include -I trainer/include -I trainer/comm/include -I runtime/src \
       -I "$build/format/generated" -I "$headers" "$f" 2>"$out/errors.txt"; then
     echo "check_aarch64: $f does not compile for aarch64:" >&2
     head -20 "$out/errors.txt" >&2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest, tests the
+# Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest (which must
+# leave no file in TMPDIR: scripts/ctest_leaves_no_files.sh), tests the
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
 # tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
 # libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
@@ -12,7 +13,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO
 cmake --build build -j "$jobs"
-(cd build && ctest --output-on-failure -j "$jobs" --timeout 900)
+# Every test removes what it made, pass or fail: ctest runs with TMPDIR at a fresh folder that
+# must stay empty.
+scripts/ctest_leaves_no_files.sh build --output-on-failure -j "$jobs" --timeout 900
 
 # The Python package, built against the libraries just built, and its pytest tests.
 scripts/test_python.sh build

@@ -1,44 +1,74 @@
 #include "xf/format/config.h"
 
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "xf/error.h"
 
 namespace xf {
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::int8: return "int8";
-  }
-  return "unknown";
-}
-
-DType parse_dtype(const std::string& name) {
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
-  }
-  throw Error("unknown dtype '" + name + "' (expected f32, f16, bf16 or int8)");
-}
-
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::int8: return 1;
-  }
-  return 0;
-}
-
 namespace {
 void require(bool ok, const std::string& what) {
   if (!ok) throw Error("invalid model config: " + what);
 }
+
+std::string field_text(NormPosition value) { return value == NormPosition::pre ? "pre" : "post"; }
+std::string field_text(bool value) { return value ? "1" : "0"; }
+std::string field_text(float value) {
+  char buffer[32];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
+  return std::string(buffer, end);
+}
+template <typename Int>
+std::string field_text(Int value) {
+  return std::to_string(value);
+}
+
+// Each parser takes the whole text or throws.
+void parse_field(const std::string& name, const std::string& text, NormPosition& value) {
+  if (text != "pre" && text != "post") throw Error(name + " must be pre or post");
+  value = text == "pre" ? NormPosition::pre : NormPosition::post;
+}
+void parse_field(const std::string& name, const std::string& text, bool& value) {
+  if (text != "0" && text != "1") throw Error(name + " must be 0 or 1");
+  value = text == "1";
+}
+void parse_field(const std::string& name, const std::string& text, float& value) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || ptr != end)
+    throw Error(name + ": '" + text + "' is not a number");
+}
+template <typename Int>
+void parse_field(const std::string& name, const std::string& text, Int& value) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, error] = std::from_chars(text.data(), end, value);
+  if (error == std::errc::result_out_of_range) throw Error(name + " is out of range");
+  if (text.empty() || error != std::errc() || ptr != end)
+    throw Error(name + ": '" + text + "' is not " +
+                (std::is_signed_v<Int> ? "an integer" : "a non-negative integer"));
+}
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> config_to_text(const ModelConfig& config) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for_each_config_field(config, [&](const char* name, const auto& value) {
+    fields.emplace_back(name, field_text(value));
+  });
+  return fields;
+}
+
+ModelConfig config_from_text(const std::function<std::string(const std::string& name)>& text_of) {
+  ModelConfig config;
+  for_each_config_field(config, [&](const char* name, auto& value) {
+    parse_field(name, text_of(name), value);
+  });
+  validate_config(config);
+  return config;
+}
 
 void validate_config(const ModelConfig& c) {
   // Upper bounds keep every size computation far from overflow on hostile files.

@@ -14,6 +14,7 @@
 #include "xf/error.h"
 #include "xf/format/file_layout.h"
 #include "xf/format/parameters.h"
+#include "config_fb.h"
 #include "xf_model_generated.h"
 
 namespace xf {
@@ -77,18 +78,16 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, FileAc
     file->bytes_ = static_cast<const uint8_t*>(mapping);
     file->mapped_ = true;
   } else {
-    // Anonymous memory is page-aligned, as the format's tensor alignment needs.
-    void* copy = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED) {
-      const int err = errno;
+    uint8_t* copy;
+    try {
+      copy = file->allocate_copy();
+    } catch (const Error&) {
       ::close(fd);
-      throw Error(path + ": cannot allocate " + std::to_string(size) + " bytes: " + std::strerror(err));
+      throw;
     }
-    file->bytes_ = static_cast<const uint8_t*>(copy);
-    file->anonymous_ = true;  // the destructor unmaps it from here on
     size_t done = 0;
     while (done < size) {
-      const ssize_t n = ::pread(fd, static_cast<uint8_t*>(copy) + done, size - done, static_cast<off_t>(done));
+      const ssize_t n = ::pread(fd, copy + done, size - done, static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const int err = n < 0 ? errno : 0;
@@ -99,9 +98,37 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, FileAc
       done += static_cast<size_t>(n);
     }
     ::close(fd);
-    ::mprotect(copy, size, PROT_READ);  // the copy is as read-only as a mapping
+    file->protect_copy();
   }
   file->parse_and_validate();  // the destructor unmaps if this throws
+  return file;
+}
+
+uint8_t* ModelFile::allocate_copy() {
+  // Anonymous memory is page-aligned, as the format's tensor alignment needs.
+  void* copy = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) {
+    throw Error(path_ + ": cannot allocate " + std::to_string(size_) + " bytes: " +
+                std::strerror(errno));
+  }
+  bytes_ = static_cast<const uint8_t*>(copy);
+  anonymous_ = true;  // the destructor unmaps it from here on
+  return static_cast<uint8_t*>(copy);
+}
+
+void ModelFile::protect_copy() const {
+  ::mprotect(const_cast<uint8_t*>(bytes_), size_, PROT_READ);  // as read-only as a mapping
+}
+
+std::shared_ptr<const ModelFile> ModelFile::copy_from_memory(const void* bytes, size_t size,
+                                                             const std::string& label) {
+  if (size == 0) throw Error(label + ": empty file, not a model");
+  std::shared_ptr<ModelFile> file(new ModelFile());
+  file->path_ = label;
+  file->size_ = size;
+  std::memcpy(file->allocate_copy(), bytes, size);
+  file->protect_copy();
+  file->parse_and_validate();
   return file;
 }
 
@@ -208,27 +235,9 @@ void ModelFile::parse_and_validate() {
   }
 
   // Config.
-  const fb::ModelConfig* c = model->config();
-  ModelConfig& config = config_;
-  config.source_vocab_size = c->source_vocab_size();
-  config.target_vocab_size = c->target_vocab_size();
-  config.d_model = c->d_model();
-  config.num_heads = c->num_heads();
-  config.d_ff = c->d_ff();
-  config.encoder_layers = c->encoder_layers();
-  config.decoder_layers = c->decoder_layers();
-  config.max_positions = c->max_positions();
-  config.norm_position = static_cast<NormPosition>(c->norm_position());
-  config.shared_embeddings = c->shared_embeddings();
-  config.tied_output = c->tied_output();
-  config.output_bias = c->output_bias();
-  config.layer_norm_epsilon = c->layer_norm_epsilon();
-  config.pad_id = c->pad_id();
-  config.unk_id = c->unk_id();
-  config.bos_id = c->bos_id();
-  config.eos_id = c->eos_id();
+  config_ = config_from_fb(*model->config());
   try {
-    validate_config(config);
+    validate_config(config_);
   } catch (const Error& e) {
     fail(e.what());
   }

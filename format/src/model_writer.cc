@@ -16,6 +16,7 @@
 #include "xf/format/file_layout.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
+#include "config_fb.h"
 #include "xf_model_generated.h"
 
 namespace xf {
@@ -174,12 +175,7 @@ std::vector<uint8_t> ModelWriter::serialize() const {
     metadata_offsets.push_back(
         fb::CreateKeyValue(fbb, fbb.CreateString(key), fbb.CreateString(value)));
   }
-  const ModelConfig& c = config_;
-  const auto config = fb::CreateModelConfig(
-      fbb, c.source_vocab_size, c.target_vocab_size, c.d_model, c.num_heads, c.d_ff,
-      c.encoder_layers, c.decoder_layers, c.max_positions,
-      static_cast<fb::NormPosition>(c.norm_position), c.shared_embeddings, c.tied_output,
-      c.output_bias, c.layer_norm_epsilon, c.pad_id, c.unk_id, c.bos_id, c.eos_id);
+  const auto config = create_fb_config(fbb, config_);
   auto bytes_vector = [&](const std::string& s) {
     return s.empty() ? 0 : fbb.CreateVector(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "device_utils.cuh"
-#include "dropout_hash.cuh"
+#include "xf/kernels_common/dropout_hash.h"
 #include "xf/kernels_cuda/backward.h"
 
 namespace xf::cuda {
@@ -28,7 +28,7 @@ constexpr int64_t kMaxSharedFloats = 12 * 1024;
 __device__ __forceinline__ float dropout_factor(bool has_dropout, DropoutRule rule,
                                                 int64_t index) {
   if (!has_dropout) return 1.0f;
-  return detail::dropout_keeps(rule.stream, rule.threshold, index) ? rule.scale : 0.0f;
+  return dropout_hash::keeps(rule.stream, rule.threshold, index) ? rule.scale : 0.0f;
 }
 
 // Grid: (query_len, heads, batch). Shared: dO row [head_dim] + dS row [key_len].

@@ -5,14 +5,13 @@
 #include <string>
 
 #include "device_utils.cuh"
-#include "dropout_hash.cuh"
+#include "xf/kernels_common/dropout_hash.h"
 #include "xf/kernels_cuda/backward.h"
 
 namespace xf::cuda {
 namespace {
 
 using detail::ceil_div;
-using detail::mix64;
 using detail::grid_dim;
 using detail::require;
 
@@ -35,7 +34,7 @@ __global__ void dropout_kernel(float* x, int64_t count, uint64_t stream, uint32_
                                float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    x[i] = detail::dropout_keeps(stream, threshold, i) ? x[i] * scale : 0.0f;
+    x[i] = dropout_hash::keeps(stream, threshold, i) ? x[i] * scale : 0.0f;
   }
 }
 
@@ -272,8 +271,8 @@ DropoutRule make_dropout_rule(uint64_t seed, uint64_t site, float p) {
   require(p >= 0.0f && p < 1.0f, "make_dropout_rule",
           "dropout probability must be in [0, 1), got " + std::to_string(p));
   DropoutRule rule;
-  rule.stream = mix64(seed ^ mix64(site));
-  rule.threshold = static_cast<uint32_t>(std::llround(static_cast<double>(p) * double(1 << 24)));
+  rule.stream = dropout_hash::site_stream(seed, site);
+  rule.threshold = dropout_hash::threshold(p);
   rule.scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
   return rule;
 }

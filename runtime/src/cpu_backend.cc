@@ -254,12 +254,12 @@ class CpuOps {
   // ---- binding
   Linear linear(const std::string& prefix, int64_t max_rows, bool bias_in_product) {
     Linear l;
-    l.bias = weights_.vector(prefix + ".bias");
-    l.product = planned_matmul(prefix + ".weight", max_rows, bias_in_product ? l.bias : nullptr);
+    l.bias = weights_.vector(prefix + schema::kBias);
+    l.product = planned_matmul(prefix + schema::kWeight, max_rows, bias_in_product ? l.bias : nullptr);
     return l;
   }
   Norm norm(const std::string& prefix) {
-    return {weights_.vector(prefix + ".gamma"), weights_.vector(prefix + ".beta")};
+    return {weights_.vector(prefix + schema::kGamma), weights_.vector(prefix + schema::kBeta)};
   }
   Logits output_projection(int64_t max_rows) {
     Linear l;

@@ -196,12 +196,12 @@ class CudaOps {
 
   // ---- binding
   Linear linear(const std::string& prefix, int64_t, bool bias_in_product) {
-    const TensorView& w = file_.tensor(prefix + ".weight");
-    return {weights_.tensor(prefix + ".weight"), weights_.tensor(prefix + ".bias"),
+    const TensorView& w = file_.tensor(prefix + schema::kWeight);
+    return {weights_.tensor(prefix + schema::kWeight), weights_.tensor(prefix + schema::kBias),
             static_cast<int64_t>(w.rows()), static_cast<int64_t>(w.cols()), bias_in_product};
   }
   Norm norm(const std::string& prefix) {
-    return {weights_.tensor(prefix + ".gamma"), weights_.tensor(prefix + ".beta")};
+    return {weights_.tensor(prefix + schema::kGamma), weights_.tensor(prefix + schema::kBeta)};
   }
   Logits output_projection(int64_t) {
     return {weights_.tensor(param::output_projection(config_)),

@@ -172,32 +172,32 @@ void TransformerBackend<Ops>::bind_weights() {
   for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
     const std::string p = param::encoder_layer(i);
     EncoderLayer layer;
-    layer.qkv = ops_.linear(p + "self_attention.qkv", encoder_rows, true);
-    layer.self_output = ops_.linear(p + "self_attention.output", encoder_rows, false);
-    layer.self_norm = ops_.norm(p + "self_attention_norm");
-    layer.ffn_inner = ops_.linear(p + "ffn.inner", encoder_rows, false);
-    layer.ffn_outer = ops_.linear(p + "ffn.outer", encoder_rows, false);
-    layer.ffn_norm = ops_.norm(p + "ffn_norm");
+    layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, encoder_rows, true);
+    layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, encoder_rows, false);
+    layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    layer.ffn_inner = ops_.linear(p + schema::kFfnInner.name, encoder_rows, false);
+    layer.ffn_outer = ops_.linear(p + schema::kFfnOuter.name, encoder_rows, false);
+    layer.ffn_norm = ops_.norm(p + schema::kFfnNorm.name);
     encoder_.push_back(std::move(layer));
   }
   for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
     DecoderLayer layer;
-    layer.qkv = ops_.linear(p + "self_attention.qkv", decoder_rows, true);
-    layer.self_output = ops_.linear(p + "self_attention.output", decoder_rows, false);
-    layer.self_norm = ops_.norm(p + "self_attention_norm");
-    layer.cross_query = ops_.linear(p + "cross_attention.query", decoder_rows, true);
-    layer.cross_key_value = ops_.linear(p + "cross_attention.key_value", cross_rows, true);
-    layer.cross_output = ops_.linear(p + "cross_attention.output", decoder_rows, false);
-    layer.cross_norm = ops_.norm(p + "cross_attention_norm");
-    layer.ffn_inner = ops_.linear(p + "ffn.inner", decoder_rows, false);
-    layer.ffn_outer = ops_.linear(p + "ffn.outer", decoder_rows, false);
-    layer.ffn_norm = ops_.norm(p + "ffn_norm");
+    layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, decoder_rows, true);
+    layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, decoder_rows, false);
+    layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    layer.cross_query = ops_.linear(p + schema::kCrossAttentionQuery.name, decoder_rows, true);
+    layer.cross_key_value = ops_.linear(p + schema::kCrossAttentionKeyValue.name, cross_rows, true);
+    layer.cross_output = ops_.linear(p + schema::kCrossAttentionOutput.name, decoder_rows, false);
+    layer.cross_norm = ops_.norm(p + schema::kCrossAttentionNorm.name);
+    layer.ffn_inner = ops_.linear(p + schema::kFfnInner.name, decoder_rows, false);
+    layer.ffn_outer = ops_.linear(p + schema::kFfnOuter.name, decoder_rows, false);
+    layer.ffn_norm = ops_.norm(p + schema::kFfnNorm.name);
     decoder_.push_back(std::move(layer));
   }
   if (pre_norm_) {
-    encoder_final_norm_ = ops_.norm("encoder.final_norm");
-    decoder_final_norm_ = ops_.norm("decoder.final_norm");
+    encoder_final_norm_ = ops_.norm(schema::kEncoderFinalNorm.name);
+    decoder_final_norm_ = ops_.norm(schema::kDecoderFinalNorm.name);
   }
   // The output projection before the tables: when tied and widened at load, the target table
   // then shares the widened copy.

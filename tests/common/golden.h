@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "xf/error.h"
@@ -159,33 +160,21 @@ inline const GoldenTensor& golden_at(const GoldenFile& file, const std::string& 
   return it->second;
 }
 
+// Each field is the scalar "config.<name>": flags and norm_position as 0 or 1. The script
+// rounds epsilon to float32 first, so every conversion here is exact.
 inline ModelConfig golden_config(const GoldenFile& file) {
-  auto u32 = [&](const char* field) {
-    return static_cast<uint32_t>(golden_at(file, std::string("config.") + field).scalar());
-  };
-  auto i32 = [&](const char* field) {
-    return static_cast<int32_t>(golden_at(file, std::string("config.") + field).scalar());
-  };
   ModelConfig c;
-  c.source_vocab_size = u32("source_vocab_size");
-  c.target_vocab_size = u32("target_vocab_size");
-  c.d_model = u32("d_model");
-  c.num_heads = u32("num_heads");
-  c.d_ff = u32("d_ff");
-  c.encoder_layers = u32("encoder_layers");
-  c.decoder_layers = u32("decoder_layers");
-  c.max_positions = u32("max_positions");
-  c.norm_position = u32("norm_position") == 0 ? NormPosition::post : NormPosition::pre;
-  c.shared_embeddings = u32("shared_embeddings") != 0;
-  c.tied_output = u32("tied_output") != 0;
-  c.output_bias = u32("output_bias") != 0;
-  // The script rounds epsilon to float32 first, so this conversion is exact.
-  c.layer_norm_epsilon =
-      static_cast<float>(golden_at(file, "config.layer_norm_epsilon").scalar());
-  c.pad_id = i32("pad_id");
-  c.unk_id = i32("unk_id");
-  c.bos_id = i32("bos_id");
-  c.eos_id = i32("eos_id");
+  for_each_config_field(c, [&](const char* name, auto& field) {
+    using Field = std::remove_reference_t<decltype(field)>;
+    const double value = golden_at(file, std::string("config.") + name).scalar();
+    if constexpr (std::is_enum_v<Field>) {
+      field = static_cast<Field>(static_cast<std::underlying_type_t<Field>>(value));
+    } else if constexpr (std::is_same_v<Field, bool>) {
+      field = value != 0;
+    } else {
+      field = static_cast<Field>(value);
+    }
+  });
   validate_config(c);
   return c;
 }

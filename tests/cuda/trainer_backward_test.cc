@@ -12,8 +12,8 @@
 #include "cuda_test_support.h"
 #include "random_inputs.h"
 #include "xf/kernels_cpu/backward.h"
+#include "xf/kernels_cpu/training.h"
 #include "xf/kernels_cuda/backward.h"
-#include "xf/trainer/layers.h"
 #include "xf/trainer/optimizer.h"
 
 namespace xf::test {
@@ -51,9 +51,9 @@ TEST(cuda_trainer_kernels, DropoutKeepsExactlyTheCpuTrainersMask) {
     DeviceBuffer<float> device_x(x);
     cuda::dropout(device_x.get(), count, cuda::make_dropout_rule(seed, site, p), nullptr);
     std::vector<uint8_t> mask(count);
-    trainer::make_dropout_mask(seed, site, count, p, mask.data(), 1);
+    cpu::make_dropout_mask(seed, site, count, p, mask.data(), 1);
     std::vector<float> expected = x;
-    trainer::apply_dropout(expected.data(), mask.data(), count, 1.0f / (1.0f - p), 1);
+    cpu::apply_dropout(expected.data(), mask.data(), count, 1.0f / (1.0f - p), 1);
     EXPECT_EQ(device_x.download(), expected) << "p = " << p;
     int64_t kept = 0;
     for (uint8_t m : mask) kept += m;
@@ -189,12 +189,12 @@ TEST(cuda_trainer_kernels, AttentionBackwardMatchesDoubleReference) {
     const int64_t score_count = c.batch * c.heads * c.query_len * c.key_len;
     const uint64_t seed = static_cast<uint64_t>(random.integer(0, 1 << 30)), site = 0x100000202;
     std::vector<uint8_t> mask(score_count, 1);
-    if (c.dropout > 0) trainer::make_dropout_mask(seed, site, score_count, c.dropout, mask.data(), 1);
+    if (c.dropout > 0) cpu::make_dropout_mask(seed, site, score_count, c.dropout, mask.data(), 1);
     const double keep_scale = 1.0 / (1.0 - c.dropout);
 
     // Reference forward (for P and, with dropout, the dropped-out output) and backward.
     std::vector<double> probabilities(score_count), out(nq), scratch(4 * c.key_len);
-    trainer::attention_forward<double>(
+    cpu::attention_forward<double>(
         to_double(q).data(), qs, to_double(k).data(), ks, to_double(v).data(), ks, out.data(), qs,
         shape, c.padded ? key_lengths.data() : nullptr, c.causal ? 0 : -1, probabilities.data(),
         c.dropout > 0 ? mask.data() : nullptr, keep_scale, scratch.data(), 1);

@@ -13,7 +13,7 @@
 // xf_cuda_trainer_tests covers.
 #include "runtime_host_emulation.cc"  // NOLINT: one translation unit, shared allocation table
 
-#include "dropout_hash.cuh"  // the device hash, compiled for the host here
+#include "xf/kernels_common/dropout_hash.h"  // the device hash, compiled for the host here
 #include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/kernels_cuda/backward.h"
@@ -42,7 +42,7 @@ namespace xf::cuda {
 namespace {
 
 bool kept(const DropoutRule& rule, int64_t index) {
-  return detail::dropout_keeps(rule.stream, rule.threshold, index);
+  return dropout_hash::keeps(rule.stream, rule.threshold, index);
 }
 
 // The rows x dim span a row-major buffer covers.
@@ -73,8 +73,8 @@ void emulated_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 DropoutRule make_dropout_rule(uint64_t seed, uint64_t site, float p) {
   if (!(p >= 0.0f && p < 1.0f)) throw Error("emulated make_dropout_rule: p outside [0, 1)");
   DropoutRule rule;
-  rule.stream = detail::mix64(seed ^ detail::mix64(site));
-  rule.threshold = static_cast<uint32_t>(std::llround(static_cast<double>(p) * double(1 << 24)));
+  rule.stream = dropout_hash::site_stream(seed, site);
+  rule.threshold = dropout_hash::threshold(p);
   rule.scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
   return rule;
 }
@@ -215,13 +215,13 @@ void adam_step(float* parameters, const float* gradients, float* m, float* v, in
                          static_cast<const float*>(m), static_cast<const float*>(v)})
     check_rows(p, count, 1, sizeof(float), "adam buffer");
   if (half_parameters != nullptr) check_rows(half_parameters, count, 1, sizeof(__half), "adam f16 copy");
-  for (int64_t i = 0; i < count; ++i) {
-    const float g = gradients[i] * c.gradient_scale;
-    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g;
-    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
-    parameters[i] -= c.step_size * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_correction2 + c.epsilon);
-    if (half_parameters != nullptr) half_parameters[i] = from_float<__half>(parameters[i]);
-  }
+  // The CPU kernel of the same rule, then the f16 copy.
+  cpu::adam_step(parameters, gradients, m, v, count,
+                 cpu::AdamConstants{c.beta1, c.beta2, c.step_size, c.inv_sqrt_correction2,
+                                    c.epsilon, c.gradient_scale},
+                 1);
+  if (half_parameters != nullptr)
+    for (int64_t i = 0; i < count; ++i) half_parameters[i] = from_float<__half>(parameters[i]);
 }
 
 void sum_of_squares(const float* x, int64_t count, double* workspace, double* result,
@@ -229,9 +229,7 @@ void sum_of_squares(const float* x, int64_t count, double* workspace, double* re
   check_rows(x, count, 1, sizeof(float), "sum_of_squares x");
   check_rows(workspace, kSumOfSquaresPartials, 1, sizeof(double), "sum_of_squares workspace");
   check_rows(result, 1, 1, sizeof(double), "sum_of_squares result");
-  double sum = 0;
-  for (int64_t i = 0; i < count; ++i) sum += double(x[i]) * x[i];
-  *result = sum;
+  *result = cpu::sum_of_squares(x, count, 1);
 }
 
 void convert(const float* in, int64_t count, half* out, cudaStream_t) {

@@ -120,8 +120,7 @@ TEST_P(cuda_trainer_model_vs_cpu, LossAndGradientsMatchCpuModel) {
     // such unit moved a layer's gradients by 10%). An inner bias of 4 (about 4 standard
     // deviations of the pre-activations) keeps them away from 0 here; the f32 cases test the kink.
     for (const trainer::ParameterSlot& slot : cpu.slots())
-      if (slot.spec.name.size() > 15 &&
-          slot.spec.name.compare(slot.spec.name.size() - 15, 15, ".ffn.inner.bias") == 0)
+      if (slot.spec.name.find(std::string(schema::kFfnInner.name) + schema::kBias) != std::string::npos)
         std::fill(cpu.parameters() + slot.offset, cpu.parameters() + slot.offset + slot.size, 4.0f);
   }
   // A loss scale of 2^10 keeps this single step clear of f16 overflow (training would skip an

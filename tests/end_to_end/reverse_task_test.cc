@@ -2,7 +2,8 @@
 // character-level SentencePiece model trained by xf-train itself), converts it with xf-convert
 // and requires xf-run's outputs to be exactly right on held-out strings, greedy and beam 4, from
 // the f32 file and the int8 one.
-// Also: the tools' one-line errors and exit status on bad input.
+// Also: validation BLEU equals xf-eval's BLEU of xf-run's output, and the tools' one-line errors
+// and exit status on bad input.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -113,6 +114,74 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
       EXPECT_EQ(wrong, 0) << dtype << ", beam " << beam;
     }
   }
+}
+
+// Validation decodes with the runtime: the BLEU xf-train logs for a checkpoint is the BLEU that
+// xf-eval gives xf-run's greedy output of that checkpoint converted to an f32 model. Phrases of
+// short words (reversed as a whole) so that BLEU has n-grams to count; one dev source twice
+// with two references, as the real dev set has.
+TEST_F(ReverseTask, ValidationBleuIsXfEvalOfXfRunOnTheConvertedCheckpoint) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> words(2, 4), letters(2, 4), letter(0, 5);
+  auto phrase = [&] {
+    std::string s;
+    for (int w = words(rng); w > 0; --w) {
+      if (!s.empty()) s += ' ';
+      for (int k = letters(rng); k > 0; --k) s.push_back(static_cast<char>('a' + letter(rng)));
+    }
+    return s;
+  };
+  {
+    std::ofstream train(kDir + "/phrases.tsv"), dev(kDir + "/dev.tsv");
+    for (int i = 0; i < 3000; ++i) {
+      const std::string p = phrase();
+      train << p << "\t" << reversed(p) << "\n";
+    }
+    for (int i = 0; i < 40; ++i) {
+      const std::string p = phrase();
+      dev << p << "\t" << reversed(p) << "\n";
+      if (i == 5) dev << p << "\tab " << reversed(p) << "\n";
+    }
+  }
+  const std::string run_dir = kDir + "/run";
+  run(kBin + "xf-train --train " + kDir + "/phrases.tsv --dev " + kDir + "/dev.tsv --out " +
+          run_dir +
+          " --spm-type char --vocab-size 30 --layers 2 --d-model 64 --heads 4 --d-ff 128"
+          " --dropout 0 --warmup 100 --batch-tokens 1024 --max-steps 600 --save-every 600"
+          " --valid-every 600 --valid-bleu-sentences 100 --log-every 100 --threads 2 --seed 1",
+      kDir + "/train.log");
+  std::string logged_bleu;
+  for (const std::string& line : read_lines(run_dir + "/metrics.csv")) {
+    // kind,step,epoch,loss,ppl,lr,tokens_per_second,bleu,elapsed_seconds
+    std::vector<std::string> fields;
+    std::stringstream in(line);
+    for (std::string field; std::getline(in, field, ',');) fields.push_back(field);
+    if (fields.size() == 9 && fields[0] == "valid" && fields[1] == "600") logged_bleu = fields[7];
+  }
+  ASSERT_FALSE(logged_bleu.empty()) << "no validation at step 600 in metrics.csv";
+
+  const std::string model = kDir + "/phrases.xfm";
+  run(kBin + "xf-convert " + run_dir + "/step-000600 -o " + model + " --dtype f32",
+      kDir + "/convert.log");
+  run(kBin + "xf-eval --print-sources --ref-tsv " + kDir + "/dev.tsv > " + kDir + "/sources.txt",
+      kDir + "/eval.log");
+  ASSERT_EQ(read_lines(kDir + "/sources.txt").size(), 40u);  // distinct sources
+  run(kBin + "xf-run --model " + model + " --beam 1 --threads 2 < " + kDir + "/sources.txt > " +
+          kDir + "/hyp.txt",
+      kDir + "/run.log");
+  run(kBin + "xf-eval --json --hyp " + kDir + "/hyp.txt --ref-tsv " + kDir + "/dev.tsv > " +
+          kDir + "/eval.json",
+      kDir + "/eval.log");
+  const std::string json = read_lines(kDir + "/eval.json").at(0);
+  const size_t at = json.find("\"bleu\": ");
+  ASSERT_NE(at, std::string::npos) << json;
+  const double bleu = std::stod(json.substr(at + 8));
+  // Neither trivially 0 nor 100: the comparison has something to compare.
+  EXPECT_GT(bleu, 1.0);
+  EXPECT_LT(bleu, 99.0);
+  std::ostringstream printed;  // as metrics.csv prints it
+  printed << bleu;
+  EXPECT_EQ(logged_bleu, printed.str());
 }
 
 // Runs a command; returns its exit status and the last line of its stderr (progress lines may

@@ -11,6 +11,7 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
 
 namespace xf::test {
 namespace {
@@ -46,9 +47,9 @@ TEST(FormatAtomicWrite, ReplacesAnExistingModel) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.xfm"});
   EXPECT_EQ(read_bytes(path), b.serialize());
   // A reader that opened the old file keeps seeing it intact: rename, never overwrite in place.
-  const TensorView& old_view = old_file->tensor("embedding.shared");
+  const TensorView& old_view = old_file->tensor(schema::kSharedEmbedding);
   EXPECT_EQ(old_view.dtype, DType::f32);
-  const auto& want = first.at("embedding.shared").data;
+  const auto& want = first.at(schema::kSharedEmbedding).data;
   EXPECT_EQ(std::memcmp(old_view.data, want.data(), want.size()), 0);
 }
 
@@ -61,9 +62,9 @@ TEST(FormatAtomicWrite, FailedWriteKeepsTheExistingFile) {
   // The writer refuses an incomplete model before it touches the destination.
   ModelWriter incomplete(tiny_config());
   auto parameters = random_parameters(tiny_config(), DType::f32, 5);
-  parameters.erase("embedding.shared");
+  parameters.erase(schema::kSharedEmbedding);
   add_parameters(incomplete, parameters);
-  EXPECT_EQ(error_of([&] { incomplete.write(path); }), "missing tensor 'embedding.shared'");
+  EXPECT_EQ(error_of([&] { incomplete.write(path); }), "missing tensor '" + std::string(schema::kSharedEmbedding) + "'");
   EXPECT_EQ(read_bytes(path), old_bytes);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.xfm"});
 }

@@ -21,6 +21,7 @@
 #include "xf/format/file_layout.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
 
 namespace xf::test {
 namespace {
@@ -65,8 +66,8 @@ void fix_checksum(std::vector<uint8_t>& file) {
 HandMadeModel hand_made_f32() { return HandMadeModel::describe(valid_f32()); }
 HandMadeModel hand_made_int8() { return HandMadeModel::describe(valid_int8()); }
 
-// A tensor of the tiny config that is f32 [16]: encoder.layers.0.ffn.inner.bias.
-const std::string kBias = "encoder.layers.0.ffn.inner.bias";
+// A tensor of the tiny config that is f32 [16]: encoder layer 0's ffn.inner bias.
+const std::string kBias = param::encoder_layer(0) + schema::kFfnInner.name + schema::kBias;
 
 std::string tensor_problem(const std::string& name, const std::string& problem) {
   return "tensor '" + name + "': " + problem;
@@ -322,33 +323,33 @@ std::vector<BadFileCase> bad_file_cases() {
   add("missing_tensor", [] {
     HandMadeModel m = hand_made_f32();
     auto& ts = m.tensors;
-    ts.erase(std::find_if(ts.begin(), ts.end(), [](const TensorEntry& t) {
-      return t.name == "decoder.layers.0.ffn_norm.beta";
-    }));
-    return BadFile{m.build(), "missing tensor 'decoder.layers.0.ffn_norm.beta'"};
+    const std::string beta = param::decoder_layer(0) + schema::kFfnNorm.name + schema::kBeta;
+    ts.erase(std::find_if(ts.begin(), ts.end(), [&](const TensorEntry& t) { return t.name == beta; }));
+    return BadFile{m.build(), "missing tensor '" + beta + "'"};
   });
   add("shape_disagrees_with_config", [] {
     // Transposed: same size, so only the comparison with the config can catch it.
     HandMadeModel m = hand_made_f32();
-    m.tensor("encoder.layers.0.self_attention.qkv.weight").shape = {8, 24};
-    return BadFile{m.build(), "tensor 'encoder.layers.0.self_attention.qkv.weight' has shape "
-                              "[8,24], the config needs [24,8]"};
+    const std::string qkv = param::encoder_layer(0) + schema::kSelfAttentionQkv.name + schema::kWeight;
+    m.tensor(qkv).shape = {8, 24};
+    return BadFile{m.build(), "tensor '" + qkv + "' has shape [8,24], the config needs [24,8]"};
   });
   add("config_disagrees_with_shapes", [] {
     HandMadeModel m = hand_made_f32();
     m.config.d_ff = 32;
-    return BadFile{m.build(), "tensor 'encoder.layers.0.ffn.inner.weight' has shape [16,8], "
-                              "the config needs [32,8]"};
+    return BadFile{m.build(), "tensor '" + param::encoder_layer(0) + schema::kFfnInner.name +
+                                  schema::kWeight + "' has shape [16,8], the config needs [32,8]"};
   });
   add("config_needs_more_layers", [] {
     HandMadeModel m = hand_made_f32();
     m.config.encoder_layers = 2;
-    return BadFile{m.build(), "missing tensor 'encoder.layers.1.self_attention.qkv.weight'"};
+    return BadFile{m.build(), "missing tensor '" + param::encoder_layer(1) +
+                                  schema::kSelfAttentionQkv.name + schema::kWeight + "'"};
   });
   add("config_untied_without_output_weight", [] {
     HandMadeModel m = hand_made_f32();
     m.config.tied_output = false;
-    return BadFile{m.build(), "missing tensor 'output.weight'"};
+    return BadFile{m.build(), "missing tensor '" + std::string(schema::kOutputWeight) + "'"};
   });
   add("unexpected_extra_tensor", [] {
     // A well-formed extra entry with its own aligned bytes at the end of the blob.
@@ -361,13 +362,13 @@ std::vector<BadFileCase> bad_file_cases() {
   });
   add("output_bias_not_in_config", [] {
     HandMadeModel m = hand_made_f32();
-    TensorEntry bias{"output.bias", static_cast<int8_t>(DType::f32), {12}, m.blob_size, 48, 0};
+    TensorEntry bias{schema::kOutputBias, static_cast<int8_t>(DType::f32), {12}, m.blob_size, 48, 0};
     m.blob.resize(m.blob.size() + 256, 0);
     m.blob_size = m.blob.size();
     m.tensors.insert(std::find_if(m.tensors.begin(), m.tensors.end(),
-                                  [](const TensorEntry& t) { return t.name > "output.bias"; }),
+                                  [](const TensorEntry& t) { return t.name > schema::kOutputBias; }),
                      bias);
-    return BadFile{m.build(), "unexpected tensor 'output.bias'"};
+    return BadFile{m.build(), "unexpected tensor '" + std::string(schema::kOutputBias) + "'"};
   });
   return cases;
 }

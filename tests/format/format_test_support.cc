@@ -15,6 +15,7 @@
 #include "xf/error.h"
 #include "xf/format/file_layout.h"
 #include "xf/format/parameters.h"
+#include "config_fb.h"
 #include "xf_model_generated.h"
 
 namespace xf::test {
@@ -142,12 +143,7 @@ std::vector<uint8_t> HandMadeModel::build() const {
     const auto v = fbb.CreateString(value);
     metadata_offsets.push_back(fb::CreateKeyValue(fbb, k, v));
   }
-  const ModelConfig& c = config;
-  const auto fb_config = fb::CreateModelConfig(
-      fbb, c.source_vocab_size, c.target_vocab_size, c.d_model, c.num_heads, c.d_ff,
-      c.encoder_layers, c.decoder_layers, c.max_positions,
-      static_cast<fb::NormPosition>(c.norm_position), c.shared_embeddings, c.tied_output,
-      c.output_bias, c.layer_norm_epsilon, c.pad_id, c.unk_id, c.bos_id, c.eos_id);
+  const auto fb_config = create_fb_config(fbb, config);
   auto bytes_vector = [&](const std::string& s) {
     return s.empty() ? 0 : fbb.CreateVector(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   };

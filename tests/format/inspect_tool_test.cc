@@ -81,8 +81,8 @@ TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
   EXPECT_TRUE(has_line(lines, {"d_model", "8"}));
   EXPECT_TRUE(has_line(lines, {"d_ff", "16"}));
   EXPECT_TRUE(has_line(lines, {"norm_position", "pre"}));
-  EXPECT_TRUE(has_line(lines, {"shared_embeddings", "false"}));
-  EXPECT_TRUE(has_line(lines, {"output_bias", "true"}));
+  EXPECT_TRUE(has_line(lines, {"shared_embeddings", "0"}));
+  EXPECT_TRUE(has_line(lines, {"output_bias", "1"}));
   EXPECT_TRUE(has_line(lines, {"source_language", "en"}));
   EXPECT_TRUE(has_line(lines, {"bleu", "41.8"}));
   EXPECT_TRUE(has_line(lines, {"source", "27", "bytes"}));

@@ -47,23 +47,7 @@ ModelConfig variant_config(const Variant& v) {
 }
 
 void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
-  EXPECT_EQ(a.source_vocab_size, b.source_vocab_size);
-  EXPECT_EQ(a.target_vocab_size, b.target_vocab_size);
-  EXPECT_EQ(a.d_model, b.d_model);
-  EXPECT_EQ(a.num_heads, b.num_heads);
-  EXPECT_EQ(a.d_ff, b.d_ff);
-  EXPECT_EQ(a.encoder_layers, b.encoder_layers);
-  EXPECT_EQ(a.decoder_layers, b.decoder_layers);
-  EXPECT_EQ(a.max_positions, b.max_positions);
-  EXPECT_EQ(a.norm_position, b.norm_position);
-  EXPECT_EQ(a.shared_embeddings, b.shared_embeddings);
-  EXPECT_EQ(a.tied_output, b.tied_output);
-  EXPECT_EQ(a.output_bias, b.output_bias);
-  EXPECT_EQ(a.layer_norm_epsilon, b.layer_norm_epsilon);
-  EXPECT_EQ(a.pad_id, b.pad_id);
-  EXPECT_EQ(a.unk_id, b.unk_id);
-  EXPECT_EQ(a.bos_id, b.bos_id);
-  EXPECT_EQ(a.eos_id, b.eos_id);
+  EXPECT_EQ(config_to_text(a), config_to_text(b));  // every field, epsilon exactly
 }
 
 // Every tensor of `file` equals `expected` byte for byte and lies aligned inside the mapping.
@@ -133,6 +117,16 @@ TEST_P(FormatRoundTrip, BitExactThroughAFile) {
 
   // serialize() is what write() puts on disk.
   EXPECT_EQ(read_bytes(dir.file("model.xfm")), writer.serialize());
+
+  // A copy of the bytes, held in memory, reads the same, aligned, and outlives the bytes.
+  std::vector<uint8_t> bytes = writer.serialize();
+  bytes.insert(bytes.begin(), 8, 0);  // misaligned as a heap buffer may be
+  const auto copy = ModelFile::copy_from_memory(bytes.data() + 8, bytes.size() - 8, "in memory");
+  std::fill(bytes.begin(), bytes.end(), 0xff);
+  EXPECT_EQ(copy->path(), "in memory");
+  expect_same_config(copy->config(), config);
+  EXPECT_EQ(copy->source_tokenizer(), source_tokenizer);
+  expect_tensors(*copy, parameters);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -249,13 +243,14 @@ TEST(FormatWriter, RefusesBadTensors) {
   EXPECT_EQ(message([&] { writer.serialize(); }), "unexpected tensor 'extra.weight'");
   ModelWriter missing(config);
   auto parameters = random_parameters(config, DType::f32, 1);
-  parameters.erase("decoder.layers.0.ffn.outer.bias");
+  const std::string outer_bias = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kBias;
+  parameters.erase(outer_bias);
   add_parameters(missing, parameters);
   EXPECT_EQ(message([&] { missing.serialize(); }),
-            "missing tensor 'decoder.layers.0.ffn.outer.bias'");
-  missing.add_tensor("decoder.layers.0.ffn.outer.bias", DType::f32, {4, 2}, values.data(), 32);
+            "missing tensor '" + outer_bias + "'");
+  missing.add_tensor(outer_bias, DType::f32, {4, 2}, values.data(), 32);
   EXPECT_EQ(message([&] { missing.serialize(); }),
-            "tensor 'decoder.layers.0.ffn.outer.bias' has shape [4,2], the config needs [8]");
+            "tensor '" + outer_bias + "' has shape [4,2], the config needs [8]");
 
   ModelConfig bad = config;
   bad.num_heads = 3;

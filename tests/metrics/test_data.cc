@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
 #include "xf/metrics.h"
 
 namespace xf::metrics::testing {
@@ -42,7 +43,8 @@ double expected_number(const std::string& key) { return expected_numbers(key).at
 
 std::string write_temp_file(const std::string& name, const std::string& contents) {
   const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string path = ::testing::TempDir() + "xf_metrics_" + test->name() + "_" + name;
+  static const std::string dir = xf::test::make_temp_dir("metrics");  // removed at exit
+  const std::string path = dir + "/" + test->name() + "_" + name;
   std::ofstream(path, std::ios::binary) << contents;
   return path;
 }

@@ -102,14 +102,15 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
     std::vector<float> values(count);
     const std::string& name = spec.name;
     const bool matrix = spec.shape.size() == 2;
-    if (name.rfind("embedding.", 0) == 0 || name == "output.weight") {
+    if (name == param::source_embedding(config) || name == param::target_embedding(config) ||
+        name == schema::kOutputWeight) {
       std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(config.d_model)));
       for (float& v : values) v = normal(rng);
     } else if (matrix) {
       const float bound = std::sqrt(6.0f / static_cast<float>(spec.shape[0] + spec.shape[1]));
       std::uniform_real_distribution<float> uniform(-bound, bound);
       for (float& v : values) v = uniform(rng);
-    } else if (name.size() > 6 && name.compare(name.size() - 6, 6, ".gamma") == 0) {
+    } else if (name.size() > 6 && name.compare(name.size() - 6, 6, schema::kGamma) == 0) {
       std::uniform_real_distribution<float> uniform(0.8f, 1.2f);
       for (float& v : values) v = uniform(rng);
     } else {
@@ -125,31 +126,6 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   }
   writer.write(path);
   return config;
-}
-
-namespace {
-// The folders make_temp_dir() made, removed when the test process exits (the tests keep them in
-// function-local statics, used until then).
-struct TempDirs {
-  std::vector<std::string> paths;
-  ~TempDirs() {
-    std::error_code ignored;
-    for (const auto& path : paths) std::filesystem::remove_all(path, ignored);
-  }
-};
-TempDirs& temp_dirs() {
-  static TempDirs dirs;
-  return dirs;
-}
-}  // namespace
-
-std::string make_temp_dir(const std::string& label) {
-  TempDirs& dirs = temp_dirs();  // made first, so destroyed after the statics that use the folders
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/xf-" + label + "-XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a temp dir " + pattern);
-  dirs.paths.push_back(pattern);
-  return pattern;
 }
 
 }  // namespace xf::test

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"  // make_temp_dir, which the tests of tiny models use
 #include "xf/format/config.h"
 
 namespace xf::test {
@@ -37,7 +38,5 @@ std::vector<std::string> sample_sentences(size_t count, uint32_t seed);
 // Writes a model file to `path`; returns its config.
 ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& options = {});
 
-// A fresh directory under the system temp dir, removed by nobody (tests use unique names).
-std::string make_temp_dir(const std::string& label);
 
 }  // namespace xf::test

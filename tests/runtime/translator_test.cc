@@ -535,7 +535,7 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
     released_pages += pages[i].second;
   }
   for (uint32_t i = 0; i < config.encoder_layers; ++i) {
-    const std::string name = param::encoder_layer(i) + "ffn.inner.weight";
+    const std::string name = param::encoder_layer(i) + schema::kFfnInner.name + schema::kWeight;
     EXPECT_NE(std::find(released_names.begin(), released_names.end(), name), released_names.end())
         << name;
   }

@@ -9,10 +9,12 @@
 
 #include "gradient_check.h"
 #include "xf/kernels_cpu/backward.h"
-#include "xf/trainer/layers.h"
+#include "xf/kernels_cpu/training.h"
 
 namespace xf::trainer {
 namespace {
+
+using namespace cpu;  // the kernels under test (training.h, backward.h)
 
 using testing::expect_gradient;
 using testing::random_values;

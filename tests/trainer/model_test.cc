@@ -11,6 +11,7 @@
 #include "xf/error.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
+#include "xf/trainer/translate.h"
 
 namespace xf::trainer {
 namespace {
@@ -162,11 +163,11 @@ TEST(Model, LayoutFollowsTheParameterList) {
   EXPECT_EQ(model.parameter_count(), offset);
   EXPECT_THROW(model.slot("no.such.tensor"), Error);
   model.initialize(1);
-  const float* gamma = model.parameters() + model.slot("encoder.layers.0.ffn_norm.gamma").offset;
-  const float* bias = model.parameters() + model.slot("decoder.layers.1.ffn.inner.bias").offset;
+  const float* gamma = model.parameters() + model.slot(param::encoder_layer(0) + schema::kFfnNorm.name + schema::kGamma).offset;
+  const float* bias = model.parameters() + model.slot(param::decoder_layer(1) + schema::kFfnInner.name + schema::kBias).offset;
   for (int j = 0; j < 8; ++j) EXPECT_EQ(gamma[j], 1.0f);
   for (int j = 0; j < 12; ++j) EXPECT_EQ(bias[j], 0.0f);
-  const ParameterSlot& qkv = model.slot("encoder.layers.0.self_attention.qkv.weight");
+  const ParameterSlot& qkv = model.slot(param::encoder_layer(0) + schema::kSelfAttentionQkv.name + schema::kWeight);
   const double limit = std::sqrt(6.0 / (24 + 8));
   double max_abs = 0;
   for (size_t i = 0; i < qkv.size; ++i)
@@ -217,7 +218,7 @@ TEST(Model, SameSeedSameLosses) {
 
 TEST(Model, OverfitsAFewSentences) {
   // Reverse six short sequences. No dropout or smoothing, so the loss can approach zero and
-  // greedy decoding must then reproduce every target.
+  // greedy decoding by the runtime must then reproduce every target.
   ModelConfig config = tiny_config(16);
   config.d_model = 32;
   config.num_heads = 4;
@@ -243,9 +244,9 @@ TEST(Model, OverfitsAFewSentences) {
   }
   EXPECT_GT(first, 2.0);  // about log(16) at the start
   EXPECT_LT(last, 0.05 * first);
-  std::vector<std::vector<int32_t>> with_eos = sources;
-  for (auto& s : with_eos) s.push_back(config.eos_id);
-  EXPECT_EQ(model.greedy_decode(with_eos, 10), targets);
+  // The runtime's greedy search over these parameters (what validation and xf-run use).
+  EXPECT_EQ(translate_greedy(config, model.parameters(), model.parameter_count(), sources, 1),
+            targets);
 }
 
 }  // namespace

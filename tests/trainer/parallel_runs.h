@@ -166,8 +166,8 @@ inline std::vector<bool> key_biases(const ModelConfig& config) {
              spec.name.compare(spec.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     // Fused [query | key | value] and [key | value] (transformer.cc).
-    if (ends_with("self_attention.qkv.bias")) std::fill_n(mask.begin() + start + d, d, true);
-    if (ends_with("cross_attention.key_value.bias")) std::fill_n(mask.begin() + start, d, true);
+    if (ends_with(std::string(schema::kSelfAttentionQkv.name) + schema::kBias)) std::fill_n(mask.begin() + start + d, d, true);
+    if (ends_with(std::string(schema::kCrossAttentionKeyValue.name) + schema::kBias)) std::fill_n(mask.begin() + start, d, true);
   }
   return mask;
 }

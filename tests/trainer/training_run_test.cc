@@ -7,8 +7,10 @@
 // and an output bias), each 2 threads, dropout 0.1, label smoothing 0.1, global-norm clipping,
 // 24 Adam steps on random reverse-task batches drawn from a fixed seed, as xf-train's loop steps.
 //
-// The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set): on a
-// machine of another kind, regenerate before comparing refactors.
+// The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set, and
+// kernels_cpu's target_clones pick x86-64-v4 or v3 code): the golden file's kind line names the
+// kind it was written on, and on a machine of another kind the test skips, saying both kinds
+// (regenerate there, before the refactor, to compare refactors).
 //
 // The golden file was written by the code it pins. When a change is MEANT to alter the numbers
 // (a new kernel, another operation order), regenerate it and say so in the commit:
@@ -22,12 +24,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "golden.h"
 #include "xf/format/config.h"
+#include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
 
@@ -39,6 +45,44 @@ constexpr int kThreads = 2;
 constexpr int kBatchRows = 6;
 
 std::string golden_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.txt"; }
+
+std::string kind_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.kind"; }
+
+// What the bits depend on besides the code: oneDNN's version and effective instruction set, and
+// which target_clones variant of kernels_cpu this CPU runs.
+std::string machine_kind() {
+  const dnnl_version_t* version = dnnl_version();
+  const char* clones = "default";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("x86-64-v4")) {
+    clones = "x86-64-v4";
+  } else if (__builtin_cpu_supports("x86-64-v3")) {
+    clones = "x86-64-v3";
+  }
+#endif
+  char kind[128];
+  std::snprintf(kind, sizeof kind, "onednn %d.%d.%d isa 0x%x clones %s", version->major, version->minor,
+                version->patch, static_cast<unsigned>(dnnl_get_effective_cpu_isa()), clones);
+  return kind;
+}
+
+std::string golden_kind() {
+  std::FILE* in = std::fopen(kind_file().c_str(), "r");
+  if (in == nullptr) return "(missing " + kind_file() + ")";
+  char line[256] = {};
+  if (std::fgets(line, sizeof line, in) == nullptr) line[0] = 0;
+  std::fclose(in);
+  std::string kind = line;
+  while (!kind.empty() && (kind.back() == '\n' || kind.back() == '\r')) kind.pop_back();
+  return kind;
+}
+
+// Skips the calling test when this machine is not of the golden file's kind.
+#define SKIP_UNLESS_GOLDEN_KIND()                                                         \
+  if (machine_kind() != golden_kind())                                                    \
+  GTEST_SKIP() << "the golden run was written on \"" << golden_kind()                    \
+               << "\", this machine is \"" << machine_kind() << "\": regenerate it here " \
+               << "(see the file's comment) to compare a refactor bit for bit"
 
 bool regenerating() {
   const char* value = std::getenv("XF_REGENERATE_TRAINING_GOLDEN");
@@ -79,7 +123,9 @@ struct RunResult {
   std::vector<float> parameters, first_moment, second_moment;
 };
 
-RunResult train(bool pre_norm) {
+// through_device_model: each step through make_cpu_device_model (xf-train's loop) instead of
+// the model and Adam directly.
+RunResult train(bool pre_norm, bool through_device_model = false) {
   const ModelConfig config = run_config(pre_norm);
   TrainingOptions options;
   options.dropout = 0.1f;
@@ -97,6 +143,15 @@ RunResult train(bool pre_norm) {
   RunResult result;
   for (int step = 1; step <= kSteps; ++step) {
     const Batch batch = random_batch(config, rng);
+    if (through_device_model) {
+      const std::unique_ptr<DeviceModel> device = make_cpu_device_model(model, adam, kThreads);
+      device->zero_gradients();
+      const LossSums sums = device->forward_backward(batch, 1000 + step);
+      result.losses.push_back(sums.loss_sum);
+      result.nlls.push_back(sums.nll_sum);
+      device->adam_step(schedule.at(step), 1.0 / static_cast<double>(sums.token_count), clip_norm);
+      continue;
+    }
     model.zero_gradients();
     const LossSums sums = model.forward_backward(batch, 1000 + step);
     result.losses.push_back(sums.loss_sum);
@@ -163,8 +218,13 @@ TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
       write_tensor(out, p + ".adam.second_moment", r.second_moment);
     }
     ASSERT_EQ(std::fclose(out), 0);
-    GTEST_SKIP() << "wrote " << golden_file();
+    std::FILE* kind = std::fopen(kind_file().c_str(), "w");
+    ASSERT_NE(kind, nullptr) << "cannot write " << kind_file();
+    std::fprintf(kind, "%s\n", machine_kind().c_str());
+    ASSERT_EQ(std::fclose(kind), 0);
+    GTEST_SKIP() << "wrote " << golden_file() << " and " << kind_file();
   }
+  SKIP_UNLESS_GOLDEN_KIND();
   const golden::GoldenFile golden = golden::load_golden(golden_file());
   for (bool pre_norm : {false, true}) {
     SCOPED_TRACE(run_name(pre_norm));
@@ -172,6 +232,22 @@ TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
     const std::string p = run_name(pre_norm);
     EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".nll_sum", r.nlls), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
+    EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);
+  }
+}
+
+// xf-train's loop steps through a DeviceModel: on the CPU it gives the same bits.
+TEST(TrainingRun, TheLoopsCpuDeviceModelMatchesTheGoldenRun) {
+  if (regenerating()) GTEST_SKIP() << "regenerating the golden file";
+  SKIP_UNLESS_GOLDEN_KIND();
+  const golden::GoldenFile golden = golden::load_golden(golden_file());
+  for (bool pre_norm : {false, true}) {
+    SCOPED_TRACE(run_name(pre_norm));
+    const RunResult r = train(pre_norm, /*through_device_model=*/true);
+    const std::string p = run_name(pre_norm);
+    EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
     EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);

@@ -22,31 +22,12 @@ std::string shape_string(const xf::TensorView& t) {
   return s + "]";
 }
 
-void print_config(const xf::ModelConfig& c) {
+// The checkpoint's key=value text of each field (flags 0/1, norm_position pre/post).
+void print_config(const xf::ModelConfig& config) {
   std::printf("config\n");
-  auto field = [](const char* name, const std::string& value) {
-    std::printf("  %-20s %s\n", name, value.c_str());
-  };
-  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  field("source_vocab_size", std::to_string(c.source_vocab_size));
-  field("target_vocab_size", std::to_string(c.target_vocab_size));
-  field("d_model", std::to_string(c.d_model));
-  field("num_heads", std::to_string(c.num_heads));
-  field("d_ff", std::to_string(c.d_ff));
-  field("encoder_layers", std::to_string(c.encoder_layers));
-  field("decoder_layers", std::to_string(c.decoder_layers));
-  field("max_positions", std::to_string(c.max_positions));
-  field("norm_position", c.norm_position == xf::NormPosition::pre ? "pre" : "post");
-  field("shared_embeddings", flag(c.shared_embeddings));
-  field("tied_output", flag(c.tied_output));
-  field("output_bias", flag(c.output_bias));
-  char epsilon[32];
-  std::snprintf(epsilon, sizeof epsilon, "%g", static_cast<double>(c.layer_norm_epsilon));
-  field("layer_norm_epsilon", epsilon);
-  field("pad_id", std::to_string(c.pad_id));
-  field("unk_id", std::to_string(c.unk_id));
-  field("bos_id", std::to_string(c.bos_id));
-  field("eos_id", std::to_string(c.eos_id));
+  for (const auto& [name, value] : xf::config_to_text(config)) {
+    std::printf("  %-20s %s\n", name.c_str(), value.c_str());
+  }
 }
 
 void print_model(const xf::ModelFile& model) {

@@ -53,12 +53,6 @@ std::string format_double(double value) {
   return buffer;
 }
 
-std::string format_float(float value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.9g", static_cast<double>(value));
-  return buffer;
-}
-
 void write_float_arrays(const std::string& path, const char magic[4], int64_t step,
                         const std::vector<const std::vector<float>*>& arrays) {
   FloatFileHeader header{};
@@ -254,70 +248,22 @@ std::string format_key_values(const std::map<std::string, std::string>& values) 
   return text;
 }
 
-std::map<std::string, std::string> config_to_key_values(const ModelConfig& c) {
-  return {
-      {"source_vocab_size", std::to_string(c.source_vocab_size)},
-      {"target_vocab_size", std::to_string(c.target_vocab_size)},
-      {"d_model", std::to_string(c.d_model)},
-      {"num_heads", std::to_string(c.num_heads)},
-      {"d_ff", std::to_string(c.d_ff)},
-      {"encoder_layers", std::to_string(c.encoder_layers)},
-      {"decoder_layers", std::to_string(c.decoder_layers)},
-      {"max_positions", std::to_string(c.max_positions)},
-      {"norm_position", c.norm_position == NormPosition::pre ? "pre" : "post"},
-      {"shared_embeddings", c.shared_embeddings ? "1" : "0"},
-      {"tied_output", c.tied_output ? "1" : "0"},
-      {"output_bias", c.output_bias ? "1" : "0"},
-      {"layer_norm_epsilon", format_float(c.layer_norm_epsilon)},
-      {"pad_id", std::to_string(c.pad_id)},
-      {"unk_id", std::to_string(c.unk_id)},
-      {"bos_id", std::to_string(c.bos_id)},
-      {"eos_id", std::to_string(c.eos_id)},
-  };
+std::map<std::string, std::string> config_to_key_values(const ModelConfig& config) {
+  const auto fields = config_to_text(config);
+  return {fields.begin(), fields.end()};
 }
 
-ModelConfig config_from_key_values(const std::map<std::string, std::string>& v,
+ModelConfig config_from_key_values(const std::map<std::string, std::string>& values,
                                    const std::string& label) {
-  auto u32 = [&](const char* key) {
-    uint64_t value = parse_uint(required(v, key, label), label + ": " + key);
-    if (value > UINT32_MAX) throw Error(label + ": " + key + " is out of range");
-    return static_cast<uint32_t>(value);
-  };
-  auto i32 = [&](const char* key) {
-    return static_cast<int32_t>(parse_int(required(v, key, label), label + ": " + key));
-  };
-  auto flag = [&](const char* key) {
-    const std::string& value = required(v, key, label);
-    if (value != "0" && value != "1") throw Error(label + ": " + key + " must be 0 or 1");
-    return value == "1";
-  };
-  ModelConfig c;
-  c.source_vocab_size = u32("source_vocab_size");
-  c.target_vocab_size = u32("target_vocab_size");
-  c.d_model = u32("d_model");
-  c.num_heads = u32("num_heads");
-  c.d_ff = u32("d_ff");
-  c.encoder_layers = u32("encoder_layers");
-  c.decoder_layers = u32("decoder_layers");
-  c.max_positions = u32("max_positions");
-  const std::string& norm = required(v, "norm_position", label);
-  if (norm != "pre" && norm != "post") throw Error(label + ": norm_position must be pre or post");
-  c.norm_position = norm == "pre" ? NormPosition::pre : NormPosition::post;
-  c.shared_embeddings = flag("shared_embeddings");
-  c.tied_output = flag("tied_output");
-  c.output_bias = flag("output_bias");
-  c.layer_norm_epsilon = static_cast<float>(
-      parse_double(required(v, "layer_norm_epsilon", label), label + ": layer_norm_epsilon"));
-  c.pad_id = i32("pad_id");
-  c.unk_id = i32("unk_id");
-  c.bos_id = i32("bos_id");
-  c.eos_id = i32("eos_id");
   try {
-    validate_config(c);
+    return config_from_text([&](const std::string& key) {
+      const auto it = values.find(key);
+      if (it == values.end()) throw Error("missing key '" + key + "'");
+      return it->second;
+    });
   } catch (const Error& e) {
     throw Error(label + ": " + e.what());
   }
-  return c;
 }
 
 void write_checkpoint(const std::string& directory, const Checkpoint& checkpoint) {

@@ -79,25 +79,28 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
   return metadata;
 }
 
+ModelWriter model_writer(const ModelConfig& config, const float* parameters, size_t count,
+                         DType dtype) {
+  ModelWriter writer(config);
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(config)) {
+    size_t elements = 1;
+    for (uint64_t d : spec.shape) elements *= d;
+    if (offset + elements > count) throw Error("checkpoint has fewer parameters than its config lists");
+    DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
+    writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, parameters + offset);
+    offset += elements;
+  }
+  if (offset != count) throw Error("checkpoint has more parameters than its config lists");
+  return writer;
+}
+
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path) {
-  ModelWriter writer(checkpoint.config);
+  ModelWriter writer = model_writer(checkpoint.config, checkpoint.parameters.data(),
+                                    checkpoint.parameters.size(), dtype);
   writer.set_source_tokenizer(checkpoint.tokenizer_model);
   for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
-  size_t offset = 0;
-  for (const auto& spec : transformer_parameters(checkpoint.config)) {
-    size_t count = 1;
-    for (uint64_t d : spec.shape) count *= d;
-    if (offset + count > checkpoint.parameters.size()) {
-      throw Error("checkpoint has fewer parameters than its config lists");
-    }
-    DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
-    writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, checkpoint.parameters.data() + offset);
-    offset += count;
-  }
-  if (offset != checkpoint.parameters.size()) {
-    throw Error("checkpoint has more parameters than its config lists");
-  }
   writer.write(path);
 }
 

@@ -36,47 +36,31 @@ void Adam::set_state(AdamState state) {
   state_ = std::move(state);
 }
 
+cpu::AdamConstants adam_constants(const AdamOptions& options, int64_t step,
+                                  double learning_rate, double gradient_scale) {
+  const double t = static_cast<double>(step);
+  cpu::AdamConstants c;
+  c.beta1 = static_cast<float>(options.beta1);
+  c.beta2 = static_cast<float>(options.beta2);
+  // Bias corrections folded into the step size and epsilon once, in double.
+  c.step_size = static_cast<float>(learning_rate / (1.0 - std::pow(options.beta1, t)));
+  c.inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options.beta2, t)));
+  c.epsilon = static_cast<float>(options.epsilon);
+  c.gradient_scale = static_cast<float>(gradient_scale);
+  return c;
+}
+
 void Adam::step(float* parameters, const float* gradients, double learning_rate,
                 double gradient_scale) {
   state_.step += 1;
-  const double t = static_cast<double>(state_.step);
-  const float beta1 = static_cast<float>(options_.beta1);
-  const float beta2 = static_cast<float>(options_.beta2);
-  // Bias corrections folded into the step size and epsilon once, in double.
-  const double correction1 = 1.0 - std::pow(options_.beta1, t);
-  const double correction2 = 1.0 - std::pow(options_.beta2, t);
-  const float step_size = static_cast<float>(learning_rate / correction1);
-  const float inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(correction2));
-  const float epsilon = static_cast<float>(options_.epsilon);
-  const float scale = static_cast<float>(gradient_scale);
-  float* m = state_.first_moment.data();
-  float* v = state_.second_moment.data();
-  const int64_t n = static_cast<int64_t>(state_.first_moment.size());
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gradients[i] * scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-    parameters[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_correction2 + epsilon);
-  }
+  cpu::adam_step(parameters, gradients, state_.first_moment.data(), state_.second_moment.data(),
+                 static_cast<int64_t>(state_.first_moment.size()),
+                 adam_constants(options_, state_.step, learning_rate, gradient_scale), threads_);
 }
 
 double gradient_norm(const float* gradients, size_t count, double gradient_scale, int threads) {
-  // Fixed chunks summed in order, so the norm does not depend on the thread count.
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t n = static_cast<int64_t>(count);
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    double sum = 0;
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) sum += double(gradients[i]) * gradients[i];
-    partial[static_cast<size_t>(c)] = sum;
-  }
-  double total = 0;
-  for (double p : partial) total += p;
-  return std::sqrt(total) * std::abs(gradient_scale);
+  return std::sqrt(cpu::sum_of_squares(gradients, static_cast<int64_t>(count), threads)) *
+         std::abs(gradient_scale);
 }
 
 double clip_factor(double norm, double max_norm) {

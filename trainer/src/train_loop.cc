@@ -21,6 +21,7 @@
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
+#include "xf/trainer/translate.h"
 
 namespace xf::trainer {
 namespace fs = std::filesystem;
@@ -82,7 +83,7 @@ void truncate_metrics_csv(const std::string& path, int64_t step) {
 
 struct ValidationSet {
   TokenizedCorpus corpus;                          // all dev pairs, for the loss
-  std::vector<std::vector<int32_t>> bleu_sources;  // distinct sources, with EOS
+  std::vector<std::vector<int32_t>> bleu_sources;  // distinct sources, without EOS
   std::vector<std::vector<std::string>> bleu_references;  // every target of that source
 };
 
@@ -108,9 +109,7 @@ ValidationSet load_validation_set(const TrainOptions& options, const Tokenizer& 
     }
     if (static_cast<int64_t>(set.bleu_sources.size()) >= options.valid_bleu_sentences) continue;
     index_of_source[pairs[i].source] = set.bleu_sources.size();
-    std::vector<int32_t> ids(all.source(i), all.source(i) + all.source_length(i));
-    ids.push_back(kEosId);
-    set.bleu_sources.push_back(std::move(ids));
+    set.bleu_sources.emplace_back(all.source(i), all.source(i) + all.source_length(i));
     set.bleu_references.push_back({pairs[i].target});
   }
   return set;
@@ -122,7 +121,9 @@ struct ValidationResult {
 };
 
 // Each rank takes every size()-th loss batch and BLEU chunk; the NLL and BLEU's sufficient
-// statistics are then added over the ranks, so every rank gets the same result.
+// statistics are then added over the ranks, so every rank gets the same result. BLEU is of the
+// runtime's greedy translations (translate_greedy): what xf-run --beam 1 and xf-eval give for
+// the checkpoint converted to an f32 model.
 ValidationResult validate(TransformerModel& model, const ValidationSet& set,
                           const Tokenizer& tokenizer, const TrainOptions& options,
                           Communicator& ranks) {
@@ -146,17 +147,17 @@ ValidationResult validate(TransformerModel& model, const ValidationSet& set,
   }
   metrics::BleuStats bleu;
   const size_t chunk = 32;
+  std::vector<size_t> mine;  // this rank's sentences
   for (size_t start = rank * chunk; start < set.bleu_sources.size(); start += rank_count * chunk) {
-    std::vector<std::vector<int32_t>> sources(
-        set.bleu_sources.begin() + start,
-        set.bleu_sources.begin() + std::min(set.bleu_sources.size(), start + chunk));
-    int64_t longest = 0;
-    for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size());
-    int64_t max_len = std::min<int64_t>(longest + 50, config.max_positions - 1);
-    size_t i = start;
-    for (const auto& ids : model.greedy_decode(sources, max_len)) {
-      bleu += metrics::bleu_sentence_stats(tokenizer.decode(ids), set.bleu_references[i++]);
-    }
+    for (size_t i = start; i < std::min(set.bleu_sources.size(), start + chunk); ++i) mine.push_back(i);
+  }
+  std::vector<std::vector<int32_t>> sources;
+  for (size_t i : mine) sources.push_back(set.bleu_sources[i]);
+  const auto translations = translate_greedy(config, model.parameters(), model.parameter_count(),
+                                             sources, options.threads);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    bleu += metrics::bleu_sentence_stats(tokenizer.decode(translations[k]),
+                                         set.bleu_references[mine[k]]);
   }
   // Counts below 2^53 add exactly in double.
   std::vector<double> sums = {nll, static_cast<double>(tokens), static_cast<double>(bleu.hyp_len),
@@ -427,24 +428,28 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     return c;
   };
   int64_t last_saved_step = -1, last_validated_step = -1;
-  // --device cuda (f16 mixed precision) or cuda-f32: the step runs on the GPU; the host model and
-  // optimizer get its parameters and moments back for validation and checkpoints (sync_host).
+  // Every step runs on a DeviceModel: on the CPU the host model and optimizer themselves; with
+  // --device cuda (f16 mixed precision) or cuda-f32 on the GPU, and the host model and optimizer
+  // get its parameters and moments back for validation and checkpoints (sync_host).
+  const bool on_host = options.device == "cpu";
   std::unique_ptr<DeviceModel> device_model;
-  if (options.device != "cpu") {
+  if (on_host) {
+    device_model = make_cpu_device_model(model, adam, options.threads);
+  } else {
     device_model = devices->make_model(options.device, config, training, gpu);
     device_model->set_parameters(model.parameters());
     device_model->set_adam_state(adam.state());
     log << "device: " << device_model->description() << "\n";
   }
   auto sync_host = [&]() {
-    if (!device_model) return;
+    if (on_host) return;
     device_model->copy_parameters_to(model.parameters());
     adam.set_state(device_model->adam_state());
   };
   // The ranks hold the same parameters by construction (the same sums, the same steps); each
   // save checks it, so that an exchange that went wrong cannot go unnoticed.
   auto check_ranks_agree = [&]() {
-    if (ranks.size() == 1 || device_model) return;
+    if (ranks.size() == 1 || !on_host) return;
     uint64_t hash = fnv1a_64(std::string_view(reinterpret_cast<const char*>(model.parameters()),
                                               model.parameter_count() * sizeof(float)));
     uint64_t root_hash = hash;
@@ -546,25 +551,16 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     const double lr = schedule.at(state.step + 1);
     LossSums sums;  // this rank's share, then (below) the whole batch's
     int64_t batch_tokens = 0;
-    if (device_model) {
-      device_model->zero_gradients();
-    } else {
-      model.zero_gradients();
-    }
+    device_model->zero_gradients();
     if (!indices.empty()) {  // a batch of fewer rows than ranks leaves some ranks idle
       Batch batch = make_batch(config, sources, targets, global_source_len, global_target_len);
       batch.row_offset =
           static_cast<int64_t>(share_begin(global_batch.size(), ranks.rank(), ranks.size()));
-      sums = device_model ? device_model->forward_backward(batch, dropout_seed)
-                          : model.forward_backward(batch, dropout_seed);
+      sums = device_model->forward_backward(batch, dropout_seed);
       batch_tokens = batch.source_tokens + batch.target_tokens;
     }
     if (ranks.size() > 1) {
-      if (device_model) {
-        device_model->all_reduce_gradients(ranks);
-      } else {
-        ranks.all_reduce_sum(model.gradients(), model.parameter_count());
-      }
+      device_model->all_reduce_gradients(ranks);
       const bool stop_here = stop_requested && stop_requested->load();
       double totals[] = {sums.loss_sum,
                          sums.nll_sum,
@@ -580,18 +576,9 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       stop_votes = static_cast<int>(totals[4]);
       root_run_seconds = totals[5];
     }
-    if (device_model) {  // the same step on the device (a mixed-precision overflow skips it)
-      device_model->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
-                              options.clip_norm);
-    } else {
-      double gradient_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count));
-      if (options.clip_norm > 0) {
-        double norm = gradient_norm(model.gradients(), model.parameter_count(), gradient_scale,
-                                    options.threads);
-        gradient_scale *= clip_factor(norm, options.clip_norm);
-      }
-      adam.step(model.parameters(), model.gradients(), lr, gradient_scale);
-    }
+    // Adam with clipping (on a GPU, a mixed-precision overflow skips the step).
+    device_model->adam_step(lr, 1.0 / static_cast<double>(std::max<int64_t>(1, sums.token_count)),
+                            options.clip_norm);
     ++state.step;
     state.data = batches.position();
     state.tokens_seen += batch_tokens;

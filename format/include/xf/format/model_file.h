@@ -47,6 +47,11 @@ class ModelFile {
   // Validates a file already in memory (the bytes must outlive the ModelFile). For the fuzzer.
   static std::shared_ptr<const ModelFile> from_memory(const void* bytes, size_t size,
                                                       const std::string& label);
+  // Copies a file held in memory (ModelWriter::serialize()'s bytes) into page-aligned memory of
+  // its own, so its tensors are aligned as in a mapped file, and validates it. `label` names it
+  // in messages. The trainer's validation opens the model it is training this way.
+  static std::shared_ptr<const ModelFile> copy_from_memory(const void* bytes, size_t size,
+                                                           const std::string& label);
   ~ModelFile();
   ModelFile(const ModelFile&) = delete;
   ModelFile& operator=(const ModelFile&) = delete;
@@ -85,7 +90,12 @@ class ModelFile {
   const uint8_t* bytes_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;     // bytes_ maps the file
-  bool anonymous_ = false;  // bytes_ is an anonymous mapping holding a copy (FileAccess::read)
+  bool anonymous_ = false;  // bytes_ is an anonymous mapping holding a copy (FileAccess::read,
+                            // copy_from_memory)
+  // Gives the file an anonymous mapping of size_ bytes to fill (bytes_ points to it, read-only
+  // once protect_copy() runs); throws naming path_ when there is no memory.
+  uint8_t* allocate_copy();
+  void protect_copy() const;
   uint32_t format_version_ = 0;
   size_t blob_offset_ = 0;
   ModelConfig config_;

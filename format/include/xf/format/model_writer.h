@@ -27,7 +27,8 @@ class ModelWriter {
 
   // Checks that the tensors are exactly the parameters transformer_parameters() lists.
   void write(const std::string& path) const;
-  // The file's bytes, for tests that corrupt them.
+  // The file's bytes (for tests that corrupt them, and for the trainer's validation, which
+  // opens the model it trains from memory: ModelFile::copy_from_memory).
   std::vector<uint8_t> serialize() const;
   // For tests of the version rules only: files are written with kFormatVersion otherwise.
   void set_format_version_for_testing(uint32_t version) { format_version_ = version; }

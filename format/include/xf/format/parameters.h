@@ -1,6 +1,7 @@
 #pragma once
-// The one list of the encoder-decoder Transformer's parameters: names and shapes.
-// Trainer, converter and runtime all use it; format/README.md documents it.
+// The one list of the encoder-decoder Transformer's parameters: names and shapes, expanded from
+// the layer layout in schema.h. Trainer, converter and runtime all use it; format/README.md
+// documents it.
 //
 // Linear weights are [out_features, in_features] (y = x W^T + b); INT8 scales are per output row.
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/schema.h"
 
 namespace xf {
 
@@ -22,11 +24,12 @@ std::vector<ParameterSpec> transformer_parameters(const ModelConfig& config);
 
 // Names, so code never spells them by hand.
 namespace param {
-std::string source_embedding(const ModelConfig& config);  // "embedding.shared" or "embedding.source"
-std::string target_embedding(const ModelConfig& config);  // "embedding.shared" or "embedding.target"
-std::string output_projection(const ModelConfig& config); // target embedding when tied, else "output.weight"
-inline const char* kOutputBias = "output.bias";
-// prefix for layer i of a stack: "encoder.layers.3." / "decoder.layers.0."
+std::string source_embedding(const ModelConfig& config);   // shared or source embedding
+std::string target_embedding(const ModelConfig& config);   // shared or target embedding
+std::string output_projection(const ModelConfig& config);  // target embedding when tied
+
+using schema::kOutputBias;
+// the prefix of layer i of a stack (schema::kEncoderLayerPrefix, i, ".")
 std::string encoder_layer(uint32_t i);
 std::string decoder_layer(uint32_t i);
 }  // namespace param

@@ -60,4 +60,26 @@ void label_smoothed_cross_entropy(T* logits, const int32_t* targets, int64_t row
                                   T smoothing, int32_t ignore_id, bool write_gradient,
                                   double* row_loss, double* row_nll, int threads);
 
+// ---- Optimizer (f32: the trainer's master weights) ----
+
+// One Adam update with the constants xf::trainer::adam_constants derives (bias corrections
+// folded into step_size and inv_sqrt_correction2), in plain f32 operations (no fused
+// multiply-add), the order of xf::cuda::adam_step:
+//   g = gradient * gradient_scale; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
+//   p -= step_size * m / (sqrt(v) * inv_sqrt_correction2 + epsilon).          All: [count]
+struct AdamConstants {
+  float beta1 = 0.9f;
+  float beta2 = 0.98f;
+  float step_size = 0;             // lr / (1 - b1^t)
+  float inv_sqrt_correction2 = 1;  // 1 / sqrt(1 - b2^t)
+  float epsilon = 1e-9f;
+  float gradient_scale = 1;
+};
+void adam_step(float* parameters, const float* gradients, float* first_moment,
+               float* second_moment, int64_t count, const AdamConstants& constants, int threads);
+
+// sum of x[i]^2 in double: fixed chunks summed in order, so the result does not depend on the
+// thread count.
+double sum_of_squares(const float* x, int64_t count, int threads);
+
 }  // namespace xf::cpu

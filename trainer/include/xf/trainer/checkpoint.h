@@ -16,6 +16,7 @@
 
 #include "xf/format/config.h"
 #include "xf/format/model_file.h"
+#include "xf/format/model_writer.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/optimizer.h"
 
@@ -84,9 +85,14 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
                                                   const std::vector<std::string>& sources,
                                                   const std::map<std::string, std::string>& extra);
 
-// Writes the parameters in `dtype` with the tokenizer and the metadata through xf::ModelWriter.
-// Matrices (rank >= 2) take `dtype`; 1-D tensors (biases, LayerNorm gains) stay f32: they are a
-// negligible share of the bytes, and int8 per-row scales would give one scale per element.
+// A writer holding `parameters` (`count` floats in transformer_parameters(config)'s order) in
+// `dtype`. Matrices (rank >= 2) take `dtype`; 1-D tensors (biases, LayerNorm gains) stay f32:
+// they are a negligible share of the bytes, and int8 per-row scales would give one scale per
+// element. Throws when `count` is not the config's parameter count.
+ModelWriter model_writer(const ModelConfig& config, const float* parameters, size_t count,
+                         DType dtype);
+
+// Writes the checkpoint's parameters through model_writer() with the tokenizer and the metadata.
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path);
 
@@ -105,7 +111,7 @@ std::map<std::string, std::string> parse_key_values(const std::string& text,
                                                     size_t first_line_number = 1);
 std::string format_key_values(const std::map<std::string, std::string>& values);
 
-// ModelConfig <-> key=value, exact for every field (floats printed with 9 significant digits).
+// ModelConfig <-> key=value (config_to_text's form), exact for every field.
 std::map<std::string, std::string> config_to_key_values(const ModelConfig& config);
 ModelConfig config_from_key_values(const std::map<std::string, std::string>& values,
                                    const std::string& label);

@@ -1,5 +1,6 @@
 #pragma once
-// The training loop's hook for a step on an accelerator (--device cuda|cuda-f32). xf_trainer
+// The training loop's step on a device: DeviceModel, made by make_cpu_device_model for --device
+// cpu, and for an accelerator (--device cuda|cuda-f32) by a DeviceTraining. xf_trainer
 // holds no device code and never links a device library: xf_trainer_cuda implements
 // DeviceTraining (xf/trainer/cuda_device_training.h), built into the module libxf_cuda_trainer.so
 // that module_device_training() loads on first use; xf-train passes that to run_training.
@@ -35,6 +36,12 @@ class DeviceModel {
   // Adam with gradient_scale (1 / tokens) and clipping to a global norm of clip_norm (0: off).
   virtual void adam_step(double learning_rate, double gradient_scale, double clip_norm) = 0;
 };
+
+// --device cpu: the host model and optimizer themselves (set_parameters and copy_parameters_to
+// copy nothing when given the model's own buffer), Adam with global-norm clipping over
+// threads. The references must outlive the returned model.
+std::unique_ptr<DeviceModel> make_cpu_device_model(TransformerModel& model, Adam& adam,
+                                                   int threads);
 
 // The devices a build can train on: every --device value but cpu.
 class DeviceTraining {

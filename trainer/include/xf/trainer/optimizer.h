@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "xf/kernels_cpu/backward.h"
+
 namespace xf::trainer {
 
 // lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1.
@@ -52,6 +54,11 @@ class Adam {
   AdamState state_;
   int threads_;
 };
+
+// The constants of Adam update number `step` (counted from 1) for every device's kernel
+// (cpu::adam_step, cuda::adam_step): the bias corrections folded in, in double, then rounded.
+cpu::AdamConstants adam_constants(const AdamOptions& options, int64_t step, double learning_rate,
+                                  double gradient_scale);
 
 // L2 norm of gradients * gradient_scale over the whole buffer (accumulated in double).
 double gradient_norm(const float* gradients, size_t count, double gradient_scale, int threads);

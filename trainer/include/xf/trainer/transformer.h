@@ -1,7 +1,7 @@
 #pragma once
-// The encoder-decoder Transformer for training: parameters, gradients, explicit forward and
-// backward per layer (in the manner of llm.c), label-smoothed loss, and greedy decoding for
-// validation.
+// The encoder-decoder Transformer for training on the CPU: parameters, gradients, and the
+// explicit forward and backward passes of transformer_graph.h (the same code on every device)
+// over CpuTrainingOps, with the label-smoothed loss.
 //
 // Parameters and gradients each live in ONE contiguous buffer, laid out in the order of
 // xf::transformer_parameters(config) (format/include/xf/format/parameters.h), so checkpoints and
@@ -109,11 +109,6 @@ class BasicTransformerModel {
 
   // Forward only, without dropout; gradients untouched.
   LossSums evaluate(const Batch& batch);
-
-  // Greedy decoding without dropout (not incremental: the decoder reruns over the prefix each
-  // step). sources: token ids with EOS. Returns ids without BOS/EOS, at most max_len tokens.
-  std::vector<std::vector<int32_t>> greedy_decode(
-      const std::vector<std::vector<int32_t>>& sources, int64_t max_len);
 
   // Logits of the last evaluate() ([B*T, vocab], row b*T+t), for tests (forward_backward
   // overwrites them with their gradient).

@@ -1,18 +1,15 @@
 #pragma once
-// The trainer's forward building blocks, templated on the scalar type like the backward kernels
-// (xf/kernels_cpu/backward.h). For float they call the shared forward kernels of kernels_cpu
-// (kernels.h, oneDNN gemm) — the code the runtime runs too; for double (the gradient tests)
-// they run plain loops of the same math. A test holds the two to each other.
+// The trainer's forward kernels, templated on the scalar type like the backward kernels
+// (backward.h). For float they call the shared forward kernels (kernels.h, oneDNN gemm), the
+// code the runtime runs too; for double (the trainer's gradient tests) they run plain loops of
+// the same math. tests/trainer/layers_test.cc holds the two to each other. Their CUDA
+// counterparts are in xf/kernels_cuda (kernels.h, backward.h).
 #include <cstddef>
 #include <cstdint>
 
-#include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/kernels.h"
 
-namespace xf::trainer {
-
-using cpu::AttentionShape;
-using cpu::HeadStrides;
+namespace xf::cpu {
 
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major (float: oneDNN sgemm).
 template <typename T>
@@ -54,8 +51,8 @@ void attention_forward(const T* q, HeadStrides q_strides, const T* k, HeadStride
                        int64_t causal_offset, T* probabilities, const uint8_t* dropout_mask,
                        T dropout_scale, T* scratch, int threads);
 
-// Dropout masks from a counter-based hash of (seed, site, index): the same seed gives the
-// same mask whatever the thread count. mask[i] = 1 with probability 1 - p. mask[i] is element
+// Dropout masks from the counter-based hash of (seed, site, index) that the CUDA kernels share
+// (xf/kernels_common/dropout_hash.h): the same seed gives the same mask whatever the thread count. mask[i] = 1 with probability 1 - p. mask[i] is element
 // first_index + i of the site (a rank's rows of a larger batch start past the others').
 void make_dropout_mask(uint64_t seed, uint64_t site, size_t count, float p, uint8_t* mask,
                        int threads, uint64_t first_index = 0);
@@ -64,4 +61,4 @@ void make_dropout_mask(uint64_t seed, uint64_t site, size_t count, float p, uint
 template <typename T>
 void apply_dropout(T* x, const uint8_t* mask, size_t count, T scale, int threads);
 
-}  // namespace xf::trainer
+}  // namespace xf::cpu

@@ -1,26 +1,18 @@
-// Forward building blocks of the trainer, for float (shared kernels_cpu kernels) and double
-// (plain loops of the same math, for the finite-difference tests).
-#include "xf/trainer/layers.h"
+// The trainer's forward kernels, for float (the shared forward kernels) and double (plain loops of
+// the same math, for the finite-difference tests).
+#include "xf/kernels_cpu/training.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
+#include "xf/kernels_common/dropout_hash.h"
+#include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/matmul.h"
 
-namespace xf::trainer {
-namespace {
-
-
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
+namespace xf::cpu {
 
 template <typename T>
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
@@ -28,7 +20,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     (void)threads;  // oneDNN runs on the OpenMP pool the caller sized
-    cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    xf::cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
@@ -66,14 +58,14 @@ void linear_backward(const T* dy, const T* x, const T* weight, int64_t rows, int
             dx, in, threads);
   // dW[out, in] += dy^T[out, rows] x[rows, in]
   gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dweight, in, threads);
-  if (dbias) cpu::bias_backward(dy, rows, out, dbias, threads);
+  if (dbias) bias_backward(dy, rows, out, dbias, threads);
 }
 
 template <typename T>
 void layer_norm_forward(const T* x, const T* gamma, const T* beta, T epsilon, int64_t rows,
                         int64_t dim, T* out, T* mean, T* rstd, int threads) {
   if constexpr (std::is_same_v<T, float>) {
-    cpu::add_bias_residual_layer_norm(x, nullptr, nullptr, gamma, beta, epsilon, rows, dim, out,
+    add_bias_residual_layer_norm(x, nullptr, nullptr, gamma, beta, epsilon, rows, dim, out,
                                       mean, rstd, threads);
   } else {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
@@ -97,12 +89,12 @@ template <typename T>
 void embedding_forward(const T* table, int64_t vocab, int64_t dim, const int32_t* ids,
                        const int32_t* positions, int64_t count, T scale, T* out, int threads) {
   if constexpr (std::is_same_v<T, float>) {
-    cpu::WeightMatrix matrix;
+    WeightMatrix matrix;
     matrix.dtype = DType::f32;
     matrix.data = table;
     matrix.rows = vocab;
     matrix.cols = dim;
-    cpu::embed(matrix, ids, positions, count, scale, out, threads);
+    embed(matrix, ids, positions, count, scale, out, threads);
   } else {
     (void)vocab;
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
@@ -122,7 +114,7 @@ void embedding_forward(const T* table, int64_t vocab, int64_t dim, const int32_t
 template <typename T>
 void bias_relu_forward(T* x, const T* bias, int64_t rows, int64_t dim, int threads) {
   if constexpr (std::is_same_v<T, float>) {
-    cpu::bias_relu(x, bias, rows, dim, threads);
+    bias_relu(x, bias, rows, dim, threads);
   } else {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
     for (int64_t r = 0; r < rows; ++r)
@@ -139,7 +131,7 @@ void attention_forward(const T* q, HeadStrides q_strides, const T* k, HeadStride
                        T dropout_scale, T* scratch, int threads) {
   if constexpr (std::is_same_v<T, float>) {
     if (!dropout_mask) {
-      cpu::attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape,
+      attention(q, q_strides, k, k_strides, v, v_strides, out, out_strides, shape,
                      key_lengths, causal_offset, probabilities, scratch, threads);
       return;
     }
@@ -186,13 +178,11 @@ void attention_forward(const T* q, HeadStrides q_strides, const T* k, HeadStride
 
 void make_dropout_mask(uint64_t seed, uint64_t site, size_t count, float p, uint8_t* mask,
                        int threads, uint64_t first_index) {
-  // Keep when the top 24 bits of the hash are >= p * 2^24.
-  const uint64_t threshold = static_cast<uint64_t>(std::llround(double(p) * double(1 << 24)));
-  const uint64_t stream = mix64(seed ^ mix64(site)) + first_index;
+  const uint32_t threshold = dropout_hash::threshold(p);
+  const uint64_t stream = dropout_hash::site_stream(seed, site) + first_index;
   const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    mask[i] = (mix64(stream + static_cast<uint64_t>(i)) >> 40) >= threshold ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i) mask[i] = dropout_hash::keeps(stream, threshold, i) ? 1 : 0;
 }
 
 template <typename T>
@@ -200,6 +190,35 @@ void apply_dropout(T* x, const uint8_t* mask, size_t count, T scale, int threads
   const int64_t n = static_cast<int64_t>(count);
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = mask[i] ? x[i] * scale : T(0);
+}
+
+void adam_step(float* parameters, const float* gradients, float* first_moment,
+               float* second_moment, int64_t count, const AdamConstants& c, int threads) {
+  float* m = first_moment;
+  float* v = second_moment;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gradients[i] * c.gradient_scale;
+    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g;
+    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
+    parameters[i] -= c.step_size * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_correction2 + c.epsilon);
+  }
+}
+
+double sum_of_squares(const float* x, int64_t count, int threads) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double sum = 0;
+    const int64_t end = std::min(count, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) sum += double(x[i]) * x[i];
+    partial[static_cast<size_t>(c)] = sum;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
 }
 
 #define XF_INSTANTIATE(T)                                                                       \
@@ -222,4 +241,4 @@ XF_INSTANTIATE(float)
 XF_INSTANTIATE(double)
 #undef XF_INSTANTIATE
 
-}  // namespace xf::trainer
+}  // namespace xf::cpu
