@@ -7,8 +7,10 @@
 // and an output bias), each 2 threads, dropout 0.1, label smoothing 0.1, global-norm clipping,
 // 24 Adam steps on random reverse-task batches drawn from a fixed seed, as xf-train's loop steps.
 //
-// The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set): on a
-// machine of another kind, regenerate before comparing refactors.
+// The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set, and
+// kernels_cpu's target_clones pick x86-64-v4 or v3 code): the golden file's kind line names the
+// kind it was written on, and on a machine of another kind the test skips, saying both kinds
+// (regenerate there, before the refactor, to compare refactors).
 //
 // The golden file was written by the code it pins. When a change is MEANT to alter the numbers
 // (a new kernel, another operation order), regenerate it and say so in the commit:
@@ -27,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "golden.h"
 #include "xf/format/config.h"
 #include "xf/trainer/device_training.h"
@@ -41,6 +45,44 @@ constexpr int kThreads = 2;
 constexpr int kBatchRows = 6;
 
 std::string golden_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.txt"; }
+
+std::string kind_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.kind"; }
+
+// What the bits depend on besides the code: oneDNN's version and effective instruction set, and
+// which target_clones variant of kernels_cpu this CPU runs.
+std::string machine_kind() {
+  const dnnl_version_t* version = dnnl_version();
+  const char* clones = "default";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("x86-64-v4")) {
+    clones = "x86-64-v4";
+  } else if (__builtin_cpu_supports("x86-64-v3")) {
+    clones = "x86-64-v3";
+  }
+#endif
+  char kind[128];
+  std::snprintf(kind, sizeof kind, "onednn %d.%d.%d isa 0x%x clones %s", version->major, version->minor,
+                version->patch, static_cast<unsigned>(dnnl_get_effective_cpu_isa()), clones);
+  return kind;
+}
+
+std::string golden_kind() {
+  std::FILE* in = std::fopen(kind_file().c_str(), "r");
+  if (in == nullptr) return "(missing " + kind_file() + ")";
+  char line[256] = {};
+  if (std::fgets(line, sizeof line, in) == nullptr) line[0] = 0;
+  std::fclose(in);
+  std::string kind = line;
+  while (!kind.empty() && (kind.back() == '\n' || kind.back() == '\r')) kind.pop_back();
+  return kind;
+}
+
+// Skips the calling test when this machine is not of the golden file's kind.
+#define SKIP_UNLESS_GOLDEN_KIND()                                                         \
+  if (machine_kind() != golden_kind())                                                    \
+  GTEST_SKIP() << "the golden run was written on \"" << golden_kind()                    \
+               << "\", this machine is \"" << machine_kind() << "\": regenerate it here " \
+               << "(see the file's comment) to compare a refactor bit for bit"
 
 bool regenerating() {
   const char* value = std::getenv("XF_REGENERATE_TRAINING_GOLDEN");
@@ -176,8 +218,13 @@ TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
       write_tensor(out, p + ".adam.second_moment", r.second_moment);
     }
     ASSERT_EQ(std::fclose(out), 0);
-    GTEST_SKIP() << "wrote " << golden_file();
+    std::FILE* kind = std::fopen(kind_file().c_str(), "w");
+    ASSERT_NE(kind, nullptr) << "cannot write " << kind_file();
+    std::fprintf(kind, "%s\n", machine_kind().c_str());
+    ASSERT_EQ(std::fclose(kind), 0);
+    GTEST_SKIP() << "wrote " << golden_file() << " and " << kind_file();
   }
+  SKIP_UNLESS_GOLDEN_KIND();
   const golden::GoldenFile golden = golden::load_golden(golden_file());
   for (bool pre_norm : {false, true}) {
     SCOPED_TRACE(run_name(pre_norm));
@@ -194,6 +241,7 @@ TEST(TrainingRun, MatchesTheGoldenRunBitForBit) {
 // xf-train's loop steps through a DeviceModel: on the CPU it gives the same bits.
 TEST(TrainingRun, TheLoopsCpuDeviceModelMatchesTheGoldenRun) {
   if (regenerating()) GTEST_SKIP() << "regenerating the golden file";
+  SKIP_UNLESS_GOLDEN_KIND();
   const golden::GoldenFile golden = golden::load_golden(golden_file());
   for (bool pre_norm : {false, true}) {
     SCOPED_TRACE(run_name(pre_norm));
