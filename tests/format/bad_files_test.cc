@@ -66,7 +66,7 @@ void fix_checksum(std::vector<uint8_t>& file) {
 HandMadeModel hand_made_f32() { return HandMadeModel::describe(valid_f32()); }
 HandMadeModel hand_made_int8() { return HandMadeModel::describe(valid_int8()); }
 
-// A tensor of the tiny config that is f32 [16]: encoder layer 0's ffn.inner bias.
+// A tensor of the tiny config that is f32 [16]: the bias of encoder layer 0's inner FFN block.
 const std::string kBias = param::encoder_layer(0) + schema::kFfnInner.name + schema::kBias;
 
 std::string tensor_problem(const std::string& name, const std::string& problem) {

@@ -270,6 +270,19 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   Checkpoint first = read_checkpoint(continued.last_checkpoint);
   EXPECT_EQ(config_to_key_values(first.config), config_to_key_values(trained.config));
   EXPECT_EQ(first.tokenizer_model, trained.tokenizer_model);
+  // The options saved with it (a model file's training.options) name the shape trained, not
+  // the ignored --d-model.
+  const std::map<std::string, std::string> trained_shape = {
+      {"d-model", std::to_string(trained.config.d_model)},
+      {"heads", std::to_string(trained.config.num_heads)},
+      {"d-ff", std::to_string(trained.config.d_ff)},
+      {"encoder-layers", std::to_string(trained.config.encoder_layers)},
+      {"decoder-layers", std::to_string(trained.config.decoder_layers)},
+      {"max-positions", std::to_string(trained.config.max_positions)},
+      {"vocab-size", std::to_string(trained.config.source_vocab_size)}};
+  for (const auto& [key, value] : trained_shape) EXPECT_EQ(first.options.at(key), value) << key;
+  EXPECT_EQ(first.options.at("norm"),
+            trained.config.norm_position == NormPosition::pre ? "pre" : "post");
   auto fresh_values = tiny_run(train, dir + "/fresh");
   fresh_values["max-steps"] = "1";
   TrainSummary fresh = run_training(train_options_from_map(fresh_values), log);

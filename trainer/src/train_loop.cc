@@ -397,7 +397,18 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   const LearningRateSchedule schedule{options.lr_scale, static_cast<int64_t>(config.d_model),
                                       options.warmup};
   BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data);
-  const std::map<std::string, std::string> saved_options = train_options_to_map(options);
+  // Saved with each checkpoint (and so a model file's training.options): the shape options say
+  // the architecture trained, also when --init-from or --resume chose it over the flags.
+  TrainOptions trained_options = options;
+  trained_options.vocab_size = static_cast<int>(config.source_vocab_size);
+  trained_options.d_model = config.d_model;
+  trained_options.heads = config.num_heads;
+  trained_options.d_ff = config.d_ff;
+  trained_options.encoder_layers = config.encoder_layers;
+  trained_options.decoder_layers = config.decoder_layers;
+  trained_options.max_positions = config.max_positions;
+  trained_options.norm = config.norm_position;
+  const std::map<std::string, std::string> saved_options = train_options_to_map(trained_options);
   log << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
       << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
       << ", vocabulary " << config.source_vocab_size << ", " << model.parameter_count()
