@@ -15,14 +15,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend.h"
 #include "memory_plan.h"
 #include "transformer_backend.h"
+#include "weight_store.h"
 #include "xf/error.h"
-#include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
 #include "xf/kernels_cpu/beam_reorder.h"
@@ -35,102 +34,6 @@ namespace {
 
 using cpu::HeadStrides;
 using cpu::WeightMatrix;
-
-// f32 views of the model's tensors; f16/bf16 (and 1-D int8) tensors widened once, by name.
-class WeightStore {
- public:
-  // matrix_dtype: f32 or int8 to convert every matrix to at load; unset: as stored (f16 and
-  // bf16 widened to f32).
-  WeightStore(const ModelFile& file, std::optional<DType> matrix_dtype)
-      : file_(file), matrix_dtype_(matrix_dtype) {}
-
-  // A 1-D parameter (bias, LayerNorm gain) as f32 values: a copy (small), since a read of the
-  // mapping would fault back the released pages of a neighbouring matrix (the kernel maps a
-  // faulting page's cached neighbours with it).
-  const float* vector(const std::string& name) { return widened(file_.tensor(name)); }
-
-  // A [rows, cols] matrix as f32 or int8 (the two dtypes StaticMatmul takes).
-  WeightMatrix matrix(const std::string& name) {
-    const TensorView& t = file_.tensor(name);
-    WeightMatrix m;
-    m.rows = static_cast<int64_t>(t.rows());
-    m.cols = static_cast<int64_t>(t.cols());
-    if (matrix_dtype_ == DType::int8 && t.dtype != DType::int8) {
-      m.dtype = DType::int8;
-      Quantized& q = quantized(t);
-      m.data = q.values.data();
-      m.row_scales = q.scales.data();
-    } else if (t.dtype == DType::f32 || (t.dtype == DType::int8 && matrix_dtype_ != DType::f32)) {
-      m.dtype = t.dtype;
-      m.data = t.data;
-      m.row_scales = t.row_scales;
-    } else {
-      m.dtype = DType::f32;
-      m.data = widened(t);
-    }
-    return m;
-  }
-
-  const TensorView& stored(const std::string& name) const { return file_.tensor(name); }
-  // Lets the file drop its mapped pages of a matrix that nothing reads any more.
-  void release_stored(const TensorView& t) { file_.release_pages(t); }
-
-  // An embedding table for embed(), which reads every dtype: converted like the matrices when
-  // a conversion was asked for, else as stored or as its widened copy when one exists (so that
-  // a tied output projection and the embedding share one f32 table).
-  WeightMatrix table(const std::string& name) {
-    if (matrix_dtype_) return matrix(name);
-    const TensorView& t = file_.tensor(name);
-    if (widened_.count(std::string(t.name)) != 0) return matrix(name);
-    WeightMatrix m;
-    m.dtype = t.dtype;
-    m.data = t.data;
-    m.row_scales = t.row_scales;
-    m.rows = static_cast<int64_t>(t.rows());
-    m.cols = static_cast<int64_t>(t.cols());
-    return m;
-  }
-
- private:
-  struct Quantized {
-    std::vector<int8_t> values;
-    std::vector<float> scales;
-  };
-
-  // Per-row symmetric int8, as the converter writes it (quantize_rows_int8).
-  Quantized& quantized(const TensorView& t) {
-    const std::string key(t.name);
-    auto it = quantized_.find(key);
-    if (it != quantized_.end()) return it->second;
-    std::vector<float> temporary;
-    const float* values = static_cast<const float*>(t.data);
-    if (t.dtype != DType::f32) {
-      temporary.resize(t.elements());
-      widen_to_f32(t, temporary.data());
-      values = temporary.data();
-    }
-    Quantized& q = quantized_[key];
-    q.values.resize(t.elements());
-    q.scales.resize(t.rows());
-    quantize_rows_int8(values, t.rows(), t.cols(), q.values.data(), q.scales.data());
-    return q;
-  }
-
-  const float* widened(const TensorView& t) {
-    const std::string key(t.name);
-    auto it = widened_.find(key);
-    if (it != widened_.end()) return it->second.data();
-    std::vector<float>& values = widened_[key];
-    values.resize(t.elements());
-    widen_to_f32(t, values.data());
-    return values.data();
-  }
-
-  const ModelFile& file_;
-  std::optional<DType> matrix_dtype_;
-  std::unordered_map<std::string, std::vector<float>> widened_;
-  std::unordered_map<std::string, Quantized> quantized_;
-};
 
 // The row counts oneDNN products are planned for: a product over `rows` rows runs as chunks of
 // `chunk` rows, and the remainder is padded up to the next planned count (at most 15 extra rows,
@@ -248,26 +151,32 @@ class CpuOps {
 
   CpuOps(const Model& model, const MemoryPlan& plan, int threads, std::optional<DType> matrix_dtype)
       : config_(model.config()), buckets_(plan), threads_(use_openmp_threads(threads)), engine_(threads),
-        weights_(model.file(), matrix_dtype), longest_key_(std::max(plan.max_source_len, plan.max_target_len)),
+        weights_(model.file()), matrix_dtype_(matrix_dtype), longest_key_(std::max(plan.max_source_len, plan.max_target_len)),
         max_beam_(plan.max_beam), max_target_len_(plan.max_target_len) {}
 
   // ---- binding
   Linear linear(const std::string& prefix, int64_t max_rows, bool bias_in_product) {
     Linear l;
-    l.bias = weights_.vector(prefix + schema::kBias);
+    l.bias = vector(prefix + schema::kBias);
     l.product = planned_matmul(prefix + schema::kWeight, max_rows, bias_in_product ? l.bias : nullptr);
     return l;
   }
   Norm norm(const std::string& prefix) {
-    return {weights_.vector(prefix + schema::kGamma), weights_.vector(prefix + schema::kBeta)};
+    return {vector(prefix + schema::kGamma), vector(prefix + schema::kBeta)};
   }
   Logits output_projection(int64_t max_rows) {
     Linear l;
-    l.bias = config_.output_bias ? weights_.vector(param::kOutputBias) : nullptr;
+    l.bias = config_.output_bias ? vector(param::kOutputBias) : nullptr;
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
     return l;
   }
-  Table table(const std::string& name) { return weights_.table(name); }
+  // embed() reads every dtype: a table is converted like the matrices when a conversion was
+  // asked for, else read as stored, or as its widened copy when one exists (so that a tied
+  // output projection and the embedding share one f32 table).
+  Table table(const std::string& name) {
+    if (matrix_dtype_ || weights_.has_copy(name, DType::f32)) return matrix(name);
+    return as_matrix(weights_.get(name, weights_.stored(name).dtype));
+  }
   // Again, now that nothing more is read at load: reading the next tensors mapped back the
   // cached pages next to them (the kernel's fault-around), tails of matrices released before.
   void weights_bound() {
@@ -353,12 +262,24 @@ class CpuOps {
   }
 
  private:
+  // A 1-D parameter (bias, LayerNorm gain) as f32 values, always a copy (see WeightStore::get).
+  const float* vector(const std::string& name) {
+    return static_cast<const float*>(weights_.get(name, DType::f32, /*copy=*/true).data);
+  }
+  // A matrix in a dtype the CPU products take: int8 or f32 when a conversion was asked for,
+  // else as stored (f16 and bf16 widened to f32).
+  WeightMatrix matrix(const std::string& name) {
+    const DType stored = weights_.stored(name).dtype;
+    return as_matrix(weights_.get(name, matrix_dtype_.value_or(stored == DType::int8 ? DType::int8 : DType::f32)));
+  }
+  static WeightMatrix as_matrix(const WeightView& w) { return {w.dtype, w.data, w.row_scales, w.rows, w.cols}; }
+
   // The products of one weight matrix; the file's pages of the stored matrix are released when
   // they read a packed or converted copy (peak memory: the stored f32 weights would otherwise
   // stay resident beside their packed copies). Embedding tables stay: embed() reads them every step.
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias) {
-    const WeightMatrix weights = weights_.matrix(weight_name);
+    const WeightMatrix weights = matrix(weight_name);
     auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
     const bool is_table = weight_name == param::source_embedding(config_) ||
@@ -377,6 +298,7 @@ class CpuOps {
   int threads_;
   cpu::CpuEngine engine_;
   WeightStore weights_;
+  std::optional<DType> matrix_dtype_;  // what every matrix is converted to at load; unset: as stored
   // Stored matrices whose mapped pages were released. Views, not names: looking a name up reads
   // the file's header, whose pages would be mapped back, neighbours with them.
   std::vector<const TensorView*> released_;

@@ -24,12 +24,12 @@
 #include <optional>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 #include "backend.h"
 #include "memory_plan.h"
 #include "transformer_backend.h"
+#include "weight_store.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
@@ -47,19 +47,6 @@ using cuda::half;
 using cuda::HeadStrides;
 
 // ---- host-side conversions --------------------------------------------------------------------
-
-template <typename T>
-T from_f32(float value);
-template <>
-float from_f32<float>(float value) {
-  return value;
-}
-template <>
-half from_f32<half>(float value) {
-  __half_raw raw;
-  raw.x = float_to_half(value);
-  return half(raw);
-}
 
 float to_f32(float value) { return value; }
 float to_f32(half value) { return half_to_float(static_cast<__half_raw>(value).x); }
@@ -104,52 +91,6 @@ struct PinnedBlock {
   PinnedBlock& operator=(const PinnedBlock&) = delete;
 };
 
-// ---- weights ----------------------------------------------------------------------------------
-
-// The model's tensors on the device, converted to T (or f32 where asked), each uploaded once
-// (a tied output projection and the embedding share one copy) into one allocation.
-template <typename T>
-class DeviceWeights {
- public:
-  // f32_names: the tensors that tensor_f32() will be asked for.
-  DeviceWeights(const ModelFile& file, const std::vector<std::string>& f32_names)
-      : file_(file), arena_(capacity(file, f32_names)) {}
-
-  const T* tensor(const std::string& name) { return upload<T>(name); }
-  const float* tensor_f32(const std::string& name) { return upload<float>(name); }
-
- private:
-  // Room for every tensor of the file in T, and for the f32 ones.
-  static size_t capacity(const ModelFile& file, const std::vector<std::string>& f32_names) {
-    size_t bytes = 0;
-    for (const TensorView& t : file.tensors())
-      bytes += cuda::align_up(t.elements() * sizeof(T), cuda::kArenaAlignment);
-    for (const std::string& name : f32_names)
-      bytes += cuda::align_up(file.tensor(name).elements() * sizeof(float), cuda::kArenaAlignment);
-    return bytes;
-  }
-
-  template <typename U>
-  const U* upload(const std::string& name) {
-    const std::string key = name + (std::is_same_v<U, T> ? "" : "#f32");
-    auto it = uploaded_.find(key);
-    if (it != uploaded_.end()) return static_cast<const U*>(it->second);
-    const TensorView& t = file_.tensor(name);
-    std::vector<float> values(t.elements());
-    widen_to_f32(t, values.data());
-    std::vector<U> converted(values.size());
-    for (size_t i = 0; i < values.size(); ++i) converted[i] = from_f32<U>(values[i]);
-    void* device = arena_.allocate(sizeof(U) * converted.size());
-    XF_CUDA_CHECK(cudaMemcpy(device, converted.data(), sizeof(U) * converted.size(), cudaMemcpyHostToDevice));
-    uploaded_.emplace(key, device);
-    return static_cast<const U*>(device);
-  }
-
-  const ModelFile& file_;
-  cuda::DeviceArena arena_;
-  std::unordered_map<std::string, const void*> uploaded_;
-};
-
 // ---- the CUDA part of the Transformer (transformer_backend.h lists what an Ops provides) -------
 
 template <typename T>
@@ -183,9 +124,9 @@ class CudaOps {
   static constexpr bool kReorderInPlace = false;  // two copies of the caches, one gather kernel
 
   CudaOps(const Model& model, const MemoryPlan& plan, int device)
-      : config_(model.config()), plan_(plan), file_(model.file()), device_(device),
-        weights_(model.file(), config_.output_bias ? std::vector<std::string>{param::kOutputBias}
-                                                   : std::vector<std::string>{}),
+      : config_(model.config()), plan_(plan), device_(device),
+        weight_arena_(weight_bytes(model.file(), config_.output_bias ? param::kOutputBias : nullptr)),
+        weights_(model.file(), [this](const void* bytes, size_t size) { return upload_weight(bytes, size); }),
         host_layout_(64) {}
   ~CudaOps() {
     // Work still queued reads the arena: let it finish before the members free anything.
@@ -196,19 +137,18 @@ class CudaOps {
 
   // ---- binding
   Linear linear(const std::string& prefix, int64_t, bool bias_in_product) {
-    const TensorView& w = file_.tensor(prefix + schema::kWeight);
-    return {weights_.tensor(prefix + schema::kWeight), weights_.tensor(prefix + schema::kBias),
-            static_cast<int64_t>(w.rows()), static_cast<int64_t>(w.cols()), bias_in_product};
+    const WeightView w = weights_.get(prefix + schema::kWeight, kDType);
+    return {static_cast<const T*>(w.data), tensor(prefix + schema::kBias), w.rows, w.cols, bias_in_product};
   }
-  Norm norm(const std::string& prefix) {
-    return {weights_.tensor(prefix + schema::kGamma), weights_.tensor(prefix + schema::kBeta)};
-  }
+  Norm norm(const std::string& prefix) { return {tensor(prefix + schema::kGamma), tensor(prefix + schema::kBeta)}; }
   Logits output_projection(int64_t) {
-    return {weights_.tensor(param::output_projection(config_)),
-            config_.output_bias ? weights_.tensor_f32(param::kOutputBias) : nullptr};
+    return {tensor(param::output_projection(config_)),
+            config_.output_bias ? static_cast<const float*>(weights_.get(param::kOutputBias, DType::f32).data)
+                                : nullptr};
   }
   Table table(const std::string& name) {
-    return {weights_.tensor(name), static_cast<int64_t>(file_.tensor(name).rows())};
+    const WeightView w = weights_.get(name, kDType);
+    return {static_cast<const T*>(w.data), w.rows};
   }
   // The weights went up with cudaMemcpy on the legacy stream, which a non-blocking stream does
   // not wait for.
@@ -339,6 +279,25 @@ class CudaOps {
   }
 
  private:
+  static constexpr DType kDType = std::is_same_v<T, half> ? DType::f16 : DType::f32;
+
+  const T* tensor(const std::string& name) { return static_cast<const T*>(weights_.get(name, kDType).data); }
+  // Room for every tensor of the file in T (each is uploaded at most once in T) and for the
+  // f32 copy of `f32_name` (or null).
+  static size_t weight_bytes(const ModelFile& file, const char* f32_name) {
+    size_t bytes = 0;
+    for (const TensorView& t : file.tensors())
+      bytes += cuda::align_up(t.elements() * sizeof(T), cuda::kArenaAlignment);
+    if (f32_name != nullptr)
+      bytes += cuda::align_up(file.tensor(f32_name).elements() * sizeof(float), cuda::kArenaAlignment);
+    return bytes;
+  }
+  const void* upload_weight(const void* bytes, size_t size) {
+    void* device = weight_arena_.allocate(size);
+    XF_CUDA_CHECK(cudaMemcpy(device, bytes, size, cudaMemcpyHostToDevice));
+    return device;
+  }
+
   // A host input's pinned slot and device buffer. The event guards the pinned slot: it is
   // rewritten only once its previous copy has left.
   struct Staged {
@@ -354,12 +313,12 @@ class CudaOps {
 
   ModelConfig config_;
   const MemoryPlan& plan_;
-  const ModelFile& file_;
   int device_;
   // Declared first, destroyed last: the arenas below are freed before the stream goes.
   Stream stream_;
   CublasHandle cublas_;
-  DeviceWeights<T> weights_;
+  cuda::DeviceArena weight_arena_;  // the weights, one allocation
+  WeightStore weights_;
   ArenaLayout host_layout_;
   std::unique_ptr<cuda::DeviceArena> arena_;
   std::unique_ptr<PinnedBlock> pinned_;

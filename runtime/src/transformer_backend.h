@@ -9,7 +9,8 @@
 //   types     Value (activations, K/V caches, biases: float, or half on CUDA), Linear, Norm, Table,
 //             Logits (the output projection), HeadStrides, AttentionShape
 //   binding   linear(prefix, max_rows, bias_in_product), norm(prefix), table(name),
-//             output_projection(max_rows), weights_bound()
+//             output_projection(max_rows), weights_bound(); the weights themselves from one
+//             WeightStore (weight_store.h), converted there, placed where the device reads them
 //   memory    padded_rows(rows); reserve(layout) for its own buffers; input(layout, bytes) for a
 //             host input that upload(input, values, count) brings to the device;
 //             allocate(layout) -> base of the working memory; arena_bytes()
@@ -30,6 +31,7 @@
 #include "memory_plan.h"
 #include "xf/error.h"
 #include "xf/format/parameters.h"
+#include "xf/format/schema.h"
 #include "xf/model.h"
 
 namespace xf::runtime {
@@ -76,14 +78,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
   using Linear = typename Ops::Linear;  // its .bias: const T*
   using Norm = typename Ops::Norm;
 
-  struct EncoderLayer {
-    Linear qkv, self_output, ffn_inner, ffn_outer;
-    Norm self_norm, ffn_norm;
-  };
-  struct DecoderLayer {
-    Linear qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
-    Norm self_norm, cross_norm, ffn_norm;
-  };
+  using EncoderLayer = schema::EncoderLayer<Linear, Norm>;
+  using DecoderLayer = schema::DecoderLayer<Linear, Norm>;
 
   void bind_weights();
   void plan_buffers();

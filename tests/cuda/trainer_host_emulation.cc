@@ -216,10 +216,7 @@ void adam_step(float* parameters, const float* gradients, float* m, float* v, in
     check_rows(p, count, 1, sizeof(float), "adam buffer");
   if (half_parameters != nullptr) check_rows(half_parameters, count, 1, sizeof(__half), "adam f16 copy");
   // The CPU kernel of the same rule, then the f16 copy.
-  cpu::adam_step(parameters, gradients, m, v, count,
-                 cpu::AdamConstants{c.beta1, c.beta2, c.step_size, c.inv_sqrt_correction2,
-                                    c.epsilon, c.gradient_scale},
-                 1);
+  cpu::adam_step(parameters, gradients, m, v, count, c, 1);
   if (half_parameters != nullptr)
     for (int64_t i = 0; i < count; ++i) half_parameters[i] = from_float<__half>(parameters[i]);
 }

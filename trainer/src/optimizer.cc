@@ -36,10 +36,10 @@ void Adam::set_state(AdamState state) {
   state_ = std::move(state);
 }
 
-cpu::AdamConstants adam_constants(const AdamOptions& options, int64_t step,
-                                  double learning_rate, double gradient_scale) {
+AdamConstants adam_constants(const AdamOptions& options, int64_t step,
+                             double learning_rate, double gradient_scale) {
   const double t = static_cast<double>(step);
-  cpu::AdamConstants c;
+  AdamConstants c;
   c.beta1 = static_cast<float>(options.beta1);
   c.beta2 = static_cast<float>(options.beta2);
   // Bias corrections folded into the step size and epsilon once, in double.

@@ -453,12 +453,8 @@ CudaStepResult CudaTransformerModel::adam_step(double learning_rate, double grad
   }
   m.adam_steps += 1;
   // Adam::step's constants (optimizer.h), for the device kernel.
-  const cpu::AdamConstants c =
-      adam_constants(m.adam_options, m.adam_steps, learning_rate,
-                     unscaled * clip_factor(result.gradient_norm, clip_norm));
-  const cuda::AdamConstants constants{c.beta1,   c.beta2,
-                                      c.step_size, c.inv_sqrt_correction2,
-                                      c.epsilon, c.gradient_scale};
+  const AdamConstants constants = adam_constants(m.adam_options, m.adam_steps, learning_rate,
+                                                 unscaled * clip_factor(result.gradient_norm, clip_norm));
   cuda::adam_step(m.ops.parameters(), m.ops.gradients(), m.first_moment.get(),
                   m.second_moment.get(), static_cast<int64_t>(m.parameter_count), constants,
                   m.mixed() ? m.ops.half_parameters() : nullptr, m.stream());

@@ -65,6 +65,19 @@ inline constexpr Block kDecoderLayer[] = {
     kCrossAttentionNorm,  kFfnInner,               kFfnOuter,
     kFfnNorm};
 
+// A layer's blocks as members, for any binding of them (a runtime device's weights, the
+// trainer's parameter offsets): one member per entry of kEncoderLayer / kDecoderLayer.
+template <typename Linear, typename Norm>
+struct EncoderLayer {
+  Linear qkv, self_output, ffn_inner, ffn_outer;
+  Norm self_norm, ffn_norm;
+};
+template <typename Linear, typename Norm>
+struct DecoderLayer {
+  Linear qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
+  Norm self_norm, cross_norm, ffn_norm;
+};
+
 // Layer i of a stack is named by this prefix, then i, then ".": "encoder.layers.3.".
 inline constexpr const char* kEncoderLayerPrefix = "encoder.layers.";
 inline constexpr const char* kDecoderLayerPrefix = "decoder.layers.";

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xf/kernels_common/adam_constants.h"
 #include "xf/kernels_cpu/kernels.h"
 
 namespace xf::cpu {
@@ -62,19 +63,9 @@ void label_smoothed_cross_entropy(T* logits, const int32_t* targets, int64_t row
 
 // ---- Optimizer (f32: the trainer's master weights) ----
 
-// One Adam update with the constants xf::trainer::adam_constants derives (bias corrections
-// folded into step_size and inv_sqrt_correction2), in plain f32 operations (no fused
-// multiply-add), the order of xf::cuda::adam_step:
-//   g = gradient * gradient_scale; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
-//   p -= step_size * m / (sqrt(v) * inv_sqrt_correction2 + epsilon).          All: [count]
-struct AdamConstants {
-  float beta1 = 0.9f;
-  float beta2 = 0.98f;
-  float step_size = 0;             // lr / (1 - b1^t)
-  float inv_sqrt_correction2 = 1;  // 1 / sqrt(1 - b2^t)
-  float epsilon = 1e-9f;
-  float gradient_scale = 1;
-};
+// One Adam update (xf/kernels_common/adam_constants.h: the rule, in the order of
+// xf::cuda::adam_step).                                                            All: [count]
+using xf::AdamConstants;
 void adam_step(float* parameters, const float* gradients, float* first_moment,
                float* second_moment, int64_t count, const AdamConstants& constants, int threads);
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xf/kernels_common/adam_constants.h"
 #include "xf/kernels_cuda/kernels.h"
 
 namespace xf::cuda {
@@ -112,20 +113,10 @@ void label_smoothed_cross_entropy(float* logits, const int32_t* targets, int64_t
 
 // ---- Optimizer ----------------------------------------------------------------------------------
 
-// One Adam update with the constants xf::trainer::Adam::step derives (bias corrections folded
-// into step_size and inv_sqrt_correction2 on the host), in the same f32 operation order without
-// fused multiply-adds, so both backends update alike:
-//   g = gradient * gradient_scale; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
-//   p -= step_size * m / (sqrt(v) * inv_sqrt_correction2 + epsilon).
-// half_parameters (may be null) receives the updated parameters rounded to f16.  All: [count]
-struct AdamConstants {
-  float beta1 = 0.9f;
-  float beta2 = 0.98f;
-  float step_size = 0;             // lr / (1 - b1^t)
-  float inv_sqrt_correction2 = 1;  // 1 / sqrt(1 - b2^t)
-  float epsilon = 1e-9f;
-  float gradient_scale = 1;
-};
+// One Adam update (xf/kernels_common/adam_constants.h: the rule, in the order of
+// xf::cpu::adam_step). half_parameters (may be null) receives the updated parameters rounded to
+// f16.                                                                             All: [count]
+using xf::AdamConstants;
 void adam_step(float* parameters, const float* gradients, float* first_moment,
                float* second_moment, int64_t count, const AdamConstants& constants,
                __half* half_parameters, cudaStream_t stream);

@@ -57,8 +57,8 @@ class Adam {
 
 // The constants of Adam update number `step` (counted from 1) for every device's kernel
 // (cpu::adam_step, cuda::adam_step): the bias corrections folded in, in double, then rounded.
-cpu::AdamConstants adam_constants(const AdamOptions& options, int64_t step, double learning_rate,
-                                  double gradient_scale);
+AdamConstants adam_constants(const AdamOptions& options, int64_t step, double learning_rate,
+                             double gradient_scale);
 
 // L2 norm of gradients * gradient_scale over the whole buffer (accumulated in double).
 double gradient_norm(const float* gradients, size_t count, double gradient_scale, int threads);

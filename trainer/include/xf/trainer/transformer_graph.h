@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/schema.h"
 #include "xf/trainer/training_ops.h"
 #include "xf/trainer/transformer.h"
 
@@ -59,14 +60,8 @@ class TransformerGraph {
   struct Norm {
     size_t gamma = 0, beta = 0;
   };
-  struct EncoderLayer {
-    Linear qkv, self_output, ffn_inner, ffn_outer;
-    Norm self_norm, ffn_norm;
-  };
-  struct DecoderLayer {
-    Linear qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
-    Norm self_norm, cross_norm, ffn_norm;
-  };
+  using EncoderLayer = schema::EncoderLayer<Linear, Norm>;
+  using DecoderLayer = schema::DecoderLayer<Linear, Norm>;
   // One residual block's activations (rows = B*S or B*T). F writes its output into `sum`, where
   // dropout and the residual addition then happen in place.
   struct Block {
