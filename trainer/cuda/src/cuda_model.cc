@@ -365,14 +365,7 @@ CudaTransformerModel::CudaTransformerModel(const ModelConfig& config,
 
 CudaTransformerModel::~CudaTransformerModel() = default;
 
-const ModelConfig& CudaTransformerModel::config() const { return impl_->graph.config; }
-const TrainingOptions& CudaTransformerModel::options() const { return impl_->graph.options; }
 CudaPrecision CudaTransformerModel::precision() const { return impl_->precision; }
-
-void CudaTransformerModel::set_options(const TrainingOptions& options) {
-  validate_training_options(options);
-  impl_->graph.options = options;
-}
 
 std::string CudaTransformerModel::device_name() const {
   cudaDeviceProp properties{};

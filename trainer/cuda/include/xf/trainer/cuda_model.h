@@ -66,9 +66,6 @@ class CudaTransformerModel {
   CudaTransformerModel(const CudaTransformerModel&) = delete;
   CudaTransformerModel& operator=(const CudaTransformerModel&) = delete;
 
-  const ModelConfig& config() const;
-  const TrainingOptions& options() const;
-  void set_options(const TrainingOptions& options);
   CudaPrecision precision() const;
   std::string device_name() const;
 
