@@ -58,6 +58,12 @@ WeightView WeightStore::get(const std::string& name, DType dtype, bool copy) {
   }
   const std::string key = copy_key(name, dtype);
   if (auto it = copies_.find(key); it != copies_.end()) return it->second;
+  if (upload_ && t.dtype == dtype) {  // the file's bytes go up as they are
+    view.data = upload_(t.data, t.elements() * dtype_size(dtype));
+    if (dtype == DType::int8) view.row_scales = static_cast<const float*>(upload_(t.row_scales, sizeof(float) * t.rows()));
+    copies_.emplace(key, view);
+    return view;
+  }
   HostCopy converted = convert(t, dtype);
   if (upload_) {
     view.data = upload_(converted.values.data(), converted.values.size());

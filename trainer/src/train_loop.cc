@@ -217,6 +217,20 @@ void write_plot(const std::string& csv_path, const std::string& png_path) {
   write_file_atomically(png_path, png.data(), png.size());
 }
 
+// Each architecture option of xf-train with the ModelConfig field it sets, one list for both
+// directions: f(option, field) on every pair (a new model's config from the flags; the flags
+// saved with a checkpoint from the config actually trained).
+template <typename Options, typename Config, typename F>
+void for_each_shape_option(Options& o, Config& c, F&& f) {
+  f(o.d_model, c.d_model);
+  f(o.heads, c.num_heads);
+  f(o.d_ff, c.d_ff);
+  f(o.encoder_layers, c.encoder_layers);
+  f(o.decoder_layers, c.decoder_layers);
+  f(o.max_positions, c.max_positions);
+  f(o.norm, c.norm_position);
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
@@ -341,13 +355,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   } else {
     config.source_vocab_size = config.target_vocab_size =
         static_cast<uint32_t>(tokenizer->vocab_size());
-    config.d_model = options.d_model;
-    config.num_heads = options.heads;
-    config.d_ff = options.d_ff;
-    config.encoder_layers = options.encoder_layers;
-    config.decoder_layers = options.decoder_layers;
-    config.max_positions = options.max_positions;
-    config.norm_position = options.norm;
+    for_each_shape_option(options, config, [](const auto& option, auto& field) { field = option; });
     config.pad_id = kPadId;
     config.unk_id = kUnkId;
     config.bos_id = kBosId;
@@ -401,13 +409,7 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   // the architecture trained, also when --init-from or --resume chose it over the flags.
   TrainOptions trained_options = options;
   trained_options.vocab_size = static_cast<int>(config.source_vocab_size);
-  trained_options.d_model = config.d_model;
-  trained_options.heads = config.num_heads;
-  trained_options.d_ff = config.d_ff;
-  trained_options.encoder_layers = config.encoder_layers;
-  trained_options.decoder_layers = config.decoder_layers;
-  trained_options.max_positions = config.max_positions;
-  trained_options.norm = config.norm_position;
+  for_each_shape_option(trained_options, config, [](auto& option, const auto& field) { option = field; });
   const std::map<std::string, std::string> saved_options = train_options_to_map(trained_options);
   log << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
       << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
