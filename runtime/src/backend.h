@@ -88,6 +88,9 @@ std::unique_ptr<Backend> make_backend(Device device, const Model& model, const M
 // Makes `device` use `factory` instead of its module (tests that link a backend, e.g. over a
 // host emulation, register it). The factory must outlive its use.
 void register_backend_factory(Device device, const BackendFactory* factory);
+// Wraps a backend made by a module for the runtime: each call goes through
+// modules::call_module (what the module throws becomes this copy's xf::Error).
+std::unique_ptr<Backend> adapt_module_backend(std::unique_ptr<Backend> inner);
 
 // The CUDA backend (cuda_backend.cc, in libxf_cuda_runtime.so and the CUDA tests).
 // compute_dtype: f32 or f16 (f16 storage, f32 accumulation); unset: f16 when the model's

@@ -13,7 +13,8 @@ namespace xf::runtime {
 namespace {
 
 // A module's backend, called so that whatever it throws reaches the caller as this copy's
-// xf::Error (the module has its own).
+// xf::Error (the module has its own). Forwards every virtual of Backend: one left out would
+// silently fall back to Backend's default (backend_registry_test calls each).
 class ModuleBackend final : public Backend {
  public:
   explicit ModuleBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
@@ -27,6 +28,9 @@ class ModuleBackend final : public Backend {
   }
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override {
     modules::call_module([&] { inner_->top_k(row_offsets, k, values, ids); });
+  }
+  float* host_logits() override {
+    return modules::call_module([&] { return inner_->host_logits(); });
   }
   void reorder_cache(const int32_t* parents, int64_t step) override {
     modules::call_module([&] { inner_->reorder_cache(parents, step); });
@@ -82,12 +86,16 @@ void register_backend_factory(Device device, const BackendFactory* factory) {
   r.from_module[device] = false;
 }
 
+std::unique_ptr<Backend> adapt_module_backend(std::unique_ptr<Backend> inner) {
+  return std::make_unique<ModuleBackend>(std::move(inner));
+}
+
 std::unique_ptr<Backend> make_backend(Device device, const Model& model, const MemoryPlan& plan,
                                       int threads, std::optional<DType> weight_dtype) {
   if (device == Device::cpu) return make_cpu_backend(model, plan, threads, weight_dtype);
   const auto [factory, in_module] = factory_for(device);
   if (!in_module) return factory->make(model, plan, weight_dtype);
-  return std::make_unique<ModuleBackend>(
+  return adapt_module_backend(
       modules::call_module([&] { return factory->make(model, plan, weight_dtype); }));
 }
 
