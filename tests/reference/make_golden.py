@@ -18,9 +18,11 @@ import sys
 import numpy as np
 import torch
 
-torch.set_default_dtype(torch.float64)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "bench"))
+import xfm  # noqa: E402
+
+torch.set_default_dtype(torch.float64)
 GOLDEN_DIR = os.path.join(HERE, "golden")
 FORMAT_VERSION = 1  # of the golden text files, see README.md
 
@@ -76,66 +78,16 @@ CASES = {
 
 
 # ----------------------------------------------------------------------------------------------
-# Parameters: the same names, shapes and order as xf::transformer_parameters().
+# Parameters: names, shapes and order of xf::transformer_parameters(), from the .xfm reader and
+# writer of scripts/bench (written once there; it takes norm_position as the file's 0/1).
 
 def parameter_specs(c):
-    d, ff = c["d_model"], c["d_ff"]
-    specs = []
-
-    def linear(prefix, out_features, in_features):
-        specs.append((prefix + ".weight", [out_features, in_features]))
-        specs.append((prefix + ".bias", [out_features]))
-
-    def norm(prefix):
-        specs.append((prefix + ".gamma", [d]))
-        specs.append((prefix + ".beta", [d]))
-
-    if c["shared_embeddings"]:
-        specs.append(("embedding.shared", [c["source_vocab_size"], d]))
-    else:
-        specs.append(("embedding.source", [c["source_vocab_size"], d]))
-        specs.append(("embedding.target", [c["target_vocab_size"], d]))
-    for i in range(c["encoder_layers"]):
-        p = "encoder.layers.%d." % i
-        linear(p + "self_attention.qkv", 3 * d, d)
-        linear(p + "self_attention.output", d, d)
-        norm(p + "self_attention_norm")
-        linear(p + "ffn.inner", ff, d)
-        linear(p + "ffn.outer", d, ff)
-        norm(p + "ffn_norm")
-    if c["norm_position"] == "pre":
-        norm("encoder.final_norm")
-    for i in range(c["decoder_layers"]):
-        p = "decoder.layers.%d." % i
-        linear(p + "self_attention.qkv", 3 * d, d)
-        linear(p + "self_attention.output", d, d)
-        norm(p + "self_attention_norm")
-        linear(p + "cross_attention.query", d, d)
-        linear(p + "cross_attention.key_value", 2 * d, d)
-        linear(p + "cross_attention.output", d, d)
-        norm(p + "cross_attention_norm")
-        linear(p + "ffn.inner", ff, d)
-        linear(p + "ffn.outer", d, ff)
-        norm(p + "ffn_norm")
-    if c["norm_position"] == "pre":
-        norm("decoder.final_norm")
-    if not c["tied_output"]:
-        specs.append(("output.weight", [c["target_vocab_size"], d]))
-    if c["output_bias"]:
-        specs.append(("output.bias", [c["target_vocab_size"]]))
-    return specs
+    return xfm.transformer_parameters(dict(c, norm_position=int(c["norm_position"] == "pre")))
 
 
-def source_embedding_name(c):
-    return "embedding.shared" if c["shared_embeddings"] else "embedding.source"
-
-
-def target_embedding_name(c):
-    return "embedding.shared" if c["shared_embeddings"] else "embedding.target"
-
-
-def output_projection_name(c):
-    return target_embedding_name(c) if c["tied_output"] else "output.weight"
+source_embedding_name = xfm.source_embedding_name
+target_embedding_name = xfm.target_embedding_name
+output_projection_name = xfm.output_projection_name
 
 
 def final_norm_name(c):
