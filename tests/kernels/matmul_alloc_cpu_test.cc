@@ -1,87 +1,27 @@
 // StaticMatmul::run() makes no heap allocation of its own, and allocations made inside oneDNN
-// are told apart through inside_backend_call(). This executable replaces malloc and friends
-// (forwarding to glibc's) to count them.
+// are told apart through inside_backend_call(). This executable links the counting hook
+// (xf_alloc_counter, which replaces malloc and friends) to count them.
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "xf/alloc_counter.h"
 #include "xf/kernels_cpu/kernels.h"
 #include "xf/kernels_cpu/matmul.h"
-
-extern "C" {
-void* __libc_malloc(size_t size);
-void* __libc_calloc(size_t count, size_t size);
-void* __libc_realloc(void* pointer, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-}
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_xf_allocations{0};
-std::atomic<long> g_backend_allocations{0};
-
-void count_allocation() {
-  if (!g_counting.load(std::memory_order_relaxed)) return;
-  if (xf::cpu::inside_backend_call()) {
-    g_backend_allocations.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    g_xf_allocations.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-}  // namespace
-
-extern "C" {
-void* malloc(size_t size) {
-  count_allocation();
-  return __libc_malloc(size);
-}
-void* calloc(size_t count, size_t size) {
-  count_allocation();
-  return __libc_calloc(count, size);
-}
-void* realloc(void* pointer, size_t size) {
-  count_allocation();
-  return __libc_realloc(pointer, size);
-}
-void* memalign(size_t alignment, size_t size) {
-  count_allocation();
-  return __libc_memalign(alignment, size);
-}
-void* aligned_alloc(size_t alignment, size_t size) {
-  count_allocation();
-  return __libc_memalign(alignment, size);
-}
-int posix_memalign(void** pointer, size_t alignment, size_t size) {
-  count_allocation();
-  void* allocated = __libc_memalign(alignment, size);
-  if (allocated == nullptr && size != 0) return 12;  // ENOMEM
-  *pointer = allocated;
-  return 0;
-}
-}  // extern "C"
 
 namespace xf::cpu {
 namespace {
 
-struct Counts {
-  long xf = 0;
-  long backend = 0;
-};
+using alloc_counter::Counts;
 
 template <typename Body>
 Counts count_allocations(Body body) {
-  g_xf_allocations = 0;
-  g_backend_allocations = 0;
-  g_counting = true;
+  alloc_counter::Scope scope;
   body();
-  g_counting = false;
-  return {g_xf_allocations.load(), g_backend_allocations.load()};
+  return scope.stop();
 }
 
 TEST(StaticMatmulAllocations, TheHookSeesAllocations) {
@@ -90,8 +30,8 @@ TEST(StaticMatmulAllocations, TheHookSeesAllocations) {
     void* volatile p = std::malloc(100);
     std::free(p);
   });
-  EXPECT_EQ(counts.xf, 1);
-  EXPECT_EQ(counts.backend, 0);
+  EXPECT_EQ(counts.xf, 1u);
+  EXPECT_EQ(counts.backend, 0u);
 }
 
 void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
@@ -121,12 +61,13 @@ void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
       log_softmax(y.data(), m, n, engine.threads());  // a kernel region in between (m > 1)
     }
   });
-  EXPECT_EQ(counts.xf, 0) << "allocations by xf inside StaticMatmul::run";
+  EXPECT_EQ(counts.xf, 0u) << "allocations by xf inside StaticMatmul::run";
   // oneDNN 2.6 allocates small bookkeeping inside every execute (DESIGN.md); seeing them here
   // shows that inside_backend_call() is what attributes them.
-  EXPECT_GT(counts.backend, 0);
-  std::printf("%s m=%ld: %ld oneDNN allocations in 3 runs, %ld by xf\n", dtype_name(dtype),
-              static_cast<long>(m), counts.backend, counts.xf);
+  EXPECT_GT(counts.backend, 0u);
+  std::printf("%s m=%ld: %lu oneDNN allocations in 3 runs, %lu by xf\n", dtype_name(dtype),
+              static_cast<long>(m), static_cast<unsigned long>(counts.backend),
+              static_cast<unsigned long>(counts.xf));
 }
 
 TEST(StaticMatmulAllocations, RunAllocatesOnlyInsideOneDnn) {
@@ -173,8 +114,8 @@ TEST(KernelAllocations, ForwardKernelsAllocateNothing) {
     };
     all_kernels();
     const Counts counts = count_allocations(all_kernels);
-    EXPECT_EQ(counts.xf, 0);
-    EXPECT_EQ(counts.backend, 0);
+    EXPECT_EQ(counts.xf, 0u);
+    EXPECT_EQ(counts.backend, 0u);
   }
 }
 
