@@ -9,7 +9,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,17 +49,6 @@ std::shared_ptr<const Model> long_output_model() {
     return model_named(options, "long_outputs");
   }();
   return model;
-}
-
-std::vector<std::vector<int32_t>> random_sources(size_t count, uint32_t vocab, uint32_t seed,
-                                                 size_t max_length) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> sources(count);
-  for (auto& s : sources) {
-    s.resize(1 + rng() % max_length);
-    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
-  }
-  return sources;
 }
 
 std::vector<double> log_softmax(const std::vector<float>& logits) {
@@ -171,8 +159,8 @@ TEST(DecodingOptions, TargetPrefixIsHonouredGreedy) {
   auto model = default_model();
   Translator translator(model, small_translator());
   const uint32_t vocab = model->config().target_vocab_size;
-  const auto sources = random_sources(7, model->config().source_vocab_size, 31, 12);
-  std::vector<std::vector<int32_t>> prefixes = random_sources(7, vocab, 32, 4);
+  const auto sources = test::random_source_ids(7, model->config().source_vocab_size, 31, 12);
+  std::vector<std::vector<int32_t>> prefixes = test::random_source_ids(7, vocab, 32, 4);
   prefixes[2].clear();
   prefixes[5].clear();
   TranslateOptions options;
@@ -207,8 +195,8 @@ TEST(DecodingOptions, TargetPrefixIsHonouredGreedy) {
 TEST(DecodingOptions, TargetPrefixIsHonouredByEveryBeamHypothesis) {
   auto model = default_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(6, model->config().source_vocab_size, 33, 12);
-  auto prefixes = random_sources(6, model->config().target_vocab_size, 34, 3);
+  const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 33, 12);
+  auto prefixes = test::random_source_ids(6, model->config().target_vocab_size, 34, 3);
   prefixes[1].clear();
   TranslateOptions options;
   options.beam = 4;
@@ -236,7 +224,7 @@ TEST(DecodingOptions, TargetPrefixIsHonouredByEveryBeamHypothesis) {
 TEST(DecodingOptions, RepetitionPenaltyMatchesTheReference) {
   auto model = long_output_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(6, model->config().source_vocab_size, 35, 10);
+  const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 35, 10);
   for (float penalty : {1.5f, 0.7f}) {
     TranslateOptions options;
     options.beam = 1;
@@ -261,7 +249,7 @@ TEST(DecodingOptions, RepetitionPenaltyMatchesTheReference) {
 TEST(DecodingOptions, NoRepeatedNgramOfTheGivenSize) {
   auto model = long_output_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(8, model->config().source_vocab_size, 36, 10);
+  const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 36, 10);
   for (int n : {1, 2, 3}) {
     for (int beam : {1, 4}) {
       SCOPED_TRACE("n " + std::to_string(n) + " beam " + std::to_string(beam));
@@ -297,7 +285,7 @@ TEST(DecodingOptions, NoRepeatedNgramOfTheGivenSize) {
 TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
   auto model = long_output_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(6, model->config().source_vocab_size, 37, 10);
+  const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 37, 10);
   for (int beam : {1, 4}) {
     TranslateOptions options;
     options.beam = beam;
@@ -324,7 +312,7 @@ TEST(DecodingOptions, BatchesCutByTokensGiveTheSameTranslations) {
   TranslatorOptions topts = small_translator();
   topts.max_batch = 8;
   Translator translator(model, topts);
-  std::vector<std::vector<int32_t>> sources = random_sources(12, model->config().source_vocab_size, 38, 20);
+  std::vector<std::vector<int32_t>> sources = test::random_source_ids(12, model->config().source_vocab_size, 38, 20);
   TranslateOptions options;
   options.beam = 2;
   std::vector<TokenTranslation> by_examples, by_tokens;
@@ -366,7 +354,7 @@ TEST(DecodingOptions, SamplingTopOneEqualsGreedy) {
   topts.beam = 1;
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
-  const auto sources = random_sources(4, config.source_vocab_size, 39, 15);
+  const auto sources = test::random_source_ids(4, config.source_vocab_size, 39, 15);
   int64_t longest = 0;
   for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
   std::vector<TokenTranslation> greedy(4), sampled(4);
@@ -411,7 +399,7 @@ TEST(DecodingOptions, SamplingIsReproducibleForASeedAndVariesWithIt) {
   auto model = default_model();
   TranslatorOptions topts = small_translator();
   Translator translator(model, topts);
-  const auto sources = random_sources(10, model->config().source_vocab_size, 40, 12);
+  const auto sources = test::random_source_ids(10, model->config().source_vocab_size, 40, 12);
   TranslateOptions options;
   options.beam = 1;
   options.sampling_topk = 0;
@@ -441,7 +429,7 @@ TEST(DecodingOptions, SamplingIsReproducibleForASeedAndVariesWithIt) {
 TEST(DecodingOptions, SampledTokensStayInsideTopKAndTopP) {
   auto model = default_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(8, model->config().source_vocab_size, 41, 12);
+  const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 41, 12);
   struct Setting {
     int topk;
     float topp;
@@ -526,7 +514,7 @@ void expect_error(const std::function<void()>& call, const std::string& part) {
 TEST(DecodingOptions, BadOptionsAreClearErrors) {
   auto model = default_model();
   Translator translator(model, small_translator());
-  const auto sources = random_sources(2, model->config().source_vocab_size, 42, 5);
+  const auto sources = test::random_source_ids(2, model->config().source_vocab_size, 42, 5);
   std::vector<TokenTranslation> results;
   auto with = [&](const std::function<void(TranslateOptions&)>& set,
                   const std::vector<std::vector<int32_t>>& prefixes = {}) {

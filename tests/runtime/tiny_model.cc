@@ -40,6 +40,17 @@ class LineIterator : public sentencepiece::SentenceIterator {
 
 }  // namespace
 
+std::vector<std::vector<int32_t>> random_source_ids(size_t count, uint32_t vocab, uint32_t seed,
+                                                    size_t max_length) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> sources(count);
+  for (auto& s : sources) {
+    s.resize(1 + rng() % max_length);
+    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
+  }
+  return sources;
+}
+
 std::vector<std::string> sample_sentences(size_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   const size_t words = sizeof(kWords) / sizeof(kWords[0]);

@@ -35,6 +35,11 @@ const std::string& tiny_sentencepiece_model();
 // Lines like the ones it was trained on (deterministic for a seed).
 std::vector<std::string> sample_sentences(size_t count, uint32_t seed);
 
+// `count` sentences of 1..max_length random token ids in 4..vocab-1 (no special ids),
+// deterministic for a seed.
+std::vector<std::vector<int32_t>> random_source_ids(size_t count, uint32_t vocab, uint32_t seed,
+                                                    size_t max_length);
+
 // Writes a model file to `path`; returns its config.
 ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& options = {});
 

@@ -42,17 +42,6 @@ std::shared_ptr<const Model> default_model() {
   return model;
 }
 
-std::vector<std::vector<int32_t>> random_sources(size_t count, uint32_t vocab, uint32_t seed,
-                                                 size_t max_length) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> sources(count);
-  for (auto& s : sources) {
-    s.resize(1 + rng() % max_length);
-    for (int32_t& id : s) id = 4 + static_cast<int32_t>(rng() % (vocab - 4));
-  }
-  return sources;
-}
-
 double log_softmax_at(const float* logits, int64_t vocab, int64_t index) {
   double max = logits[0];
   for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, logits[v]);
@@ -84,7 +73,7 @@ TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
   topts.max_batch = 5;
   topts.beam = 1;
   Translator translator(model, topts);
-  const auto sources = random_sources(5, config.source_vocab_size, 11, 12);
+  const auto sources = test::random_source_ids(5, config.source_vocab_size, 11, 12);
   TranslateOptions options;
   options.beam = 1;
   std::vector<TokenTranslation> results;
@@ -134,7 +123,7 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
   topts.beam = 1;
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
-  const auto sources = random_sources(6, config.source_vocab_size, 12, 15);
+  const auto sources = test::random_source_ids(6, config.source_vocab_size, 12, 15);
   int64_t longest = 0;
   for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
 
@@ -165,7 +154,7 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
 // Sentences of different lengths, decoded in sorted, padded batches, give what each gives alone.
 TEST(Translator, BatchEqualsOneByOne) {
   auto model = default_model();
-  const auto sources = random_sources(11, model->config().source_vocab_size, 13, 20);
+  const auto sources = test::random_source_ids(11, model->config().source_vocab_size, 13, 20);
   for (int beam : {1, 3}) {
     TranslatorOptions topts;
     topts.max_batch = 4;
@@ -196,7 +185,7 @@ TEST(Translator, NBestIsSortedDistinctAndScoredWithTheLengthPenalty) {
   options.n_best = 4;
   options.length_penalty = 0.6f;
   std::vector<TokenTranslation> results;
-  translator.translate_ids(random_sources(6, model->config().source_vocab_size, 14, 10), options, results);
+  translator.translate_ids(test::random_source_ids(6, model->config().source_vocab_size, 14, 10), options, results);
   for (const auto& r : results) {
     ASSERT_EQ(r.hypotheses.size(), 4u);
     for (size_t k = 0; k < r.hypotheses.size(); ++k) {
@@ -226,7 +215,7 @@ TEST(Translator, MaxLengthRuleCutsOutputs) {
   topts.max_len_b = 5;
   Translator translator(model, topts);
   EXPECT_EQ(translator.max_target_len(), 25);
-  const auto sources = random_sources(4, model->config().source_vocab_size, 15, 12);
+  const auto sources = test::random_source_ids(4, model->config().source_vocab_size, 15, 12);
   for (int beam : {1, 2}) {
     TranslateOptions options;
     options.beam = beam;
@@ -349,7 +338,7 @@ TEST(Translator, HalfPrecisionWeightsMatchTheirF32Values) {
   auto f32_model = tiny_model(rounded, "rounded_f32");
   rounded.matrix_dtype = DType::f16;
   auto f16_model = tiny_model(rounded, "rounded_f16");
-  const auto sources = random_sources(5, f32_model->config().source_vocab_size, 16, 10);
+  const auto sources = test::random_source_ids(5, f32_model->config().source_vocab_size, 16, 10);
   std::vector<TokenTranslation> a, b;
   Translator(f32_model, {}).translate_ids(sources, {}, a);
   Translator(f16_model, {}).translate_ids(sources, {}, b);
@@ -398,7 +387,7 @@ TEST(Translator, PreNormSeparateEmbeddingsTranslate) {
   options.seed = 9;
   auto model = tiny_model(options, "pre_separate");
   Translator translator(model, {});
-  const auto sources = random_sources(4, model->config().source_vocab_size, 17, 10);
+  const auto sources = test::random_source_ids(4, model->config().source_vocab_size, 17, 10);
   std::vector<TokenTranslation> batched;
   translator.translate_ids(sources, {}, batched);
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -422,7 +411,7 @@ TEST(Translator, WeightDtypeConversionAtLoadMatchesStoredFiles) {
   auto f32_file = tiny_model(options, "convert_f32");
   options.matrix_dtype = DType::int8;
   auto int8_file = tiny_model(options, "convert_int8");
-  const auto sources = random_sources(5, f32_file->config().source_vocab_size, 18, 10);
+  const auto sources = test::random_source_ids(5, f32_file->config().source_vocab_size, 18, 10);
 
   TranslatorOptions to_int8;
   to_int8.weight_dtype = DType::int8;
@@ -541,7 +530,7 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
   }
   EXPECT_GT(released_pages, 100u);  // the check looked at something
 
-  const auto sources = random_sources(6, config.source_vocab_size, 22, 12);
+  const auto sources = test::random_source_ids(6, config.source_vocab_size, 22, 12);
   std::vector<TokenTranslation> from_mapped, from_memory;
   Translator(mapped, {}).translate_ids(sources, {}, from_mapped);
   Translator(in_memory, {}).translate_ids(sources, {}, from_memory);
