@@ -12,6 +12,7 @@ The FlatBuffers Python classes are generated from format/xf_model.fbs with `flat
 a temporary directory at import time, so the schema stays the one source of truth.
 Parameter names and shapes mirror format/src/parameters.cc (transformer_parameters()).
 """
+import atexit
 import importlib
 import os
 import shutil
@@ -71,6 +72,8 @@ def _fb_module():
         if flatc is None:
             raise XfmError("flatc not found on PATH (Debian package flatbuffers-compiler)")
         out_dir = tempfile.mkdtemp(prefix="xfm-flatc-")
+        # Removed at exit, not after the imports: the generated modules import each other lazily.
+        atexit.register(shutil.rmtree, out_dir, True)
         subprocess.run([flatc, "--python", "-o", out_dir, SCHEMA], check=True)
         sys.path.insert(0, out_dir)
         try:
