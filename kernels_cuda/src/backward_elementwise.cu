@@ -12,21 +12,11 @@ namespace xf::cuda {
 namespace {
 
 using detail::ceil_div;
+using detail::elementwise_blocks;
 using detail::grid_dim;
+using detail::kThreads;
 using detail::require;
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxElementwiseBlocks = 4096;
-
-unsigned elementwise_blocks(int64_t count) {
-  const int64_t blocks = ceil_div(count, kThreads);
-  return static_cast<unsigned>(blocks < kMaxElementwiseBlocks ? blocks : kMaxElementwiseBlocks);
-}
-
-unsigned row_threads(int64_t dim) {
-  const int64_t threads = ceil_div(dim, 32) * 32;
-  return static_cast<unsigned>(threads < kThreads ? threads : kThreads);
-}
+using detail::row_threads;
 
 // ---- dropout ------------------------------------------------------------------------------------
 

@@ -65,6 +65,21 @@ __device__ __forceinline__ float block_max(float value, float* scratch) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+constexpr int kThreads = 256;
+// Grid-stride element-wise kernels need no more blocks than this to fill any current GPU.
+constexpr int64_t kMaxElementwiseBlocks = 4096;
+
+inline unsigned elementwise_blocks(int64_t count) {
+  const int64_t blocks = ceil_div(count, kThreads);
+  return static_cast<unsigned>(blocks < kMaxElementwiseBlocks ? blocks : kMaxElementwiseBlocks);
+}
+
+// Threads for one block per row of `dim` values: a multiple of 32, at most kThreads.
+inline unsigned row_threads(int64_t dim) {
+  const int64_t threads = ceil_div(dim, 32) * 32;
+  return static_cast<unsigned>(threads < kThreads ? threads : kThreads);
+}
+
 // Grid sizes are int; xf's sizes are int64_t. Refuse rather than truncate.
 inline unsigned grid_dim(int64_t blocks, const char* kernel, int64_t limit = 2147483647) {
   if (blocks < 1 || blocks > limit)

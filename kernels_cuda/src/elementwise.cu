@@ -9,25 +9,13 @@ namespace xf::cuda {
 namespace {
 
 using detail::ceil_div;
+using detail::elementwise_blocks;
 using detail::from_float;
 using detail::grid_dim;
+using detail::kThreads;
 using detail::require;
+using detail::row_threads;
 using detail::to_float;
-
-constexpr int kThreads = 256;
-// Grid-stride element-wise kernels need no more blocks than this to fill any current GPU.
-constexpr int64_t kMaxElementwiseBlocks = 4096;
-
-unsigned elementwise_blocks(int64_t count) {
-  const int64_t blocks = ceil_div(count, kThreads);
-  return static_cast<unsigned>(blocks < kMaxElementwiseBlocks ? blocks : kMaxElementwiseBlocks);
-}
-
-// Threads for one block per row of `dim` values: a multiple of 32, at most kThreads.
-unsigned row_threads(int64_t dim) {
-  const int64_t threads = ceil_div(dim, 32) * 32;
-  return static_cast<unsigned>(threads < kThreads ? threads : kThreads);
-}
 
 // ---- embed ------------------------------------------------------------------------------------
 
