@@ -21,6 +21,8 @@
 #   SPM      reuse this SentencePiece model instead of training one
 #   CONTINUE_FROM  start from this model file's weights, architecture and vocabulary, with a
 #            fresh optimizer warmed up to the rate the first stage ended at
+#   CONTINUE_WARMUP, CONTINUE_LR_SCALE, CONTINUE_SEED  that stage's warmup steps, learning-rate
+#            factor and seed [1000, 1, 2]: peak rate = factor * 256^-0.5 * warmup^-0.5
 #   SCORE    0 skips the test-set scoring                   [1]
 # Re-running with an existing RUN resumes training from its newest checkpoint.
 set -euo pipefail
@@ -61,14 +63,15 @@ TRAIN_ARGS=(
 )
 [[ -n ${SPM:-} ]] && TRAIN_ARGS+=(--spm "$SPM")   # reuse a SentencePiece model
 # The continuation stage: the model's own architecture and vocabulary, a fresh Adam warmed up
-# over 1000 steps to 2.0e-3 (the first stage's rate at its last step), a new batch order.
+# (by default over 1000 steps to 2.0e-3, the first stage's rate at its last step), a new batch
+# order. Warm up to no more than the rate the model was last trained at.
 CONTINUE_ARGS=(
   --init-from "${CONTINUE_FROM:-}" --train "$DATA/train.tsv" --dev "$DATA/dev.tsv" --out "$RUN"
   --src-lang en --tgt-lang fr
-  --dropout 0.1 --label-smoothing 0.1 --warmup 1000 --lr-scale 1 --clip-norm 1
-  --batch-tokens 2500 --max-length 64
+  --dropout 0.1 --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
+  --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens 2500 --max-length 64
   --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
-  --keep 12 --threads "$THREADS" --seed 2
+  --keep 12 --threads "$THREADS" --seed "${CONTINUE_SEED:-2}"
 )
 if compgen -G "$RUN/step-*" > /dev/null; then
   "$BIN/xf-train" --resume --out "$RUN" --max-minutes "$MINUTES" --threads "$THREADS"
