@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "format_test_support.h"
+#include "error_of.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
@@ -15,15 +16,6 @@
 
 namespace xf::test {
 namespace {
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(FormatAtomicWrite, NewFileLeavesNothingElse) {
   TempDir dir;

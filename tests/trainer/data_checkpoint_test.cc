@@ -7,12 +7,15 @@
 #include <functional>
 #include <random>
 
+#include "error_of.h"
 #include "xf/error.h"
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
 
 namespace xf::trainer {
 namespace {
+
+using test::error_of;
 namespace fs = std::filesystem;
 
 ModelConfig tiny_config() {
@@ -70,15 +73,6 @@ std::string fresh_dir(const std::string& name) {
   std::string dir = std::string(XF_BINARY_DIR) + "/data_checkpoint_test_" + name;
   fs::remove_all(dir);
   return dir;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(DataCheckpoint, RoundTripIsExact) {

@@ -7,20 +7,14 @@
 #include <fstream>
 #include <functional>
 
+#include "error_of.h"
 #include "xf/error.h"
 #include "xf/trainer/data.h"
 
 namespace xf::trainer {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(DataCorpus, TsvReadsPairsInFileOrder) {
   CorpusLanguages en_fr;

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "error_of.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
@@ -20,16 +21,9 @@
 
 namespace xf::trainer {
 namespace {
-namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
+namespace fs = std::filesystem;
 
 std::string test_dir(const std::string& name) {
   std::string dir = std::string(XF_BINARY_DIR) + "/data_train_loop_test/" + name;
