@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda_test_support.h"
+#include "error_of.h"
 #include "xf/error.h"
 #include "xf/kernels_cuda/check.h"
 #include "xf/kernels_cuda/kernels.h"
@@ -14,21 +15,11 @@
 namespace xf::test {
 namespace {
 
-// The xf::Error message `action` throws, or a note that it threw none.
-std::string message_of(void (*action)()) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no xf::Error thrown)";
-}
-
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 TEST(cuda_host, CudaCheckNamesCallFileLineAndCudaMessage) {
-  const std::string message = message_of([] { XF_CUDA_CHECK(cudaErrorInvalidValue); });
+  const std::string message = error_of([] { XF_CUDA_CHECK(cudaErrorInvalidValue); });
   EXPECT_CONTAINS(message, "memory_test.cc:");
   EXPECT_CONTAINS(message, "cudaErrorInvalidValue");
   EXPECT_CONTAINS(message, cudaGetErrorString(cudaErrorInvalidValue));
@@ -36,7 +27,7 @@ TEST(cuda_host, CudaCheckNamesCallFileLineAndCudaMessage) {
 }
 
 TEST(cuda_host, CublasCheckNamesStatus) {
-  const std::string message = message_of([] { XF_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED); });
+  const std::string message = error_of([] { XF_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED); });
   EXPECT_CONTAINS(message, "memory_test.cc:");
   EXPECT_CONTAINS(message, "CUBLAS_STATUS_NOT_SUPPORTED");
 }
@@ -48,24 +39,24 @@ TEST(cuda_host, SuccessDoesNotThrow) {
 
 // Bad sizes are refused on the host, before anything touches a device.
 TEST(cuda_host, BadArgumentsThrowBeforeLaunch) {
-  const std::string top_k = message_of([] {
+  const std::string top_k = error_of([] {
     cuda::log_softmax_top_k(static_cast<const float*>(nullptr), nullptr, 1, 100, 17, nullptr,
                             nullptr, nullptr);
   });
   EXPECT_CONTAINS(top_k, "k 17");
-  const std::string cached = message_of([] {
+  const std::string cached = error_of([] {
     cuda::cached_attention(static_cast<const float*>(nullptr), 512, nullptr, nullptr,
                            cuda::contiguous_head_strides(8, 40, 64), 1, 8, 64, 40, 40, nullptr,
                            512, nullptr, nullptr);
   });
   EXPECT_CONTAINS(cached, "step 40 is outside the cache of 40 positions");
-  const std::string attention = message_of([] {
+  const std::string attention = error_of([] {
     const cuda::AttentionShape shape{1, 1, 1, cuda::max_attention_key_len() + 1, 64};
     cuda::attention(static_cast<const float*>(nullptr), {}, nullptr, {}, nullptr, {}, nullptr, {},
                     shape, nullptr, -1, nullptr, nullptr);
   });
   EXPECT_CONTAINS(attention, "key_len");
-  const std::string layer_norm = message_of([] {
+  const std::string layer_norm = error_of([] {
     cuda::add_bias_residual_layer_norm(static_cast<const float*>(nullptr), nullptr, nullptr,
                                        nullptr, nullptr, 1e-6f, 4, 0, nullptr, nullptr, nullptr,
                                        nullptr);

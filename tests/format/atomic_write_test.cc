@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <cstring>
-#include <functional>
 
 #include "format_test_support.h"
 #include "error_of.h"

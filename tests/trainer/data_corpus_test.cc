@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 
 #include "error_of.h"
 #include "xf/error.h"
