@@ -62,21 +62,6 @@ float half_to_float(uint16_t h) {
   return out;
 }
 
-uint16_t float_to_bfloat16(float value) {
-  uint32_t f;
-  std::memcpy(&f, &value, 4);
-  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((f >> 16) | 0x40u);  // nan
-  const uint32_t rounding = 0x7fffu + ((f >> 16) & 1u);
-  return static_cast<uint16_t>((f + rounding) >> 16);
-}
-
-float bfloat16_to_float(uint16_t bits) {
-  const uint32_t f = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &f, 4);
-  return out;
-}
-
 void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* quantized,
                         float* scales) {
   for (size_t r = 0; r < rows; ++r) {

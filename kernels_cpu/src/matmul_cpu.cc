@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "simd_cpu.h"
 #include "xf/error.h"
+#include "xf/format/dtype_convert.h"
 #include "xf/kernels_cpu/matmul.h"
 
 namespace xf::cpu {
@@ -40,6 +42,23 @@ dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType type) {
   return dnnl::memory::desc({rows, cols}, type, {cols, 1});
 }
 
+// One row of f32 into bf16: an AVX-512 build of this loop where the CPU has it.
+XF_VECTORIZED void round_row_to_bf16(const float* from, int64_t count, uint16_t* to) {
+  for (int64_t i = 0; i < count; ++i) to[i] = float_to_bfloat16(from[i]);
+}
+
+// rows x cols of a row-major f32 matrix (leading dimension ld) into a compact bf16 copy.
+void round_rows_to_bf16(const float* from, int64_t rows, int64_t cols, int64_t ld, uint16_t* to,
+                        int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) round_row_to_bf16(from + r * ld, cols, to + r * cols);
+}
+
+bool has_isa(dnnl_cpu_isa_t level) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & level) == static_cast<unsigned>(level);
+}
+
 }  // namespace
 
 // oneDNN's int8 products on CPUs without VNNI (AVX2, AVX-512 before Cascade Lake) add pairs of
@@ -47,10 +66,10 @@ dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType type) {
 // aligned large values came out 32640 instead of 4129024 (oneDNN 2.6.3, AMD EPYC with AVX2).
 // Weights of 7 bits (|w| <= 63) keep every pair inside int16 (2 * 255 * 63 = 32130).
 bool int8_products_saturate() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  auto has = [isa](dnnl_cpu_isa_t level) { return (isa & level) == static_cast<unsigned>(level); };
-  return !has(dnnl_cpu_isa_avx512_core_vnni) && !has(dnnl_cpu_isa_avx2_vnni);
+  return !has_isa(dnnl_cpu_isa_avx512_core_vnni) && !has_isa(dnnl_cpu_isa_avx2_vnni);
 }
+
+bool bf16_products_in_hardware() { return has_isa(dnnl_cpu_isa_avx512_core_bf16); }
 
 int8_t to_seven_bits(int8_t value) {
   // Round half away from zero (-127..127 -> -64..64), then clamp the two ends to +-63.
@@ -312,6 +331,107 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
     throw Error("gemm: dnnl_sgemm failed (status " + std::to_string(static_cast<int>(status)) +
                 ") for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
                 std::to_string(k));
+  }
+}
+
+struct Bf16Gemm::Impl {
+  struct Shape {
+    bool transpose_a, transpose_b;
+    int64_t m, n, k, ldc;
+    float alpha, beta;
+    bool operator==(const Shape& o) const {
+      return transpose_a == o.transpose_a && transpose_b == o.transpose_b && m == o.m &&
+             n == o.n && k == o.k && ldc == o.ldc && alpha == o.alpha && beta == o.beta;
+    }
+  };
+  struct ShapeHash {
+    size_t operator()(const Shape& s) const {
+      size_t h = std::hash<int64_t>()(s.m);
+      for (int64_t v : {s.n, s.k, s.ldc}) h = h * 1000003u ^ std::hash<int64_t>()(v);
+      for (float v : {s.alpha, s.beta}) h = h * 1000003u ^ std::hash<float>()(v);
+      return h * 4 + (s.transpose_a ? 2 : 0) + (s.transpose_b ? 1 : 0);
+    }
+  };
+  // Enough for every batch shape of a training run; past it the cache starts over.
+  static constexpr size_t kMaxPrimitives = 4096;
+
+  int threads = 1;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::vector<uint16_t> a, b;  // bf16 copies of this product's A and B, compact
+  struct Product {
+    dnnl::matmul primitive;
+    dnnl::memory::desc a, b, c;
+  };
+  std::unordered_map<Shape, Product, ShapeHash> products;
+  std::string implementation;
+
+  const Product& product(const Shape& s) {
+    auto found = products.find(s);
+    if (found != products.end()) return found->second;
+    if (products.size() >= kMaxPrimitives) products.clear();
+    // A [m, k] and B [k, n] as the compact copies lay them out: a transposed operand is a
+    // column-major view of its stored rows.
+    using Desc = dnnl::memory::desc;
+    const Desc a_desc = s.transpose_a ? Desc({s.m, s.k}, DataType::bf16, {1, s.m})
+                                      : Desc({s.m, s.k}, DataType::bf16, {s.k, 1});
+    const Desc b_desc = s.transpose_b ? Desc({s.k, s.n}, DataType::bf16, {1, s.k})
+                                      : Desc({s.k, s.n}, DataType::bf16, {s.n, 1});
+    const Desc c_desc({s.m, s.n}, DataType::f32, {s.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+    if (s.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(s.beta);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
+    implementation = pd.impl_info_str();
+    return products.emplace(s, Product{dnnl::matmul(pd), a_desc, b_desc, c_desc}).first->second;
+  }
+};
+
+Bf16Gemm::Bf16Gemm(int threads) : impl_(new Impl) {
+  if (!bf16_products_in_hardware()) {
+    throw Error("bf16 matrix products need a CPU with AVX512-BF16 or AMX (oneDNN found neither)");
+  }
+  impl_->threads = std::max(1, threads);
+}
+
+Bf16Gemm::~Bf16Gemm() = default;
+
+const char* Bf16Gemm::implementation() const { return impl_->implementation.c_str(); }
+
+void Bf16Gemm::run(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  Impl& s = *impl_;
+  if (k == 0) {  // no products: C = beta C
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  // Stored shapes: A is [m, k] or, transposed, [k, m]; B is [k, n] or, transposed, [n, k].
+  const int64_t a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
+  const int64_t b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
+  if (s.a.size() < static_cast<size_t>(m * k)) s.a.resize(m * k);
+  if (s.b.size() < static_cast<size_t>(k * n)) s.b.resize(k * n);
+  round_rows_to_bf16(a, a_rows, a_cols, lda, s.a.data(), s.threads);
+  round_rows_to_bf16(b, b_rows, b_cols, ldb, s.b.data(), s.threads);
+  // As StaticMatmul: oneDNN sizes its parallel regions by the calling thread's OpenMP count.
+  if (omp_get_max_threads() != s.threads) omp_set_num_threads(s.threads);
+  try {
+    const Impl::Product& product =
+        s.product({transpose_a, transpose_b, m, n, k, ldc, alpha, beta});
+    dnnl::memory a_memory(product.a, s.engine, s.a.data());
+    dnnl::memory b_memory(product.b, s.engine, s.b.data());
+    dnnl::memory c_memory(product.c, s.engine, c);
+    run_primitive(product.primitive, s.stream,
+                  {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, c_memory}});
+  } catch (const dnnl::error& e) {
+    throw Error("bf16 gemm: oneDNN failed (" + std::string(e.what()) + ") for m " +
+                std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k));
   }
 }
 

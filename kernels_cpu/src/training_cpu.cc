@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "xf/error.h"
 #include "xf/kernels_common/dropout_hash.h"
 #include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/matmul.h"
@@ -16,12 +17,15 @@ namespace xf::cpu {
 
 template <typename T>
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads) {
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads,
+          Bf16Gemm* bf16) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    (void)threads;  // oneDNN runs on the OpenMP pool the caller sized
-    xf::cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // oneDNN runs on the OpenMP pool the caller sized (Bf16Gemm: at its own thread count).
+    if (bf16) bf16->run(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else xf::cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else {
+    if (bf16) throw Error("gemm: bf16 products are for float");
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -39,7 +43,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T
 
 template <typename T>
 void linear_forward(const T* x, const T* weight, const T* bias, int64_t rows, int64_t in,
-                    int64_t out, T* y, int threads) {
+                    int64_t out, T* y, int threads, Bf16Gemm* bf16) {
   // The bias is written first and the product added onto it (beta = 1): one pass over y.
   T beta = 0;
   if (bias) {
@@ -47,17 +51,18 @@ void linear_forward(const T* x, const T* weight, const T* bias, int64_t rows, in
     for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
     beta = 1;
   }
-  gemm<T>(false, true, rows, out, in, T(1), x, in, weight, in, beta, y, out, threads);
+  gemm<T>(false, true, rows, out, in, T(1), x, in, weight, in, beta, y, out, threads, bf16);
 }
 
 template <typename T>
 void linear_backward(const T* dy, const T* x, const T* weight, int64_t rows, int64_t in,
-                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads) {
+                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads,
+                     Bf16Gemm* bf16) {
   if (dx)  // dx[rows, in] = dy[rows, out] W[out, in]
     gemm<T>(false, false, rows, in, out, T(1), dy, out, weight, in, accumulate_dx ? T(1) : T(0),
-            dx, in, threads);
+            dx, in, threads, bf16);
   // dW[out, in] += dy^T[out, rows] x[rows, in]
-  gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dweight, in, threads);
+  gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dweight, in, threads, bf16);
   if (dbias) bias_backward(dy, rows, out, dbias, threads);
 }
 
@@ -223,11 +228,11 @@ double sum_of_squares(const float* x, int64_t count, int threads) {
 
 #define XF_INSTANTIATE(T)                                                                       \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, \
-                        int64_t, T, T*, int64_t, int);                                          \
+                        int64_t, T, T*, int64_t, int, Bf16Gemm*);                               \
   template void linear_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*,  \
-                                  int);                                                         \
+                                  int, Bf16Gemm*);                                              \
   template void linear_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, \
-                                   bool, T*, T*, int);                                          \
+                                   bool, T*, T*, int, Bf16Gemm*);                               \
   template void layer_norm_forward<T>(const T*, const T*, const T*, T, int64_t, int64_t, T*,    \
                                       T*, T*, int);                                             \
   template void embedding_forward<T>(const T*, int64_t, int64_t, const int32_t*,                \

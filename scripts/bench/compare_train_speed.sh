@@ -18,6 +18,8 @@
 #   WORK_DIR [a new directory under /tmp]  THREADS [2]  BATCH_TOKENS [4096]  NORM [post]
 #   VOCAB [8000]  STEPS [20]  WARMUP_STEPS [5]  SPM [train one with xf-train]
 #   NICE   run both at this nice level (e.g. -15 on a shared machine)
+#   BF16=1 bf16 matrix products in both: xf-train --bf16 and PyTorch --autocast bf16 (a CPU with
+#          AVX512-BF16 or AMX)
 # Also printed: each process's CPU share, (user + sys) / wall (2.0 = both cores; xf-train's
 # includes its single-threaded corpus loading), and the load average before each run.
 set -euo pipefail
@@ -36,6 +38,7 @@ norm=${NORM:-post}
 vocab=${VOCAB:-8000}
 steps=${STEPS:-20}
 warmup_steps=${WARMUP_STEPS:-5}
+bf16=${BF16:-0}
 
 [[ -x $xf_bin/xf-train ]] || { echo "$0: $xf_bin/xf-train not found (set XF_BIN)" >&2; exit 1; }
 "$python" -c "import torch, sentencepiece, numpy" 2>/dev/null ||
@@ -60,6 +63,7 @@ xf_command=("$xf_bin/xf-train" --train "$train" --out "$work/xf-run" "${model_ar
             --vocab-size "$vocab" "${spm_args[@]}" --batch-tokens "$batch_tokens"
             --threads "$threads" --max-steps $((2 * steps)) --log-every "$steps"
             --valid-every 0 --save-every 0 --valid-bleu-sentences 0 --seed 1)
+[[ $bf16 == 1 ]] && xf_command+=(--bf16)
 prefix=()
 [[ -n ${NICE:-} ]] && prefix=(nice -n "$NICE")
 cpu_share() { awk '{ printf "%.2f", ($2 + $3) / ($1 > 0 ? $1 : 1) }' "$work/time.txt"; }
@@ -76,14 +80,15 @@ spm_model=${SPM:-$work/xf-run/sentencepiece.model}
 torch_command=("$python" "$here/pytorch_train_speed.py" --train "$train" --spm "$spm_model"
                --norm "$norm" --batch-tokens "$batch_tokens" --threads "$threads"
                --warmup-steps "$warmup_steps" --steps "$steps" --json)
+[[ $bf16 == 1 ]] && torch_command+=(--autocast bf16)
 echo "== load $(cut -d' ' -f1-3 /proc/loadavg); ${torch_command[*]}"
 torch_json=$(/usr/bin/time -f '%e %U %S' -o "$work/time.txt" "${prefix[@]}" "${torch_command[@]}")
 torch_cpu=$(cpu_share)
 echo "$torch_json" > "$work/pytorch.json"
 torch_tokens_per_s=$("$python" -c 'import json,sys; print("%.0f" % json.loads(sys.argv[1])["tokens_per_s"])' "$torch_json")
 
-printf "training tokens/s (source + target, %s threads, batch %s tokens, %s-norm):\n" \
-  "$threads" "$batch_tokens" "$norm"
+printf "training tokens/s (source + target, %s threads, batch %s tokens, %s-norm, %s products):\n" \
+  "$threads" "$batch_tokens" "$norm" "$([[ $bf16 == 1 ]] && echo bf16 || echo f32)"
 printf "  xf-train  %s   (process CPU share %s)\n  PyTorch   %s   (process CPU share %s)\n" \
   "$xf_tokens_per_s" "$xf_cpu" "$torch_tokens_per_s" "$torch_cpu"
 echo "logs: $work/xf-train.log $work/pytorch.json"

@@ -1,11 +1,14 @@
-// StaticMatmul (f32, int8) and gemm against double-precision references.
+// StaticMatmul (f32, int8), gemm and Bf16Gemm against double-precision references.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cfloat>
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "random_inputs.h"
@@ -284,11 +287,23 @@ TEST(StaticMatmul, Int8OfZeroInputIsTheBias) {
   for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(y[i], bias[i % n]);
 }
 
-TEST(Gemm, AllTransposeCombinationsWithStrides) {
-  test::RandomInputs random;
-  SCOPED_TRACE(random.describe());
+using GemmFunction =
+    std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                       const float*, int64_t, float, float*, int64_t)>;
+
+float unchanged(float x) { return x; }
+float rounded_to_bf16(float x) { return bfloat16_to_float(float_to_bfloat16(x)); }
+
+// C = alpha op(A) op(B) + beta C for every transpose combination, with padded leading
+// dimensions, against a double-precision reference over the inputs as `operand` sees them
+// (unchanged for f32 products, rounded for bf16 ones). Returns the largest error against the
+// reference over the inputs as given, in units of the tolerance: near or below 1 for f32
+// products, far above it where the inputs were rounded.
+double check_gemm(const GemmFunction& product, float (*operand)(float), float alpha, float beta,
+                  test::RandomInputs& random) {
+  SCOPED_TRACE("alpha " + std::to_string(alpha) + " beta " + std::to_string(beta));
   const int64_t m = 7, n = 13, k = 300;
-  const float alpha = 0.75f, beta = -0.5f;
+  double worst_against_given = 0.0;
   for (bool transpose_a : {false, true}) {
     for (bool transpose_b : {false, true}) {
       SCOPED_TRACE("transpose_a " + std::to_string(transpose_a) + " transpose_b " +
@@ -299,27 +314,64 @@ TEST(Gemm, AllTransposeCombinationsWithStrides) {
       const std::vector<float> b = random.uniform((transpose_b ? n : k) * ldb, -1.0f, 1.0f);
       const std::vector<float> c_before = random.uniform(m * ldc, -1.0f, 1.0f);
       std::vector<float> c = c_before;
-      gemm(transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(),
-           ldc);
+      product(transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
+              c.data(), ldc);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
-          double sum = 0.0, squares = 0.0;
+          double sum = 0.0, given_sum = 0.0, squares = 0.0;
           for (int64_t p = 0; p < k; ++p) {
-            const double term = static_cast<double>(transpose_a ? a[p * lda + i] : a[i * lda + p]) *
-                                (transpose_b ? b[j * ldb + p] : b[p * ldb + j]);
+            const float av = transpose_a ? a[p * lda + i] : a[i * lda + p];
+            const float bv = transpose_b ? b[j * ldb + p] : b[p * ldb + j];
+            const double term = static_cast<double>(operand(av)) * operand(bv);
             sum += term;
+            given_sum += static_cast<double>(av) * bv;
             squares += term * term;
           }
           const double expected = alpha * sum + beta * c_before[i * ldc + j];
-          ASSERT_NEAR(c[i * ldc + j], expected,
-                      alpha * dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(expected))
-              << "row " << i << " column " << j;
+          const double tolerance =
+              alpha * dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(expected);
+          EXPECT_NEAR(c[i * ldc + j], expected, tolerance) << "row " << i << " column " << j;
+          const double given = alpha * given_sum + beta * c_before[i * ldc + j];
+          worst_against_given =
+              std::max(worst_against_given, std::fabs(c[i * ldc + j] - given) / tolerance);
         }
         // Padding columns of C are left alone.
-        for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c_before[i * ldc + j]);
+        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], c_before[i * ldc + j]);
       }
     }
   }
+  return worst_against_given;
+}
+
+TEST(Gemm, AllTransposeCombinationsWithStrides) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  check_gemm(gemm, unchanged, 0.75f, -0.5f, random);
+}
+
+// The trainer's bf16 products (xf-train --bf16): exactly the f32 sums of the rounded inputs'
+// products, and measurably not the f32 products of the inputs as given. Each shape twice, so the
+// second call runs the primitive kept from the first over new data.
+TEST(Bf16Gemm, ProductsOfRoundedInputsInEveryLayout) {
+  if (!bf16_products_in_hardware()) {
+    EXPECT_THROW(Bf16Gemm{2}, Error);
+    GTEST_SKIP() << "this CPU has no bf16 instructions (AVX512-BF16 or AMX)";
+  }
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  Bf16Gemm bf16(2);
+  const GemmFunction product = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const float* a, int64_t lda, const float* b, int64_t ldb,
+                                   float beta, float* c, int64_t ldc) {
+    bf16.run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    for (const auto& [alpha, beta] : {std::pair{0.75f, -0.5f}, {1.0f, 0.0f}, {1.0f, 1.0f}}) {
+      EXPECT_GT(check_gemm(product, rounded_to_bf16, alpha, beta, random), 10.0)
+          << "the products look like f32 products of the unrounded inputs";
+    }
+  }
+  EXPECT_NE(std::string(bf16.implementation()), "");
 }
 
 }  // namespace

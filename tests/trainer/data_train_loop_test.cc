@@ -14,6 +14,7 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
+#include "xf/kernels_cpu/matmul.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/train_loop.h"
 #include "reverse_corpus.h"
@@ -84,6 +85,50 @@ TEST(DataTrainLoop, CudaWithoutCudaIsAClearError) {
   EXPECT_TRUE(error.find("without CUDA") != std::string::npos ||
               error.find("no usable CUDA device") != std::string::npos)
       << error;
+}
+
+// --bf16: refused beside --device cuda, and on a CPU without bf16 instructions; elsewhere a run
+// differs from the f32 one (the products are bf16), is deterministic, and a resumed run keeps
+// --bf16 and continues it bit for bit.
+TEST(DataTrainLoop, Bf16IsForTheCpuAndResumesExactly) {
+  EXPECT_EQ(error_of([] { parse_train_arguments({"--bf16=1"}); }), "--bf16 takes no value");
+  std::string dir = test_dir("bf16");
+  const std::string train = write_reverse_corpus(dir, 120, 2);
+  std::ostringstream log;
+  auto values = tiny_run(train, dir + "/cuda");
+  values["bf16"] = "1";
+  values["device"] = "cuda";
+  EXPECT_EQ(error_of([&] { train_options_from_map(values); }),
+            "--bf16 is for --device cpu (--device cuda computes in f16 already)");
+  values = tiny_run(train, dir + "/bf16");
+  values["bf16"] = "1";
+  values["max-steps"] = "8";
+  if (!cpu::bf16_products_in_hardware()) {
+    EXPECT_NE(error_of([&] { run_training(train_options_from_map(values), log); })
+                  .find("neither AVX512-BF16 nor AMX"),
+              std::string::npos);
+    GTEST_SKIP() << "this CPU has no bf16 instructions";
+  }
+  const TrainSummary bf16 = run_training(train_options_from_map(values), log);
+  auto f32_values = tiny_run(train, dir + "/f32");
+  f32_values["max-steps"] = "8";
+  const TrainSummary f32 = run_training(train_options_from_map(f32_values), log);
+  ASSERT_EQ(bf16.step_losses.size(), 8u);
+  EXPECT_NE(bf16.step_losses, f32.step_losses);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(bf16.step_losses[i], f32.step_losses[i], 0.05 * f32.step_losses[i]);
+
+  auto part_values = values;
+  part_values["out"] = dir + "/parts";
+  part_values["max-steps"] = "4";
+  const TrainSummary part1 = run_training(train_options_from_map(part_values), log);
+  const TrainOptions resumed =
+      resolve_train_options({{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", "8"}});
+  EXPECT_TRUE(resumed.bf16);  // taken from the checkpoint's options
+  const TrainSummary part2 = run_training(resumed, log);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  EXPECT_EQ(joined, bf16.step_losses);  // bitwise
+  fs::remove_all(dir);
 }
 
 TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {

@@ -2,6 +2,7 @@
 #include "xf/trainer/cpu_training_ops.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "xf/error.h"
 #include "xf/kernels_cpu/backward.h"
@@ -13,6 +14,16 @@ template <typename T>
 CpuTrainingOps<T>::CpuTrainingOps(size_t parameter_count, int threads)
     : threads_(threads), parameters_(parameter_count, T(0)), gradients_(parameter_count, T(0)) {
   if (threads < 1) throw Error("transformer: threads must be >= 1");
+}
+
+template <typename T>
+void CpuTrainingOps<T>::set_bf16_products(bool enabled) {
+  if (!enabled) {
+    bf16_.reset();
+  } else if (!bf16_) {
+    if (!std::is_same_v<T, float>) throw Error("transformer: bf16 products are for float models");
+    bf16_ = std::make_unique<cpu::Bf16Gemm>(threads_);
+  }
 }
 
 template <typename T>
@@ -103,14 +114,15 @@ void CpuTrainingOps<T>::embedding_backward(const T* dout, const int32_t* ids, in
 template <typename T>
 void CpuTrainingOps<T>::linear_forward(const T* x, const T* weight, const T* bias, int64_t rows,
                                        int64_t in, int64_t out, T* y) {
-  cpu::linear_forward(x, weight, bias, rows, in, out, y, threads_);
+  cpu::linear_forward(x, weight, bias, rows, in, out, y, threads_, bf16_.get());
 }
 
 template <typename T>
 void CpuTrainingOps<T>::linear_backward(const T* dy, const T* x, const T* weight, int64_t rows,
                                         int64_t in, int64_t out, T* dx, bool accumulate_dx,
                                         T* dweight, T* dbias) {
-  cpu::linear_backward(dy, x, weight, rows, in, out, dx, accumulate_dx, dweight, dbias, threads_);
+  cpu::linear_backward(dy, x, weight, rows, in, out, dx, accumulate_dx, dweight, dbias, threads_,
+                       bf16_.get());
 }
 
 template <typename T>

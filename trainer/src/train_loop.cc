@@ -14,6 +14,7 @@
 
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
+#include "xf/kernels_cpu/matmul.h"
 #include "xf/metrics.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/communicator.h"
@@ -257,6 +258,10 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
                   ranks.description());
     }
   }
+  if (options.bf16 && !cpu::bf16_products_in_hardware()) {
+    throw Error("--bf16: this CPU has neither AVX512-BF16 nor AMX, where bf16 products are "
+                "slower than f32 ones: leave --bf16 out");
+  }
   const CorpusLanguages languages = corpus_languages(options);
   // Fail before any long work (SentencePiece training) when an input is missing. Every rank
   // reads the training and dev files; rank 0 alone makes the vocabulary.
@@ -373,6 +378,10 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   training.attention_dropout = options.attention_dropout;
   training.label_smoothing = options.label_smoothing;
   TransformerModel model(config, training, options.threads);
+  if (options.bf16) {
+    model.set_bf16_products(true);
+    log << "matrix products: bf16 inputs, f32 sums\n";
+  }
   Adam adam(model.parameter_count(), AdamOptions{}, options.threads);
   TrainingProgress state;
   if (resumed) {

@@ -193,6 +193,11 @@ const std::vector<OptionSpec>& option_table() {
          o.device = to_choice("device", v, {"cpu", "cuda", "cuda-f32"});
        },
        [](const O& o) { return o.device; }},
+      {"bf16", "          CPU: the linear layers' matrix products with bf16 inputs and f32 sums\n"
+               "                   (weights, gradients, Adam and the rest stay f32); needs\n"
+               "                   AVX512-BF16 or AMX; a resumed run keeps it",
+       [](O& o, const std::string& v) { o.bf16 = v != "0"; },
+       [](const O& o) { return std::string(o.bf16 ? "1" : "0"); }},
       {"threads", "N      CPU threads (default 2)",
        [](O& o, const std::string& v) { o.threads = static_cast<int>(to_int("threads", v, 1, 1024)); },
        [](const O& o) { return std::to_string(o.threads); }},
@@ -239,7 +244,7 @@ const OptionSpec* find_option(const std::string& name) {
 }
 
 bool is_flag(const std::string& name) {
-  return name == "resume" || name == "help" || name == "strict-data";
+  return name == "resume" || name == "help" || name == "strict-data" || name == "bf16";
 }
 
 }  // namespace
@@ -293,6 +298,9 @@ TrainOptions train_options_from_map(const std::map<std::string, std::string>& va
   }
   if (options.train_path.empty()) throw Error("--train FILE is required");
   if (options.out_dir.empty()) throw Error("--out DIR is required");
+  if (options.bf16 && options.device != "cpu") {
+    throw Error("--bf16 is for --device cpu (--device cuda computes in f16 already)");
+  }
   if (options.source_language == options.target_language) {
     throw Error("--src-lang and --tgt-lang are both '" + options.source_language + "'");
   }

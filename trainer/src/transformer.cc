@@ -124,6 +124,12 @@ const ModelConfig& BasicTransformerModel<T>::config() const { return impl_->conf
 template <typename T>
 const TrainingOptions& BasicTransformerModel<T>::options() const { return impl_->options; }
 template <typename T>
+void BasicTransformerModel<T>::set_bf16_products(bool enabled) {
+  impl_->cpu_ops.set_bf16_products(enabled);
+}
+template <typename T>
+bool BasicTransformerModel<T>::bf16_products() const { return impl_->cpu_ops.bf16_products(); }
+template <typename T>
 void BasicTransformerModel<T>::set_options(const TrainingOptions& options) {
   validate_training_options(options);
   impl_->options = options;  // every forward pass plans its arenas anew from these

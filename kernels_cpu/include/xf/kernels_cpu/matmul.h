@@ -93,6 +93,30 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 
+// True where oneDNN multiplies bf16 matrices in hardware (AVX512-BF16 or AMX): there Bf16Gemm is
+// faster than gemm(); elsewhere oneDNN emulates bf16 (slower than f32) or refuses it (AVX2).
+bool bf16_products_in_hardware();
+
+// The trainer's bf16 matrix products (xf-train --bf16): gemm()'s C = alpha op(A) op(B) + beta C
+// with A and B rounded to bf16 (float_to_bfloat16, xf/format/dtype_convert.h) and their products summed in f32 into an f32 C.
+// Keeps the bf16 copies of A and B and one oneDNN primitive per shape (a trainer's shapes repeat
+// from batch to batch), so it allocates while those grow: never on the runtime's path.
+// Throws unless bf16_products_in_hardware().
+class Bf16Gemm {
+ public:
+  explicit Bf16Gemm(int threads);
+  ~Bf16Gemm();
+  void run(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+  // oneDNN's implementation of the last product (e.g. "brg:avx512_core_amx_bf16"), for logs.
+  const char* implementation() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // True where oneDNN's int8 products add pairs in saturating int16 (CPUs without VNNI). There
 // StaticMatmul reads int8 weights from a 7-bit copy: each value to_seven_bits(), its row's
 // scale doubled (made once per weight matrix, shared like packed f32 copies).

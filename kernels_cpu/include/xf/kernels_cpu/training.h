@@ -11,21 +11,26 @@
 
 namespace xf::cpu {
 
-// C[M, N] = alpha * op(A) op(B) + beta * C, row-major (float: oneDNN sgemm).
+class Bf16Gemm;  // matmul.h
+
+// C[M, N] = alpha * op(A) op(B) + beta * C, row-major (float: oneDNN sgemm, or bf16 products
+// through `bf16` when given: xf-train --bf16; double: plain loops, `bf16` must be null).
 template <typename T>
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads);
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads,
+          Bf16Gemm* bf16 = nullptr);
 
 // y = x W^T (+ bias).                          x: [rows, in]; weight: [out, in]; y: [rows, out]
 template <typename T>
 void linear_forward(const T* x, const T* weight, const T* bias, int64_t rows, int64_t in,
-                    int64_t out, T* y, int threads);
+                    int64_t out, T* y, int threads, Bf16Gemm* bf16 = nullptr);
 
 // Backward of y = x W^T + b: dweight += dy^T x; dbias += column sums of dy (dbias may be null);
 // dx = dy W (or dx += dy W when accumulate_dx; dx may be null).
 template <typename T>
 void linear_backward(const T* dy, const T* x, const T* weight, int64_t rows, int64_t in,
-                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads);
+                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads,
+                     Bf16Gemm* bf16 = nullptr);
 
 // out = LayerNorm(x) * gamma + beta; mean, rstd: [rows] kept for the backward pass.
 template <typename T>

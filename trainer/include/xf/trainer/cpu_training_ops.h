@@ -4,8 +4,10 @@
 // throughout. Dropout masks are drawn into a scratch buffer at each use.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "xf/kernels_cpu/matmul.h"
 #include "xf/trainer/training_ops.h"
 
 namespace xf::trainer {
@@ -15,6 +17,11 @@ class CpuTrainingOps final : public TrainingOps<T> {
  public:
   // threads: OpenMP threads for every op (the caller sizes oneDNN's pool, omp_set_num_threads).
   CpuTrainingOps(size_t parameter_count, int threads);
+
+  // The linear layers' matrix products in bf16 (cpu::Bf16Gemm: inputs rounded to bf16, f32
+  // sums, f32 everything else; float only, on a CPU with bf16 instructions), or back in f32.
+  void set_bf16_products(bool enabled);
+  bool bf16_products() const { return bf16_ != nullptr; }
 
   T* parameters() override { return parameters_.data(); }
   T* gradients() override { return gradients_.data(); }
@@ -68,6 +75,7 @@ class CpuTrainingOps final : public TrainingOps<T> {
   std::vector<int32_t> indices_;
   std::vector<T> attention_scratch_;  // [threads, 2 * longest sequence]
   std::vector<uint8_t> mask_;
+  std::unique_ptr<cpu::Bf16Gemm> bf16_;  // null: f32 products (oneDNN sgemm)
 };
 
 extern template class CpuTrainingOps<float>;

@@ -51,6 +51,7 @@ struct TrainOptions {
   double max_minutes = 0;               // --max-minutes: wall-time budget (0: no limit)
   uint64_t seed = 1;                    // --seed: initialization, shuffling, dropout
   std::string device = "cpu";           // --device cpu|cuda|cuda-f32
+  bool bf16 = false;                    // --bf16: CPU matrix products with bf16 inputs
   int threads = 2;                      // --threads (per rank)
   double comm_timeout = 600;            // --comm-timeout: seconds a rank waits for the others
   // Output and schedule of side work

@@ -87,6 +87,11 @@ class BasicTransformerModel {
   void set_options(const TrainingOptions& options);
   int threads() const;
 
+  // xf-train --bf16: the linear layers' matrix products with bf16 inputs and f32 sums
+  // (CpuTrainingOps::set_bf16_products); weights, gradients and everything else stay Scalar.
+  void set_bf16_products(bool enabled);
+  bool bf16_products() const;
+
   // The layout: one slot per transformer_parameters(config) entry, in that order.
   const std::vector<ParameterSlot>& slots() const;
   const ParameterSlot& slot(const std::string& name) const;  // throws xf::Error if unknown
