@@ -21,8 +21,11 @@
 #   SPM      reuse this SentencePiece model instead of training one
 #   CONTINUE_FROM  start from this model file's weights, architecture and vocabulary, with a
 #            fresh optimizer warmed up to the rate the first stage ended at
-#   CONTINUE_WARMUP, CONTINUE_LR_SCALE, CONTINUE_SEED  that stage's warmup steps, learning-rate
-#            factor and seed [1000, 1, 2]: peak rate = factor * 256^-0.5 * warmup^-0.5
+#   CONTINUE_WARMUP, CONTINUE_LR_SCALE, CONTINUE_SEED, CONTINUE_DROPOUT  that stage's warmup
+#            steps, learning-rate factor, seed and dropout [1000, 1, 2, 0.1]: peak rate =
+#            factor * 256^-0.5 * warmup^-0.5
+#   BF16     1: xf-train --bf16 (bf16 matrix products, 1.5-1.9x the tokens/s where the CPU has
+#            AVX512-BF16 or AMX); 0: f32; auto: 1 on such a CPU  [auto]
 #   SCORE    0 skips the test-set scoring                   [1]
 # Re-running with an existing RUN resumes training from its newest checkpoint.
 set -euo pipefail
@@ -38,6 +41,10 @@ DTYPE=${DTYPE:-int8}
 AVERAGE=${AVERAGE:-1 4 8}
 PENALTY=${PENALTY:-0.6 1.0}
 BIN=$BUILD/bin
+BF16=${BF16:-auto}
+if [[ $BF16 == auto ]]; then
+  grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && BF16=1 || BF16=0
+fi
 
 for tool in xf-train xf-convert; do
   [[ -x $BIN/$tool ]] || { echo "train_enfr.sh: $BIN/$tool not found (build first)" >&2; exit 1; }
@@ -68,11 +75,12 @@ TRAIN_ARGS=(
 CONTINUE_ARGS=(
   --init-from "${CONTINUE_FROM:-}" --train "$DATA/train.tsv" --dev "$DATA/dev.tsv" --out "$RUN"
   --src-lang en --tgt-lang fr
-  --dropout 0.1 --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
+  --dropout "${CONTINUE_DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
   --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens 2500 --max-length 64
   --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
   --keep 12 --threads "$THREADS" --seed "${CONTINUE_SEED:-2}"
 )
+if [[ $BF16 == 1 ]]; then TRAIN_ARGS+=(--bf16); CONTINUE_ARGS+=(--bf16); fi
 if compgen -G "$RUN/step-*" > /dev/null; then
   "$BIN/xf-train" --resume --out "$RUN" --max-minutes "$MINUTES" --threads "$THREADS"
 elif [[ -n ${CONTINUE_FROM:-} ]]; then
