@@ -16,6 +16,7 @@
 #include "backend_probe.h"
 #include "memory_plan.h"
 #include "search.h"
+#include "search_support.h"
 #include "tiny_model.h"
 #include "xf/translator.h"
 
@@ -68,20 +69,33 @@ struct Reference {
   double log_prob = 0.0;
 };
 
+// A CPU backend for one sentence at a time, `source` (ids without EOS) encoded.
+struct OneSentence {
+  OneSentence(const Model& model, const TranslatorOptions& topts, std::vector<int32_t> source)
+      : plan(runtime::make_memory_plan(model.config(), single(topts))),
+        backend(runtime::make_cpu_backend(model, plan, 1)) {
+    source.push_back(model.config().eos_id);
+    length = static_cast<int32_t>(source.size());
+    backend->encode(source.data(), &length, 1, length);
+  }
+  static TranslatorOptions single(TranslatorOptions topts) {
+    topts.max_batch = 1;
+    return topts;
+  }
+  runtime::MemoryPlan plan;
+  std::unique_ptr<runtime::Backend> backend;
+  int32_t length = 0;
+};
+
 // Greedy search one sentence at a time from the backend's raw logits: the prefix forced, the
 // logits edited by `adjust`, then the argmax (ties to the lower id), in double precision.
 Reference reference_greedy(const Model& model, const TranslatorOptions& topts, const TranslateOptions& options,
-                           std::vector<int32_t> source, const std::vector<int32_t>& prefix,
+                           const std::vector<int32_t>& source, const std::vector<int32_t>& prefix,
                            const Adjust& adjust) {
   const ModelConfig& config = model.config();
-  TranslatorOptions single = topts;
-  single.max_batch = 1;
-  const auto plan = runtime::make_memory_plan(config, single);
-  auto backend = runtime::make_cpu_backend(model, plan, 1);
-  source.push_back(config.eos_id);
-  const int32_t length = static_cast<int32_t>(source.size());
-  backend->encode(source.data(), &length, 1, length);
-  const int64_t max_length = runtime::max_output_length(plan, options, length);
+  OneSentence one(model, topts, source);
+  auto& backend = one.backend;
+  const int64_t max_length = runtime::max_output_length(one.plan, options, one.length);
   std::vector<float> logits(config.target_vocab_size);
   Reference out;
   int32_t token = config.bos_id;
@@ -103,15 +117,11 @@ Reference reference_greedy(const Model& model, const TranslatorOptions& topts, c
 // Teacher forcing: each step's log-probabilities for a given output (EOS appended when shorter
 // than the limit), so a sampled output can be checked token by token.
 std::vector<std::vector<double>> forced_log_probs(const Model& model, const TranslatorOptions& topts,
-                                                  std::vector<int32_t> source, const std::vector<int32_t>& output) {
+                                                  const std::vector<int32_t>& source, const std::vector<int32_t>& output) {
   const ModelConfig& config = model.config();
-  TranslatorOptions single = topts;
-  single.max_batch = 1;
-  const auto plan = runtime::make_memory_plan(config, single);
-  auto backend = runtime::make_cpu_backend(model, plan, 1);
-  source.push_back(config.eos_id);
-  const int32_t length = static_cast<int32_t>(source.size());
-  backend->encode(source.data(), &length, 1, length);
+  OneSentence one(model, topts, source);
+  auto& backend = one.backend;
+  const runtime::MemoryPlan& plan = one.plan;
   std::vector<float> logits(config.target_vocab_size);
   std::vector<std::vector<double>> steps;
   int32_t token = config.bos_id;
@@ -355,26 +365,14 @@ TEST(DecodingOptions, SamplingTopOneEqualsGreedy) {
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
   const auto sources = test::random_source_ids(4, config.source_vocab_size, 39, 15);
-  int64_t longest = 0;
-  for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
+  const int64_t longest = test::longest_with_eos(sources);
   std::vector<TokenTranslation> greedy(4), sampled(4);
-  std::vector<TokenTranslation*> greedy_out, sampled_out;
-  for (size_t i = 0; i < 4; ++i) {
-    greedy_out.push_back(&greedy[i]);
-    sampled_out.push_back(&sampled[i]);
-  }
+  std::vector<TokenTranslation*> greedy_out = test::pointers_to(greedy),
+                                 sampled_out = test::pointers_to(sampled);
   runtime::Search search(plan, config);
   for (uint64_t seed : {1u, 2u, 3u}) {
     for (int pass = 0; pass < 2; ++pass) {
-      for (size_t i = 0; i < sources.size(); ++i) {
-        int32_t* row = search.source_ids() + i * longest;
-        std::fill(row, row + longest, config.pad_id);
-        std::copy(sources[i].begin(), sources[i].end(), row);
-        row[sources[i].size()] = config.eos_id;
-        search.source_lengths()[i] = static_cast<int32_t>(sources[i].size() + 1);
-        search.sentence_indices()[i] = static_cast<int64_t>(i);
-        search.target_prefixes()[i] = nullptr;
-      }
+      test::stage_sources(search, config, sources, longest);
       TranslateOptions options;
       options.beam = 1;
       options.seed = seed;

@@ -18,6 +18,7 @@
 #include "backend_probe.h"
 #include "memory_plan.h"
 #include "search.h"
+#include "search_support.h"
 #include "tiny_model.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
@@ -124,26 +125,16 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
   const auto sources = test::random_source_ids(6, config.source_vocab_size, 12, 15);
-  int64_t longest = 0;
-  for (const auto& s : sources) longest = std::max<int64_t>(longest, s.size() + 1);
+  const int64_t longest = test::longest_with_eos(sources);
 
   TranslateOptions options;
   options.beam = 1;
   std::vector<TokenTranslation> greedy(sources.size()), beam(sources.size());
-  std::vector<TokenTranslation*> greedy_out, beam_out;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    greedy_out.push_back(&greedy[i]);
-    beam_out.push_back(&beam[i]);
-  }
+  std::vector<TokenTranslation*> greedy_out = test::pointers_to(greedy),
+                                 beam_out = test::pointers_to(beam);
   runtime::Search search(plan, config);
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < sources.size(); ++i) {
-      int32_t* row = search.source_ids() + i * longest;
-      std::fill(row, row + longest, config.pad_id);
-      std::copy(sources[i].begin(), sources[i].end(), row);
-      row[sources[i].size()] = config.eos_id;
-      search.source_lengths()[i] = static_cast<int32_t>(sources[i].size() + 1);
-    }
+    test::stage_sources(search, config, sources, longest);
     search.use_greedy_for_beam_one = pass == 0;
     search.translate(*backend, sources.size(), longest, 1, options,
                      (pass == 0 ? greedy_out : beam_out).data());
