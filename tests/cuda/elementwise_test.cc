@@ -221,6 +221,24 @@ TEST(cuda_elementwise, AddBiasResidualAndBiasReluF32F16) {
 
 // ---- head split -------------------------------------------------------------------------------
 
+// Part `part` (0: Q, 1: K, 2: V) of packed rows [batch, len, 3 * d_model] plus its bias, as
+// [batch, heads, len, head_dim]: what add_bias_split_heads must write.
+std::vector<double> expected_heads(const std::vector<float>& packed, const std::vector<float>& bias,
+                                   int64_t part, int64_t batch, int64_t len, int64_t heads,
+                                   int64_t head_dim) {
+  const int64_t d_model = heads * head_dim;
+  std::vector<double> expected(batch * heads * len * head_dim);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < len; ++i)
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const int64_t column = part * d_model + h * head_dim + d;
+          expected[((b * heads + h) * len + i) * head_dim + d] =
+              static_cast<double>(packed[(b * len + i) * 3 * d_model + column]) + bias[column];
+        }
+  return expected;
+}
+
 TEST(cuda_split_heads, QkvIntoContiguousHeadsAndKvIntoCacheAtStep) {
   XF_SKIP_WITHOUT_GPU();
   RandomInputs random;
@@ -228,10 +246,6 @@ TEST(cuda_split_heads, QkvIntoContiguousHeadsAndKvIntoCacheAtStep) {
   const int64_t batch = 3, len = 5, heads = 4, head_dim = 8, d_model = heads * head_dim;
   const std::vector<float> packed = random.uniform(batch * len * 3 * d_model, -1.0f, 1.0f);
   const std::vector<float> bias = random.uniform(3 * d_model, -1.0f, 1.0f);
-  auto expected_value = [&](int64_t part, int64_t b, int64_t h, int64_t i, int64_t d) {
-    const int64_t column = part * d_model + h * head_dim + d;
-    return static_cast<double>(packed[(b * len + i) * 3 * d_model + column]) + bias[column];
-  };
   DeviceBuffer<float> packed_d(packed), bias_d(bias);
 
   // Encoder: Q, K, V each to [batch, heads, len, head_dim].
@@ -245,13 +259,9 @@ TEST(cuda_split_heads, QkvIntoContiguousHeadsAndKvIntoCacheAtStep) {
                              head_dim, outputs, 0, nullptr);
   const DeviceBuffer<float>* results[3] = {&q, &k, &v};
   for (int64_t part = 0; part < 3; ++part) {
-    std::vector<double> expected(q.size());
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < len; ++i)
-          for (int64_t d = 0; d < head_dim; ++d)
-            expected[((b * heads + h) * len + i) * head_dim + d] = expected_value(part, b, h, i, d);
-    expect_close(results[part]->download(), expected, 1.0, kF32Tolerance);
+    expect_close(results[part]->download(),
+                 expected_heads(packed, bias, part, batch, len, heads, head_dim), 1.0,
+                 kF32Tolerance);
   }
 
   // Decoder step: K and V (parts 1 and 2 of the packed rows, one token each) into the cache
@@ -269,12 +279,14 @@ TEST(cuda_split_heads, QkvIntoContiguousHeadsAndKvIntoCacheAtStep) {
                              2, batch, 1, heads, head_dim, cache, step, nullptr);
   const DeviceBuffer<float>* caches[2] = {&k_cache, &v_cache};
   for (int64_t part = 1; part <= 2; ++part) {
+    const std::vector<double> part_heads =
+        expected_heads(packed, bias, part, batch, len, heads, head_dim);
     std::vector<double> expected(filled.begin(), filled.end());
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads; ++h)
-        for (int64_t d = 0; d < head_dim; ++d)
+        for (int64_t d = 0; d < head_dim; ++d)  // token 0 of each sequence, at position `step`
           expected[((b * heads + h) * max_len + step) * head_dim + d] =
-              expected_value(part, b, h, 0, d);
+              part_heads[((b * heads + h) * len + 0) * head_dim + d];
     expect_close(caches[part - 1]->download(), expected, 1.0, kF32Tolerance);
   }
 }
@@ -297,16 +309,9 @@ TEST(cuda_split_heads, F16QkvIntoHeads) {
                              head_dim, outputs, 0, nullptr);
   const DeviceBuffer<half>* results[3] = {&q, &k, &v};
   for (int64_t part = 0; part < 3; ++part) {
-    std::vector<double> expected(q.size());
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < len; ++i)
-          for (int64_t d = 0; d < head_dim; ++d) {
-            const int64_t column = part * d_model + h * head_dim + d;
-            expected[((b * heads + h) * len + i) * head_dim + d] =
-                static_cast<double>(packed[(b * len + i) * 3 * d_model + column]) + bias[column];
-          }
-    expect_close(to_float(results[part]->download()), expected, 1.0, kF16Tolerance);
+    expect_close(to_float(results[part]->download()),
+                 expected_heads(packed, bias, part, batch, len, heads, head_dim), 1.0,
+                 kF16Tolerance);
   }
 }
 
