@@ -21,6 +21,18 @@ std::string decoder_layer(uint32_t i) {
 
 }  // namespace param
 
+uint64_t ParameterSpec::elements() const {
+  uint64_t count = 1;
+  for (uint64_t dim : shape) count *= dim;
+  return count;
+}
+
+uint64_t transformer_parameter_count(const ModelConfig& config) {
+  uint64_t count = 0;
+  for (const ParameterSpec& spec : transformer_parameters(config)) count += spec.elements();
+  return count;
+}
+
 std::vector<ParameterSpec> transformer_parameters(const ModelConfig& c) {
   std::vector<ParameterSpec> specs;
   auto add = [&](std::string name, std::vector<uint64_t> shape) {

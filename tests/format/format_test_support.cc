@@ -53,8 +53,7 @@ std::map<std::string, TensorBytes> random_parameters(const ModelConfig& config, 
     TensorBytes t;
     t.dtype = dtype;
     t.shape = spec.shape;
-    uint64_t elements = 1;
-    for (uint64_t d : spec.shape) elements *= d;
+    const uint64_t elements = spec.elements();
     t.data.resize(elements * dtype_size(dtype));
     for (uint64_t i = 0; i < elements; ++i) {
       switch (dtype) {

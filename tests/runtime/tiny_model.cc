@@ -108,9 +108,7 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   if (options.with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
   std::mt19937 rng(options.seed);
   for (const ParameterSpec& spec : transformer_parameters(config)) {
-    uint64_t count = 1;
-    for (uint64_t dim : spec.shape) count *= dim;
-    std::vector<float> values(count);
+    std::vector<float> values(spec.elements());
     const std::string& name = spec.name;
     const bool matrix = spec.shape.size() == 2;
     if (name == param::source_embedding(config) || name == param::target_embedding(config) ||

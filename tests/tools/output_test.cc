@@ -206,12 +206,7 @@ std::string write_checkpoint(const TempDir& dir) {
   c.config.d_ff = 16;
   c.config.encoder_layers = c.config.decoder_layers = 1;
   c.config.max_positions = 32;
-  size_t count = 0;
-  for (const auto& spec : xf::transformer_parameters(c.config)) {
-    size_t n = 1;
-    for (auto d : spec.shape) n *= d;
-    count += n;
-  }
+  const size_t count = xf::transformer_parameter_count(c.config);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   for (auto* v : {&c.parameters, &c.adam.first_moment, &c.adam.second_moment}) {

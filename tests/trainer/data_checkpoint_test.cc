@@ -31,22 +31,13 @@ ModelConfig tiny_config() {
   return config;
 }
 
-size_t count_parameters(const ModelConfig& config) {
-  size_t count = 0;
-  for (const auto& spec : transformer_parameters(config)) {
-    size_t n = 1;
-    for (auto d : spec.shape) n *= d;
-    count += n;
-  }
-  return count;
-}
 
 Checkpoint random_checkpoint(int64_t step, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   Checkpoint c;
   c.config = tiny_config();
-  size_t n = count_parameters(c.config);
+  size_t n = transformer_parameter_count(c.config);
   for (auto* v : {&c.parameters, &c.adam.first_moment, &c.adam.second_moment}) {
     v->resize(n);
     for (float& x : *v) x = normal(rng);

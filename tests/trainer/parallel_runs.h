@@ -157,8 +157,7 @@ inline std::vector<bool> key_biases(const ModelConfig& config) {
   std::vector<bool> mask;
   const size_t d = config.d_model;
   for (const auto& spec : transformer_parameters(config)) {
-    size_t size = 1;
-    for (uint64_t extent : spec.shape) size *= extent;
+    const size_t size = static_cast<size_t>(spec.elements());
     const size_t start = mask.size();
     mask.resize(start + size, false);
     auto ends_with = [&](const std::string& suffix) {

@@ -36,16 +36,6 @@ struct FloatFileHeader {
   uint64_t arrays;
 };
 
-// Elements of all parameters of `config` (the length of the contiguous parameter buffer).
-size_t total_parameter_count(const ModelConfig& config) {
-  size_t count = 0;
-  for (const auto& spec : transformer_parameters(config)) {
-    uint64_t n = 1;
-    for (uint64_t dim : spec.shape) n *= dim;
-    count += n;
-  }
-  return count;
-}
 
 std::string format_double(double value) {
   char buffer[40];
@@ -267,7 +257,7 @@ ModelConfig config_from_key_values(const std::map<std::string, std::string>& val
 }
 
 void write_checkpoint(const std::string& directory, const Checkpoint& checkpoint) {
-  const size_t parameter_count = total_parameter_count(checkpoint.config);
+  const size_t parameter_count = transformer_parameter_count(checkpoint.config);
   if (checkpoint.parameters.size() != parameter_count) {
     throw Error(directory + ": " + std::to_string(checkpoint.parameters.size()) +
                 " parameters, the config needs " + std::to_string(parameter_count));
@@ -336,7 +326,7 @@ Checkpoint read_checkpoint(const std::string& directory) {
   checkpoint.adam.second_moment = std::move(moments[1]);
   checkpoint.tokenizer_model = read_file_bytes(d + kTokenizerFile);
 
-  const size_t parameter_count = total_parameter_count(checkpoint.config);
+  const size_t parameter_count = transformer_parameter_count(checkpoint.config);
   if (checkpoint.parameters.size() != parameter_count) {
     throw Error(d + kParametersFile + ": " + std::to_string(checkpoint.parameters.size()) +
                 " parameters, config.txt needs " + std::to_string(parameter_count));

@@ -84,8 +84,7 @@ ModelWriter model_writer(const ModelConfig& config, const float* parameters, siz
   ModelWriter writer(config);
   size_t offset = 0;
   for (const auto& spec : transformer_parameters(config)) {
-    size_t elements = 1;
-    for (uint64_t d : spec.shape) elements *= d;
+    const size_t elements = static_cast<size_t>(spec.elements());
     if (offset + elements > count) throw Error("checkpoint has fewer parameters than its config lists");
     DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
     writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, parameters + offset);

@@ -15,8 +15,7 @@ std::vector<ParameterSlot> parameter_slots(const ModelConfig& config) {
   std::vector<ParameterSlot> slots;
   size_t offset = 0;
   for (ParameterSpec& spec : transformer_parameters(config)) {
-    size_t size = 1;
-    for (uint64_t dim : spec.shape) size *= static_cast<size_t>(dim);
+    const size_t size = static_cast<size_t>(spec.elements());
     slots.push_back({std::move(spec), offset, size});
     offset += size;
   }

@@ -16,11 +16,16 @@ namespace xf {
 struct ParameterSpec {
   std::string name;
   std::vector<uint64_t> shape;
+
+  uint64_t elements() const;  // the product of the shape
 };
 
 // In a fixed order: embeddings, encoder layers, encoder final norm, decoder layers, decoder
 // final norm, output projection.
 std::vector<ParameterSpec> transformer_parameters(const ModelConfig& config);
+
+// Elements of all of them: the length of the trainer's contiguous parameter buffer.
+uint64_t transformer_parameter_count(const ModelConfig& config);
 
 // Names, so code never spells them by hand.
 namespace param {
