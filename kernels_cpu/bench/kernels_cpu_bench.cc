@@ -6,7 +6,9 @@
 #include <omp.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "xf/format/dtype_convert.h"
@@ -61,6 +63,46 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_StaticMatmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond);
+
+// The trainer's products (gemm, and Bf16Gemm for xf-train --bf16) at the bundled model's shapes:
+// 2,500-token batches, d_model 256, d_ff 1024, vocabulary 8000. range(3): 0 f32, 1 bf16;
+// range(4): 1 for the weight gradient's layout (A transposed: dW = dy^T x, K = the tokens).
+void BM_TrainerGemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool bf16 = state.range(3) == 1, transpose_a = state.range(4) == 1;
+  if (bf16 && !bf16_products_in_hardware()) {
+    state.SkipWithError("this CPU has no bf16 instructions");
+    return;
+  }
+  const std::vector<float> a = random_values(m * k), b = random_values(n * k);
+  std::vector<float> c(m * n);
+  std::unique_ptr<Bf16Gemm> bf16_gemm;
+  if (bf16) bf16_gemm = std::make_unique<Bf16Gemm>(threads());
+  // A: [m, k] (or [k, m] transposed); B: [n, k], read transposed as in y = x W^T.
+  const int64_t lda = transpose_a ? m : k;
+  for (auto _ : state) {
+    if (bf16) {
+      bf16_gemm->run(transpose_a, true, m, n, k, 1.0f, a.data(), lda, b.data(), k, 0.0f, c.data(), n);
+    } else {
+      gemm(transpose_a, true, m, n, k, 1.0f, a.data(), lda, b.data(), k, 0.0f, c.data(), n);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  if (bf16) state.SetLabel(bf16_gemm->implementation());
+}
+
+void trainer_gemm_shapes(benchmark::internal::Benchmark* b) {
+  for (int bf16 : {0, 1}) {
+    for (auto [m, n, k] : {std::tuple{2500, 768, 256}, {2500, 1024, 256}, {2500, 256, 1024},
+                           {2500, 8000, 256}}) {
+      b->Args({m, n, k, bf16, 0});
+    }
+    b->Args({1024, 256, 2500, bf16, 1});  // dW of the FFN's second layer
+  }
+}
+BENCHMARK(BM_TrainerGemm)->Apply(trainer_gemm_shapes)->Unit(benchmark::kMicrosecond);
 
 // Decoder self-attention step: range(0) = batch*beam rows, range(1) = step (keys step+1).
 void BM_AttentionDecodeStep(benchmark::State& state) {
