@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "random_inputs.h"
+#include "xf/dtype.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/kernels_cpu/kernels.h"
@@ -57,36 +59,28 @@ TEST(LoadRow, F32CopiesTheRow) {
   }
 }
 
-TEST(LoadRow, F16WidensEveryBitPattern) {
-  // All 65536 half values as one [256, 256] matrix: normals, subnormals, zeros, inf, NaN.
+// All 65536 16-bit patterns of `dtype` as one [rows, 65536 / rows] matrix (normals, subnormals,
+// zeros, inf, NaN), each row widened by load_row against the decoded value of its bits.
+void expect_every_bit_pattern_widened(DType dtype, int64_t rows, int exponent_bits,
+                                      int fraction_bits) {
   std::vector<uint16_t> bits(65536);
   for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
-  const WeightMatrix weights{DType::f16, bits.data(), nullptr, 256, 256};
-  std::vector<float> out(256);
-  for (int64_t r = 0; r < 256; ++r) {
+  const int64_t cols = 65536 / rows;
+  const WeightMatrix weights{dtype, bits.data(), nullptr, rows, cols};
+  std::vector<float> out(cols);
+  for (int64_t r = 0; r < rows; ++r) {
     load_row(weights, r, out.data());
-    for (int64_t c = 0; c < 256; ++c) {
-      const uint32_t pattern = static_cast<uint32_t>(r * 256 + c);
-      expect_same_value(out[c], decode_binary_float(pattern, 5, 10),
-                        "f16 bits " + std::to_string(pattern));
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t pattern = static_cast<uint32_t>(r * cols + c);
+      expect_same_value(out[c], decode_binary_float(pattern, exponent_bits, fraction_bits),
+                        std::string(dtype_name(dtype)) + " bits " + std::to_string(pattern));
     }
   }
 }
 
-TEST(LoadRow, Bf16WidensEveryBitPattern) {
-  std::vector<uint16_t> bits(65536);
-  for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
-  const WeightMatrix weights{DType::bf16, bits.data(), nullptr, 512, 128};
-  std::vector<float> out(128);
-  for (int64_t r = 0; r < 512; ++r) {
-    load_row(weights, r, out.data());
-    for (int64_t c = 0; c < 128; ++c) {
-      const uint32_t pattern = static_cast<uint32_t>(r * 128 + c);
-      expect_same_value(out[c], decode_binary_float(pattern, 8, 7),
-                        "bf16 bits " + std::to_string(pattern));
-    }
-  }
-}
+TEST(LoadRow, F16WidensEveryBitPattern) { expect_every_bit_pattern_widened(DType::f16, 256, 5, 10); }
+
+TEST(LoadRow, Bf16WidensEveryBitPattern) { expect_every_bit_pattern_widened(DType::bf16, 512, 8, 7); }
 
 TEST(LoadRow, Int8DequantizesWithTheRowScale) {
   test::RandomInputs random;
