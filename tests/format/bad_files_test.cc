@@ -73,6 +73,14 @@ std::string tensor_problem(const std::string& name, const std::string& problem) 
   return "tensor '" + name + "': " + problem;
 }
 
+// The reader's words for `what` ("data", "row scales") at [offset, +size) beyond a blob of
+// blob_size bytes.
+std::string past_the_blob(const std::string& what, uint64_t offset, uint64_t size,
+                          uint64_t blob_size) {
+  return what + " [" + std::to_string(offset) + ", +" + std::to_string(size) +
+         ") lies past the end of the weight blob (" + std::to_string(blob_size) + " bytes)";
+}
+
 std::vector<BadFileCase> bad_file_cases() {
   std::vector<BadFileCase> cases;
   auto add = [&](std::string name, std::function<BadFile()> make) {
@@ -212,18 +220,14 @@ std::vector<BadFileCase> bad_file_cases() {
   add("offset_past_end", [] {
     HandMadeModel m = hand_made_f32();
     m.tensor(kBias).offset = m.blob_size;
-    return BadFile{m.build(), tensor_problem(kBias, "data [" + std::to_string(m.blob_size) +
-                                                        ", +64) lies past the end of the weight "
-                                                        "blob (" + std::to_string(m.blob_size) +
-                                                        " bytes)")};
+    return BadFile{m.build(), tensor_problem(kBias, past_the_blob("data", m.blob_size, 64,
+                                                                  m.blob_size))};
   });
   add("offset_wraps_around", [] {
     HandMadeModel m = hand_made_f32();
     m.tensor(kBias).offset = ~uint64_t{255};  // offset + size would wrap to a small number
-    return BadFile{m.build(), tensor_problem(kBias, "data [" + std::to_string(~uint64_t{255}) +
-                                                        ", +64) lies past the end of the weight "
-                                                        "blob (" + std::to_string(m.blob_size) +
-                                                        " bytes)")};
+    return BadFile{m.build(), tensor_problem(kBias, past_the_blob("data", ~uint64_t{255}, 64,
+                                                                  m.blob_size))};
   });
   add("size_past_end", [] {
     // The blob ends one byte before the last tensor's values do.
@@ -234,12 +238,8 @@ std::vector<BadFileCase> bad_file_cases() {
     }
     m.blob_size = last->offset + last->size - 1;
     m.blob.resize(m.blob_size);
-    return BadFile{m.build(), tensor_problem(last->name, "data [" + std::to_string(last->offset) +
-                                                             ", +" + std::to_string(last->size) +
-                                                             ") lies past the end of the weight "
-                                                             "blob (" +
-                                                             std::to_string(m.blob_size) +
-                                                             " bytes)")};
+    return BadFile{m.build(), tensor_problem(last->name, past_the_blob("data", last->offset,
+                                                                       last->size, m.blob_size))};
   });
   add("misaligned_offset", [] {
     HandMadeModel m = hand_made_f32();
@@ -259,10 +259,8 @@ std::vector<BadFileCase> bad_file_cases() {
   add("int8_scales_past_end", [] {
     HandMadeModel m = hand_made_int8();
     m.tensor(kBias).scales_offset = m.blob_size;
-    return BadFile{m.build(), tensor_problem(kBias, "row scales [" + std::to_string(m.blob_size) +
-                                                        ", +64) lies past the end of the weight "
-                                                        "blob (" + std::to_string(m.blob_size) +
-                                                        " bytes)")};
+    return BadFile{m.build(), tensor_problem(kBias, past_the_blob("row scales", m.blob_size, 64,
+                                                                  m.blob_size))};
   });
   add("scales_on_f32", [] {
     HandMadeModel m = hand_made_f32();
