@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the bundled English->French model on CPU, picks how many checkpoints to average and the
+# Trains the bundled English->French model (on the CPU, or a GPU with DEVICE=cuda), picks how many checkpoints to average and the
 # length penalty on dev.tsv, converts the model and scores it on the test set.
 #
 #   scripts/train_enfr.sh                # everything, default budget
@@ -27,6 +27,11 @@
 #   BF16     1: xf-train --bf16 (bf16 matrix products, 1.5-1.9x the tokens/s where the CPU has
 #            AVX512-BF16 or AMX); 0: f32; auto: 1 on such a CPU  [auto]
 #   SCORE    0 skips the test-set scoring                   [1]
+#   DEVICE   xf-train --device: cpu, or cuda (f16 mixed precision on a GPU; BF16 is then 0)  [cpu]
+#   VOCAB, ENCODER_LAYERS, DECODER_LAYERS, D_MODEL, HEADS, D_FF, DROPOUT, BATCH_TOKENS, WARMUP,
+#   LR_SCALE  the from-scratch model and schedule [8000, 3, 3, 256, 4, 1024, 0.1, 2500, 400, 2]
+#            (a larger model for a GPU: VOCAB=16000 ENCODER_LAYERS=6 D_MODEL=512 HEADS=8 D_FF=2048
+#            BATCH_TOKENS=8000 WARMUP=4000 LR_SCALE=1 DROPOUT=0.2, and MINUTES to match)
 # Re-running with an existing RUN resumes training from its newest checkpoint.
 set -euo pipefail
 
@@ -41,7 +46,9 @@ DTYPE=${DTYPE:-int8}
 AVERAGE=${AVERAGE:-1 4 8}
 PENALTY=${PENALTY:-0.6 1.0}
 BIN=$BUILD/bin
+DEVICE=${DEVICE:-cpu}
 BF16=${BF16:-auto}
+[[ $DEVICE == cpu ]] || BF16=0
 if [[ $BF16 == auto ]]; then
   grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && BF16=1 || BF16=0
 fi
@@ -61,12 +68,13 @@ start=$(date +%s)
 # figures of each stage of the bundled model and the levers not yet measured.
 TRAIN_ARGS=(
   --train "$DATA/train.tsv" --dev "$DATA/dev.tsv" --out "$RUN"
-  --src-lang en --tgt-lang fr --vocab-size 8000
-  --encoder-layers 3 --decoder-layers 3 --d-model 256 --heads 4 --d-ff 1024 --norm pre
-  --dropout 0.1 --label-smoothing 0.1 --warmup 400 --lr-scale 2 --clip-norm 1
-  --batch-tokens 2500 --max-length 64
+  --src-lang en --tgt-lang fr --vocab-size "${VOCAB:-8000}"
+  --encoder-layers "${ENCODER_LAYERS:-3}" --decoder-layers "${DECODER_LAYERS:-3}"
+  --d-model "${D_MODEL:-256}" --heads "${HEADS:-4}" --d-ff "${D_FF:-1024}" --norm pre
+  --dropout "${DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${WARMUP:-400}"
+  --lr-scale "${LR_SCALE:-2}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}" --max-length 64
   --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
-  --keep 10 --threads "$THREADS" --seed 1
+  --keep 10 --threads "$THREADS" --seed 1 --device "$DEVICE"
 )
 [[ -n ${SPM:-} ]] && TRAIN_ARGS+=(--spm "$SPM")   # reuse a SentencePiece model
 # The continuation stage: the model's own architecture and vocabulary, a fresh Adam warmed up
@@ -78,7 +86,7 @@ CONTINUE_ARGS=(
   --dropout "${CONTINUE_DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
   --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens 2500 --max-length 64
   --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
-  --keep 12 --threads "$THREADS" --seed "${CONTINUE_SEED:-2}"
+  --keep 12 --threads "$THREADS" --seed "${CONTINUE_SEED:-2}" --device "$DEVICE"
 )
 if [[ $BF16 == 1 ]]; then TRAIN_ARGS+=(--bf16); CONTINUE_ARGS+=(--bf16); fi
 if compgen -G "$RUN/step-*" > /dev/null; then
