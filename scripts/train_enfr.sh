@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Trains the bundled English->French model (on the CPU, or a GPU with DEVICE=cuda), picks how many checkpoints to average and the
-# length penalty on dev.tsv, converts the model and scores it on the test set.
+# Trains the bundled English->French model (on the CPU, or a GPU with DEVICE=cuda), picks how
+# many checkpoints to average and the length penalty on dev.tsv, converts the model and scores it
+# on the test set.
 #
 #   scripts/train_enfr.sh                # everything, default budget
 #   MINUTES=600 THREADS=16 scripts/train_enfr.sh

@@ -82,7 +82,8 @@ void BM_TrainerGemm(benchmark::State& state) {
   const int64_t lda = transpose_a ? m : k;
   for (auto _ : state) {
     if (bf16) {
-      bf16_gemm->run(transpose_a, true, m, n, k, 1.0f, a.data(), lda, b.data(), k, 0.0f, c.data(), n);
+      bf16_gemm->run(transpose_a, true, m, n, k, 1.0f, a.data(), lda, b.data(), k, 0.0f, c.data(),
+                     n);
     } else {
       gemm(transpose_a, true, m, n, k, 1.0f, a.data(), lda, b.data(), k, 0.0f, c.data(), n);
     }

@@ -428,7 +428,9 @@ void Bf16Gemm::run(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
     dnnl::memory b_memory(product.b, s.engine, s.b.data());
     dnnl::memory c_memory(product.c, s.engine, c);
     run_primitive(product.primitive, s.stream,
-                  {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, c_memory}});
+                  {{DNNL_ARG_SRC, a_memory},
+                   {DNNL_ARG_WEIGHTS, b_memory},
+                   {DNNL_ARG_DST, c_memory}});
   } catch (const dnnl::error& e) {
     throw Error("bf16 gemm: oneDNN failed (" + std::string(e.what()) + ") for m " +
                 std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k));

@@ -78,9 +78,13 @@ void expect_every_bit_pattern_widened(DType dtype, int64_t rows, int exponent_bi
   }
 }
 
-TEST(LoadRow, F16WidensEveryBitPattern) { expect_every_bit_pattern_widened(DType::f16, 256, 5, 10); }
+TEST(LoadRow, F16WidensEveryBitPattern) {
+  expect_every_bit_pattern_widened(DType::f16, 256, 5, 10);
+}
 
-TEST(LoadRow, Bf16WidensEveryBitPattern) { expect_every_bit_pattern_widened(DType::bf16, 512, 8, 7); }
+TEST(LoadRow, Bf16WidensEveryBitPattern) {
+  expect_every_bit_pattern_widened(DType::bf16, 512, 8, 7);
+}
 
 TEST(LoadRow, Int8DequantizesWithTheRowScale) {
   test::RandomInputs random;

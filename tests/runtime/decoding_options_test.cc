@@ -117,7 +117,8 @@ Reference reference_greedy(const Model& model, const TranslatorOptions& topts, c
 // Teacher forcing: each step's log-probabilities for a given output (EOS appended when shorter
 // than the limit), so a sampled output can be checked token by token.
 std::vector<std::vector<double>> forced_log_probs(const Model& model, const TranslatorOptions& topts,
-                                                  const std::vector<int32_t>& source, const std::vector<int32_t>& output) {
+                                                  const std::vector<int32_t>& source,
+                                                  const std::vector<int32_t>& output) {
   const ModelConfig& config = model.config();
   OneSentence one(model, topts, source);
   auto& backend = one.backend;

@@ -115,7 +115,9 @@ TEST(DataTrainLoop, Bf16IsForTheCpuAndResumesExactly) {
   const TrainSummary f32 = run_training(train_options_from_map(f32_values), log);
   ASSERT_EQ(bf16.step_losses.size(), 8u);
   EXPECT_NE(bf16.step_losses, f32.step_losses);
-  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(bf16.step_losses[i], f32.step_losses[i], 0.05 * f32.step_losses[i]);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NEAR(bf16.step_losses[i], f32.step_losses[i], 0.05 * f32.step_losses[i]) << "step " << i;
+  }
 
   auto part_values = values;
   part_values["out"] = dir + "/parts";

@@ -3,8 +3,6 @@
 // It guards refactors of the model's forward and backward passes, the kernels they call and the
 // optimizer: any change to the order of a float operation shows here.
 //
-// (Also here: xf-train --bf16's run against f32, Bf16ProductsFollowTheF32LossCurve.)
-//
 // Two runs (post-norm with shared embeddings and attention dropout; pre-norm with separate tables
 // and an output bias), each 2 threads, dropout 0.1, label smoothing 0.1, global-norm clipping,
 // 24 Adam steps on random reverse-task batches drawn from a fixed seed, as xf-train's loop steps.
@@ -18,6 +16,9 @@
 // (a new kernel, another operation order), regenerate it and say so in the commit:
 //   XF_REGENERATE_TRAINING_GOLDEN=1 build/bin/trainer_training_run_test
 // (the test then writes the file, and reports itself skipped).
+//
+// Beside them, unpinned: the same loop with xf-train --bf16's products follows the f32 loss curve
+// (Bf16ProductsFollowTheF32LossCurve).
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 

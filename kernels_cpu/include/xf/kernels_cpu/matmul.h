@@ -98,7 +98,8 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
 bool bf16_products_in_hardware();
 
 // The trainer's bf16 matrix products (xf-train --bf16): gemm()'s C = alpha op(A) op(B) + beta C
-// with A and B rounded to bf16 (float_to_bfloat16, xf/format/dtype_convert.h) and their products summed in f32 into an f32 C.
+// with A and B rounded to bf16 (float_to_bfloat16, xf/format/dtype_convert.h) and their
+// products summed in f32 into an f32 C.
 // Keeps the bf16 copies of A and B and one oneDNN primitive per shape (a trainer's shapes repeat
 // from batch to batch), so it allocates while those grow: never on the runtime's path.
 // Throws unless bf16_products_in_hardware().
