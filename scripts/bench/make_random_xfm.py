@@ -51,6 +51,8 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-ff", type=int, default=1024)
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    p.add_argument("--encoder-layers", type=int, help="overrides --layers for the encoder")
+    p.add_argument("--decoder-layers", type=int, help="overrides --layers for the decoder")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--max-positions", type=int, default=1024)
     p.add_argument("--pre-norm", action="store_true")
@@ -62,6 +64,8 @@ def main():
     p.add_argument("--eos-bias", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
+    encoder_layers = args.encoder_layers or args.layers
+    decoder_layers = args.decoder_layers or args.layers
 
     tokenizer = b""
     vocab = args.vocab
@@ -72,8 +76,8 @@ def main():
 
     config = dict(
         source_vocab_size=vocab, target_vocab_size=vocab, d_model=args.d_model,
-        num_heads=args.heads, d_ff=args.d_ff, encoder_layers=args.layers,
-        decoder_layers=args.layers, max_positions=args.max_positions,
+        num_heads=args.heads, d_ff=args.d_ff, encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers, max_positions=args.max_positions,
         norm_position=1 if args.pre_norm else 0, shared_embeddings=True, tied_output=True,
         output_bias=args.eos_bias != 0.0, layer_norm_epsilon=1e-6,
         pad_id=0, unk_id=1, bos_id=2, eos_id=3)
@@ -81,7 +85,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     d = args.d_model
     final_norm = ("decoder.final_norm" if args.pre_norm
-                  else "decoder.layers.%d.ffn_norm" % (args.layers - 1))
+                  else "decoder.layers.%d.ffn_norm" % (decoder_layers - 1))
     tensors = {}
     for name, shape in xfm.transformer_parameters(config):
         if name.startswith("embedding.") or name == "output.weight":
@@ -104,7 +108,7 @@ def main():
     metadata = {"xf.random_model": "scripts/bench/make_random_xfm.py seed %d" % args.seed}
     xfm.write_xfm(args.out, config, tensors, tokenizer, metadata)
     print("%s: d_model %d, %d+%d layers, %d heads, d_ff %d, vocab %d, %s, %d bytes"
-          % (args.out, d, args.layers, args.layers, args.heads, args.d_ff, vocab, args.dtype,
+          % (args.out, d, encoder_layers, decoder_layers, args.heads, args.d_ff, vocab, args.dtype,
              os.path.getsize(args.out)), file=sys.stderr)
 
 

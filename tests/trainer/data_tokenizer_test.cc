@@ -51,6 +51,50 @@ TEST(DataTokenizer, TrainedModelHasSharedVocabularyAndOurSpecialIds) {
   EXPECT_EQ(tokenizer.decode(with_specials), "un chien");
 }
 
+TEST(DataTokenizer, SubsetKeepsTheChosenPiecesInOrder) {
+  Tokenizer full = char_tokenizer();
+  std::vector<int32_t> kept = {kPadId, kUnkId, kBosId, kEosId};
+  for (int32_t id : full.encode("le chat")) kept.push_back(id);
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  ASSERT_LT(kept.size(), static_cast<size_t>(full.vocab_size()));
+
+  Tokenizer subset = Tokenizer::from_model_proto(sentencepiece_model_subset(full.model_proto(), kept),
+                                                 "subset");
+  ASSERT_EQ(subset.vocab_size(), static_cast<int>(kept.size()));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(subset.piece(static_cast<int32_t>(i)), full.piece(kept[i])) << i;
+  }
+  // Ids renumbered through `kept` decode to the same text; encoding uses kept pieces only.
+  std::vector<int32_t> renumbered;
+  for (int32_t id : full.encode("le chat")) {
+    renumbered.push_back(static_cast<int32_t>(std::lower_bound(kept.begin(), kept.end(), id) - kept.begin()));
+  }
+  EXPECT_EQ(subset.decode(renumbered), "le chat");
+  EXPECT_EQ(subset.encode("le chat"), renumbered);
+  auto outside = subset.encode("dog");  // 'd', 'o', 'g' are not kept
+  EXPECT_NE(std::find(outside.begin(), outside.end(), kUnkId), outside.end());
+
+  auto error_of = [&](const std::vector<int32_t>& ids, std::string_view proto) {
+    try {
+      sentencepiece_model_subset(proto, ids);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of({0, 1, 2}, full.model_proto()),
+            "a SentencePiece subset must keep the special ids 0..3 first");
+  EXPECT_EQ(error_of({0, 1, 2, 3, 9, 5}, full.model_proto()),
+            "the kept piece ids must be ascending and distinct");
+  EXPECT_EQ(error_of({0, 1, 2, 3, 100000}, full.model_proto()),
+            "piece id 100000 is not in the SentencePiece model (" +
+                std::to_string(full.vocab_size()) + " pieces)");
+  EXPECT_EQ(error_of(kept, std::string_view(full.model_proto()).substr(0, 40)),
+            "SentencePiece model: truncated field");
+  EXPECT_THROW(full.piece(full.vocab_size()), Error);
+}
+
 TEST(DataTokenizer, GarbageModelIsAOneLineError) {
   try {
     Tokenizer::from_model_proto("not a model", "bad.spm");

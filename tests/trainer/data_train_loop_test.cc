@@ -17,6 +17,7 @@
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/train_loop.h"
+#include "xf/translator.h"
 #include "reverse_corpus.h"
 
 namespace xf::trainer {
@@ -337,6 +338,86 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   init_values["init-from"] = dir + "/missing.xfm";
   EXPECT_NE(error_of([&] { run_training(train_options_from_map(init_values), log); })
                 .find("missing.xfm"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
+  // Targets are the reversed sources with 'e' and 'f' written 'a' and 'b': the target side
+  // never uses the pieces 'e' and 'f', which the source side does.
+  std::string dir = test_dir("prune");
+  std::string train = dir + "/train.tsv";
+  std::vector<TextPair> pairs;
+  {
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> length(3, 6), letter(0, 5);
+    std::ofstream out(train);
+    for (int i = 0; i < 120; ++i) {
+      std::string source;
+      for (int k = length(rng); k > 0; --k) source.push_back(static_cast<char>('a' + letter(rng)));
+      std::string target(source.rbegin(), source.rend());
+      for (char& c : target) c = c == 'e' ? 'a' : c == 'f' ? 'b' : c;
+      out << source << "\t" << target << "\n";
+      pairs.push_back({source, target});
+    }
+  }
+  std::ostringstream log;
+  auto values = tiny_run(train, dir + "/run");
+  values["max-steps"] = "300";
+  Checkpoint full = read_checkpoint(run_training(train_options_from_map(values), log).last_checkpoint);
+  ASSERT_TRUE(full.config.shared_embeddings);
+  Tokenizer tokenizer = Tokenizer::from_model_proto(full.tokenizer_model, "run");
+
+  const std::vector<int32_t> kept = target_pieces_used(pairs, tokenizer);
+  std::vector<std::string> kept_pieces;
+  for (int32_t id : kept) kept_pieces.push_back(tokenizer.piece(id));
+  EXPECT_EQ(kept.size(), static_cast<size_t>(tokenizer.vocab_size()) - 2);
+  for (const char* dropped : {"e", "f"}) {
+    EXPECT_EQ(std::find(kept_pieces.begin(), kept_pieces.end(), dropped), kept_pieces.end());
+  }
+
+  PrunedModel pruned = prune_target_vocabulary(full, kept);
+  const ModelConfig& c = pruned.checkpoint.config;
+  EXPECT_FALSE(c.shared_embeddings);
+  EXPECT_EQ(c.source_vocab_size, full.config.source_vocab_size);
+  EXPECT_EQ(c.target_vocab_size, kept.size());
+  // Source embedding: the whole shared one; target embedding: its rows `kept`; then the layers.
+  const size_t d = c.d_model, shared = full.config.source_vocab_size * d;
+  const std::vector<float>& p = pruned.checkpoint.parameters;
+  ASSERT_EQ(p.size(), full.parameters.size() + kept.size() * d);
+  EXPECT_TRUE(std::equal(full.parameters.begin(), full.parameters.begin() + shared, p.begin()));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_TRUE(std::equal(p.begin() + shared + i * d, p.begin() + shared + (i + 1) * d,
+                           full.parameters.begin() + kept[i] * d)) << "row " << i;
+  }
+  EXPECT_TRUE(std::equal(full.parameters.begin() + shared, full.parameters.end(),
+                         p.begin() + shared + kept.size() * d));
+  Tokenizer target = Tokenizer::from_model_proto(pruned.target_tokenizer, "pruned");
+  ASSERT_EQ(target.vocab_size(), static_cast<int>(kept.size()));
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(target.piece(static_cast<int32_t>(i)), kept_pieces[i]);
+
+  // Greedy translations: the same wherever the full model chose kept pieces, which a model
+  // trained on these targets does for nearly every sentence.
+  write_model_file(full, DType::f32, {}, dir + "/full.xfm");
+  write_model_file(pruned.checkpoint, DType::f32, {}, dir + "/pruned.xfm", pruned.target_tokenizer);
+  std::vector<std::string> sources;
+  for (size_t i = 0; i < 40; ++i) sources.push_back(pairs[i].source);
+  TranslateOptions greedy;
+  greedy.beam = 1;
+  TranslatorOptions small;
+  small.max_source_len = static_cast<int>(c.max_positions);
+  auto full_out = Translator(Model::open(dir + "/full.xfm"), small).translate(sources, greedy);
+  auto pruned_out = Translator(Model::open(dir + "/pruned.xfm"), small).translate(sources, greedy);
+  size_t compared = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string& text = full_out[i].hypotheses[0].text;
+    if (text.find_first_of("ef") != std::string::npos) continue;
+    ++compared;
+    EXPECT_EQ(pruned_out[i].hypotheses[0].text, text) << sources[i];
+  }
+  EXPECT_GE(compared, sources.size() * 3 / 4);
+
+  EXPECT_EQ(error_of([&] { prune_target_vocabulary(full, {0, 1, 3, 2}); }),
+            "prune_target_vocabulary: kept ids must be ascending target ids");
   fs::remove_all(dir);
 }
 

@@ -95,12 +95,73 @@ ModelWriter model_writer(const ModelConfig& config, const float* parameters, siz
 }
 
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
-                      const std::map<std::string, std::string>& metadata, const std::string& path) {
+                      const std::map<std::string, std::string>& metadata, const std::string& path,
+                      const std::string& target_tokenizer) {
   ModelWriter writer = model_writer(checkpoint.config, checkpoint.parameters.data(),
                                     checkpoint.parameters.size(), dtype);
   writer.set_source_tokenizer(checkpoint.tokenizer_model);
+  if (!target_tokenizer.empty()) writer.set_target_tokenizer(target_tokenizer);
   for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
   writer.write(path);
+}
+
+std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs, const Tokenizer& tokenizer) {
+  std::vector<bool> used(static_cast<size_t>(tokenizer.vocab_size()), false);
+  for (int32_t special : {kPadId, kUnkId, kBosId, kEosId}) used[special] = true;
+  for (const TextPair& pair : pairs) {
+    for (int32_t id : tokenizer.encode(pair.target)) used[id] = true;
+  }
+  std::vector<int32_t> kept;
+  for (size_t id = 0; id < used.size(); ++id) {
+    if (used[id]) kept.push_back(static_cast<int32_t>(id));
+  }
+  return kept;
+}
+
+PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint, const std::vector<int32_t>& kept) {
+  const ModelConfig& from = checkpoint.config;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] < 0 || kept[i] >= static_cast<int32_t>(from.target_vocab_size) ||
+        (i > 0 && kept[i] <= kept[i - 1])) {
+      throw Error("prune_target_vocabulary: kept ids must be ascending target ids");
+    }
+  }
+  std::map<std::string, const float*> tensors;  // the checkpoint's tensors by name
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(from)) {
+    tensors[spec.name] = checkpoint.parameters.data() + offset;
+    offset += static_cast<size_t>(spec.elements());
+  }
+  if (offset != checkpoint.parameters.size()) throw Error("checkpoint parameters do not match its config");
+
+  PrunedModel pruned{checkpoint, sentencepiece_model_subset(checkpoint.tokenizer_model, kept)};
+  ModelConfig& to = pruned.checkpoint.config;
+  to.shared_embeddings = false;
+  to.target_vocab_size = static_cast<uint32_t>(kept.size());
+  // Tensors indexed by target id (the target embedding, the untied output weight and the output
+  // bias) keep rows `kept`; every other one is copied as it is.
+  const std::map<std::string, std::string> by_target_id = {
+      {param::target_embedding(to), param::target_embedding(from)},
+      {schema::kOutputWeight, schema::kOutputWeight},
+      {schema::kOutputBias, schema::kOutputBias}};
+  std::vector<float>& parameters = pruned.checkpoint.parameters;
+  parameters.clear();
+  for (const auto& spec : transformer_parameters(to)) {
+    const size_t elements = static_cast<size_t>(spec.elements());
+    auto row_source = by_target_id.find(spec.name);
+    if (row_source == by_target_id.end()) {
+      const std::string& name =
+          spec.name == param::source_embedding(to) ? param::source_embedding(from) : spec.name;
+      parameters.insert(parameters.end(), tensors.at(name), tensors.at(name) + elements);
+      continue;
+    }
+    const float* rows = tensors.at(row_source->second);
+    const size_t width = elements / kept.size();
+    for (int32_t id : kept) {
+      parameters.insert(parameters.end(), rows + id * width, rows + (id + 1) * width);
+    }
+  }
+  return pruned;
 }
 
 std::vector<float> parameters_from_model_file(const ModelFile& model) {

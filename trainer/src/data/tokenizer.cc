@@ -116,4 +116,74 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 
 int Tokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
 
+std::string Tokenizer::piece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                std::to_string(vocab_size()));
+  }
+  return impl_->processor.IdToPiece(id);
+}
+
+namespace {
+
+uint64_t read_varint(std::string_view bytes, size_t* pos) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*pos >= bytes.size()) break;
+    const auto byte = static_cast<uint8_t>(bytes[(*pos)++]);
+    value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return value;
+  }
+  throw Error("SentencePiece model: truncated or malformed varint");
+}
+
+}  // namespace
+
+std::string sentencepiece_model_subset(std::string_view model_proto,
+                                       const std::vector<int32_t>& kept) {
+  for (int32_t special : {kPadId, kUnkId, kBosId, kEosId}) {
+    if (kept.size() <= static_cast<size_t>(special) || kept[special] != special) {
+      throw Error("a SentencePiece subset must keep the special ids 0..3 first");
+    }
+  }
+  for (size_t i = 1; i < kept.size(); ++i) {
+    if (kept[i] <= kept[i - 1]) throw Error("the kept piece ids must be ascending and distinct");
+  }
+  constexpr uint64_t kPiecesField = 1, kSelfTestField = 4;
+  std::string subset;
+  size_t pos = 0, next_kept = 0;
+  int32_t piece_id = 0;
+  while (pos < model_proto.size()) {
+    const size_t start = pos;
+    const uint64_t tag = read_varint(model_proto, &pos);
+    switch (tag & 7) {
+      case 0: read_varint(model_proto, &pos); break;
+      case 1: pos += 8; break;
+      case 2: {
+        const uint64_t length = read_varint(model_proto, &pos);
+        if (length > model_proto.size() - pos) throw Error("SentencePiece model: truncated field");
+        pos += length;
+        break;
+      }
+      case 5: pos += 4; break;
+      default: throw Error("SentencePiece model: unknown wire type " + std::to_string(tag & 7));
+    }
+    if (pos > model_proto.size()) throw Error("SentencePiece model: truncated field");
+    const uint64_t field = tag >> 3;
+    if (field == kSelfTestField) continue;
+    if (field == kPiecesField) {
+      const bool keep = next_kept < kept.size() && kept[next_kept] == piece_id;
+      ++piece_id;
+      if (!keep) continue;
+      ++next_kept;
+    }
+    subset.append(model_proto.substr(start, pos - start));
+  }
+  if (next_kept != kept.size()) {
+    throw Error("piece id " + std::to_string(kept[next_kept]) + " is not in the SentencePiece model (" +
+                std::to_string(piece_id) + " pieces)");
+  }
+  return subset;
+}
+
 }  // namespace xf::trainer

@@ -92,9 +92,32 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
 ModelWriter model_writer(const ModelConfig& config, const float* parameters, size_t count,
                          DType dtype);
 
-// Writes the checkpoint's parameters through model_writer() with the tokenizer and the metadata.
+// Writes the checkpoint's parameters through model_writer() with the tokenizer and the metadata;
+// `target_tokenizer`, when not empty, is the target side's own SentencePiece model.
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
-                      const std::map<std::string, std::string>& metadata, const std::string& path);
+                      const std::map<std::string, std::string>& metadata, const std::string& path,
+                      const std::string& target_tokenizer = {});
+
+// ---- Target vocabulary pruning (xf-convert --target-vocabulary-from) ---------------------------
+//
+// A shared vocabulary holds pieces only the source language uses; the output layer still scores
+// every one of them at each decoding step. Pruning keeps, on the target side, the pieces the
+// training targets use: the output projection shrinks by the share never produced (3,558 of
+// 12,000 pieces on the EN-FR data, 30% of the step's largest product), and a translation is
+// unchanged whenever the full model's choices were kept pieces, which is all a model trained on
+// those targets learned to choose.
+
+// The special ids and every piece the target sides of `pairs` use, ascending.
+std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs, const Tokenizer& tokenizer);
+
+struct PrunedModel {
+  Checkpoint checkpoint;         // embeddings unshared: source as before, target = kept rows
+  std::string target_tokenizer;  // sentencepiece_model_subset() of the checkpoint's tokenizer
+};
+
+// The checkpoint with target vocabulary `kept` (ascending, from target_pieces_used): the target
+// embedding (and the output layer, tied or not) holds rows kept[0], kept[1], ... of the original.
+PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint, const std::vector<int32_t>& kept);
 
 // ---- A flat model file as a starting point (xf-train --init-from) ------------------------------
 

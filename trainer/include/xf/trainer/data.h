@@ -93,6 +93,7 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;  // no BOS/EOS
   std::string decode(const std::vector<int32_t>& ids) const;  // pad/BOS/EOS ids are skipped
   int vocab_size() const;
+  std::string piece(int32_t id) const;  // "▁chat"; throws for an id outside the vocabulary
   const std::string& model_proto() const { return model_proto_; }
 
  private:
@@ -101,6 +102,14 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
   std::string model_proto_;
 };
+
+// The SentencePiece model of only the pieces `kept` (ascending ids, the special ids 0..3 among
+// them): piece kept[i] becomes id i, with its score and type. What a model decodes through it
+// reads as through the full one; encoding can only use the kept pieces. The self-test samples a
+// trained model may carry are dropped (they were segmented with every piece). Edits the proto's
+// wire format (field 1 holds the pieces), so no protobuf library is needed.
+std::string sentencepiece_model_subset(std::string_view model_proto,
+                                       const std::vector<int32_t>& kept);
 
 // ---- Tokenized corpus ------------------------------------------------------------------------
 
