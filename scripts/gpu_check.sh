@@ -69,6 +69,18 @@ if compgen -G "$debs/*.deb" >/dev/null; then
   done
   ldconfig
   note "unpacked the packages from build-gpu-debs/ that this machine lacked"
+  # SentencePiece's C++ ABI changes between versions. Where the image has its own
+  # libsentencepiece0 but not its headers, xf is compiled against the carried Debian headers, so
+  # the carried library must be the one loaded (the H100 image of 2026-11-25 loaded its own:
+  # garbage special ids, a segmentation fault).
+  if ! dpkg-query -W -f='${Status}' libsentencepiece-dev 2>/dev/null | grep -q "install ok installed" &&
+     compgen -G "$debs/libsentencepiece0_*.deb" >/dev/null; then
+    private="$build/private-libs"
+    mkdir -p "$private"
+    dpkg -x "$debs"/libsentencepiece0_*.deb "$private"
+    export LD_LIBRARY_PATH="$private/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    note "SentencePiece: the carried library first on LD_LIBRARY_PATH (the image's has another ABI)"
+  fi
 else
   note "no build-gpu-debs/: assuming the build dependencies are installed (see 'prepare')"
 fi

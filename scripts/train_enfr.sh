@@ -31,8 +31,13 @@
 #   DEVICE   xf-train --device: cpu, or cuda (f16 mixed precision on a GPU; BF16 is then 0)  [cpu]
 #   VOCAB, ENCODER_LAYERS, DECODER_LAYERS, D_MODEL, HEADS, D_FF, DROPOUT, BATCH_TOKENS, WARMUP,
 #   LR_SCALE  the from-scratch model and schedule [8000, 3, 3, 256, 4, 1024, 0.1, 2500, 400, 2]
-#            (a larger model for a GPU: VOCAB=16000 ENCODER_LAYERS=6 D_MODEL=512 HEADS=8 D_FF=2048
-#            BATCH_TOKENS=8000 WARMUP=4000 LR_SCALE=1 DROPOUT=0.2, and MINUTES to match)
+#   VALID_EVERY, VALID_BLEU, SAVE_EVERY, KEEP  validation and checkpoint cadence [500, 100, 250, 10]
+#   PRUNE    1: convert with --target-vocabulary-from train.tsv (the target side keeps the pieces
+#            French uses: a smaller output layer, faster decoding); 0: one shared vocabulary  [1]
+# The bundled model (docs/TRAINING.md, "The bundled English-French model"), 5 minutes on one H100:
+#   DEVICE=cuda MINUTES=5 VOCAB=12000 ENCODER_LAYERS=6 DECODER_LAYERS=2 DROPOUT=0.2 \
+#   BATCH_TOKENS=12000 WARMUP=1000 SAVE_EVERY=500 KEEP=12 VALID_EVERY=1000 VALID_BLEU=0 \
+#   AVERAGE=8 PENALTY="0.6 1.0 1.4" scripts/train_enfr.sh
 # Re-running with an existing RUN resumes training from its newest checkpoint.
 set -euo pipefail
 
@@ -74,8 +79,9 @@ TRAIN_ARGS=(
   --d-model "${D_MODEL:-256}" --heads "${HEADS:-4}" --d-ff "${D_FF:-1024}" --norm pre
   --dropout "${DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${WARMUP:-400}"
   --lr-scale "${LR_SCALE:-2}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}" --max-length 64
-  --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
-  --keep 10 --threads "$THREADS" --seed 1 --device "$DEVICE"
+  --max-minutes "$MINUTES" --valid-every "${VALID_EVERY:-500}"
+  --valid-bleu-sentences "${VALID_BLEU:-100}" --save-every "${SAVE_EVERY:-250}"
+  --keep "${KEEP:-10}" --threads "$THREADS" --seed 1 --device "$DEVICE"
 )
 [[ -n ${SPM:-} ]] && TRAIN_ARGS+=(--spm "$SPM")   # reuse a SentencePiece model
 # The continuation stage: the model's own architecture and vocabulary, a fresh Adam warmed up
@@ -104,12 +110,15 @@ echo "== training wall time: $(( (trained - start) / 60 )) min"
 # average and the length penalty; test.tsv stays unseen until the end.
 SCORES=$(dirname "$RUN")
 mkdir -p "$(dirname "$MODEL")"
+CONVERT_ARGS=(--dtype "$DTYPE")
+[[ ${PRUNE:-1} == 1 ]] && CONVERT_ARGS+=(--target-vocabulary-from "$DATA/train.tsv")
 "$BIN/xf-eval" --ref-tsv "$DATA/dev.tsv" --print-sources > "$SCORES/dev.en"
 best_bleu=-1 best_count="" best_penalty=""
 echo "== dev.tsv, beam 4: checkpoints averaged x length penalty"
 for count in $AVERAGE; do
   mapfile -t checkpoints < <(ls -d "$RUN"/step-* | sort | tail -n "$count")
-  "$BIN/xf-convert" "${checkpoints[@]}" -o "$SCORES/average-$count.xfm" --dtype "$DTYPE" >/dev/null
+  "$BIN/xf-convert" "${checkpoints[@]}" -o "$SCORES/average-$count.xfm" "${CONVERT_ARGS[@]}" \
+    >/dev/null
   for penalty in $PENALTY; do
     "$BIN/xf-run" --model "$SCORES/average-$count.xfm" --beam 4 --length-penalty "$penalty" \
       --threads "$THREADS" < "$SCORES/dev.en" > "$SCORES/dev.avg$count.lp$penalty.fr"
@@ -123,7 +132,7 @@ for count in $AVERAGE; do
 done
 echo "== chosen: average of the newest $best_count, length penalty $best_penalty (dev BLEU $best_bleu)"
 mapfile -t checkpoints < <(ls -d "$RUN"/step-* | sort | tail -n "$best_count")
-"$BIN/xf-convert" "${checkpoints[@]}" -o "$MODEL" --dtype "$DTYPE" \
+"$BIN/xf-convert" "${checkpoints[@]}" -o "$MODEL" "${CONVERT_ARGS[@]}" \
   --metadata "training.machine=$(nproc) cores, $THREADS threads" \
   --metadata "training.recipe=scripts/train_enfr.sh" \
   --metadata "training.data=train.tsv, dev.tsv of scripts/get_data.sh" \
