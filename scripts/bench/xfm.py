@@ -267,7 +267,7 @@ def quantize_rows_int8(values):
     return q.reshape(values.shape), scales
 
 
-def write_xfm(path, config, tensors, source_tokenizer=b"", metadata=None):
+def write_xfm(path, config, tensors, source_tokenizer=b"", metadata=None, target_tokenizer=b""):
     """config: dict with every CONFIG_FIELDS key; tensors: name -> (dtype name, float32 array).
     Matrices given as int8 are quantized per row; 1-D tensors must be f32/f16/bf16."""
     fb = _fb_module()
@@ -339,6 +339,7 @@ def write_xfm(path, config, tensors, source_tokenizer=b"", metadata=None):
     tensors_vec = vector_of(tensor_offsets, M.ModelStartTensorsVector)
     metadata_vec = vector_of(metadata_offsets, M.ModelStartMetadataVector)
     tokenizer_vec = builder.CreateByteVector(source_tokenizer) if source_tokenizer else None
+    target_vec = builder.CreateByteVector(target_tokenizer) if target_tokenizer else None
 
     C.ModelConfigStart(builder)
     for field, accessor, _ in CONFIG_FIELDS:
@@ -352,6 +353,8 @@ def write_xfm(path, config, tensors, source_tokenizer=b"", metadata=None):
     M.ModelAddConfig(builder, config_offset)
     if tokenizer_vec is not None:
         M.ModelAddSourceTokenizer(builder, tokenizer_vec)
+    if target_vec is not None:
+        M.ModelAddTargetTokenizer(builder, target_vec)
     M.ModelAddMetadata(builder, metadata_vec)
     M.ModelAddTensors(builder, tensors_vec)
     M.ModelAddBlobSize(builder, len(blob))

@@ -31,13 +31,12 @@ def main():
         matrix = stored.values.ndim == 2
         dtype = args.dtype if matrix or args.dtype != "int8" else "f32"
         tensors[name] = (dtype, stored.to_float32())
-    if model.target_tokenizer:
-        raise SystemExit("xfm_convert_dtype: separate target tokenizers are not handled")
     metadata = dict(model.metadata)
     source_dtypes = sorted({t.dtype for t in model.tensors.values()})
     metadata["bench.converted_from"] = "%s (%s)" % (os.path.basename(args.input),
                                                    "/".join(source_dtypes))
-    xfm.write_xfm(args.output, model.config, tensors, model.source_tokenizer, metadata)
+    xfm.write_xfm(args.output, model.config, tensors, model.source_tokenizer, metadata,
+                  model.target_tokenizer)
     print("%s -> %s (%s matrices)" % (args.input, args.output, args.dtype), file=sys.stderr)
 
 
