@@ -73,7 +73,8 @@ if compgen -G "$debs/*.deb" >/dev/null; then
   # libsentencepiece0 but not its headers, xf is compiled against the carried Debian headers, so
   # the carried library must be the one loaded (the H100 image of 2026-11-25 loaded its own:
   # garbage special ids, a segmentation fault).
-  if ! dpkg-query -W -f='${Status}' libsentencepiece-dev 2>/dev/null | grep -q "install ok installed" &&
+  if ! dpkg-query -W -f='${Status}' libsentencepiece-dev 2>/dev/null |
+       grep -q "install ok installed" &&
      compgen -G "$debs/libsentencepiece0_*.deb" >/dev/null; then
     private="$build/private-libs"
     mkdir -p "$private"

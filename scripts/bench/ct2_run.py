@@ -34,8 +34,9 @@ import sys
 import time
 
 
-def load_vocabulary(model_dir):
-    for name in ("shared_vocabulary.json", "target_vocabulary.json"):
+def load_vocabulary(model_dir, side):
+    """side: "source" or "target"; a shared vocabulary serves both."""
+    for name in ("shared_vocabulary.json", side + "_vocabulary.json"):
         path = os.path.join(model_dir, name)
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -57,15 +58,20 @@ class Ct2Runner:
             ctranslate2.set_log_level(logging.WARNING)
         self.version = ctranslate2.__version__
         self.compute_type = self.translator.compute_type
-        self.tokens = load_vocabulary(args.model)
-        self.token_ids = {t: i for i, t in enumerate(self.tokens)}
-        self.sp = None
+        self.tokens = load_vocabulary(args.model, "source")
+        self.target_tokens = load_vocabulary(args.model, "target")
+        self.token_ids = {t: i for i, t in enumerate(self.target_tokens)}
+        self.sp = self.target_sp = None
         if not args.ids:
             import sentencepiece as spm
             path = os.path.join(args.model, "sentencepiece.model")
             if not os.path.exists(path):
                 raise SystemExit("ct2_run: %s missing (model without a tokenizer: use --ids)" % path)
             self.sp = spm.SentencePieceProcessor(model_file=path)
+            # A pruned target vocabulary (xf-convert --target-vocabulary-from) has its own model.
+            target = os.path.join(args.model, "sentencepiece.target.model")
+            self.target_sp = (spm.SentencePieceProcessor(model_file=target)
+                              if os.path.exists(target) else self.sp)
 
     def encode(self, line):
         """Source tokens (strings) without EOS; CTranslate2 appends it (add_source_eos)."""
@@ -81,8 +87,8 @@ class Ct2Runner:
 
     def decode(self, tokens):
         ids = [self.token_ids[t] for t in tokens]
-        if self.sp is not None:
-            return self.sp.decode(ids)
+        if self.target_sp is not None:
+            return self.target_sp.decode(ids)
         return " ".join(str(i) for i in ids)
 
     def translate_request(self, request):

@@ -59,8 +59,8 @@ TEST(DataTokenizer, SubsetKeepsTheChosenPiecesInOrder) {
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   ASSERT_LT(kept.size(), static_cast<size_t>(full.vocab_size()));
 
-  Tokenizer subset = Tokenizer::from_model_proto(sentencepiece_model_subset(full.model_proto(), kept),
-                                                 "subset");
+  Tokenizer subset =
+      Tokenizer::from_model_proto(sentencepiece_model_subset(full.model_proto(), kept), "subset");
   ASSERT_EQ(subset.vocab_size(), static_cast<int>(kept.size()));
   for (size_t i = 0; i < kept.size(); ++i) {
     EXPECT_EQ(subset.piece(static_cast<int32_t>(i)), full.piece(kept[i])) << i;
@@ -68,7 +68,8 @@ TEST(DataTokenizer, SubsetKeepsTheChosenPiecesInOrder) {
   // Ids renumbered through `kept` decode to the same text; encoding uses kept pieces only.
   std::vector<int32_t> renumbered;
   for (int32_t id : full.encode("le chat")) {
-    renumbered.push_back(static_cast<int32_t>(std::lower_bound(kept.begin(), kept.end(), id) - kept.begin()));
+    const auto position = std::lower_bound(kept.begin(), kept.end(), id) - kept.begin();
+    renumbered.push_back(static_cast<int32_t>(position));
   }
   EXPECT_EQ(subset.decode(renumbered), "le chat");
   EXPECT_EQ(subset.encode("le chat"), renumbered);

@@ -363,7 +363,8 @@ TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
   std::ostringstream log;
   auto values = tiny_run(train, dir + "/run");
   values["max-steps"] = "300";
-  Checkpoint full = read_checkpoint(run_training(train_options_from_map(values), log).last_checkpoint);
+  TrainSummary run = run_training(train_options_from_map(values), log);
+  Checkpoint full = read_checkpoint(run.last_checkpoint);
   ASSERT_TRUE(full.config.shared_embeddings);
   Tokenizer tokenizer = Tokenizer::from_model_proto(full.tokenizer_model, "run");
 
@@ -393,7 +394,9 @@ TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
                          p.begin() + shared + kept.size() * d));
   Tokenizer target = Tokenizer::from_model_proto(pruned.target_tokenizer, "pruned");
   ASSERT_EQ(target.vocab_size(), static_cast<int>(kept.size()));
-  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(target.piece(static_cast<int32_t>(i)), kept_pieces[i]);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(target.piece(static_cast<int32_t>(i)), kept_pieces[i]);
+  }
 
   // Greedy translations: the same wherever the full model chose kept pieces, which a model
   // trained on these targets does for nearly every sentence.

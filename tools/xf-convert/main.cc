@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
       };
       languages.source = language("source_language", languages.source);
       languages.target = language("target_language", languages.target);
-      auto tokenizer = xf::trainer::Tokenizer::from_model_proto(checkpoint.tokenizer_model, "model");
+      auto tokenizer =
+          xf::trainer::Tokenizer::from_model_proto(checkpoint.tokenizer_model, "model");
       const auto kept = xf::trainer::target_pieces_used(
           xf::trainer::read_parallel_corpus(target_corpus, languages), tokenizer);
       std::cerr << "target vocabulary: " << kept.size() << " of " << tokenizer.vocab_size()

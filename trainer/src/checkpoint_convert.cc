@@ -105,7 +105,8 @@ void write_model_file(const Checkpoint& checkpoint, DType dtype,
   writer.write(path);
 }
 
-std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs, const Tokenizer& tokenizer) {
+std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs,
+                                        const Tokenizer& tokenizer) {
   std::vector<bool> used(static_cast<size_t>(tokenizer.vocab_size()), false);
   for (int32_t special : {kPadId, kUnkId, kBosId, kEosId}) used[special] = true;
   for (const TextPair& pair : pairs) {
@@ -118,7 +119,8 @@ std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs, cons
   return kept;
 }
 
-PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint, const std::vector<int32_t>& kept) {
+PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
+                                    const std::vector<int32_t>& kept) {
   const ModelConfig& from = checkpoint.config;
   for (size_t i = 0; i < kept.size(); ++i) {
     if (kept[i] < 0 || kept[i] >= static_cast<int32_t>(from.target_vocab_size) ||
@@ -132,7 +134,9 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint, const std::vec
     tensors[spec.name] = checkpoint.parameters.data() + offset;
     offset += static_cast<size_t>(spec.elements());
   }
-  if (offset != checkpoint.parameters.size()) throw Error("checkpoint parameters do not match its config");
+  if (offset != checkpoint.parameters.size()) {
+    throw Error("checkpoint parameters do not match its config");
+  }
 
   PrunedModel pruned{checkpoint, sentencepiece_model_subset(checkpoint.tokenizer_model, kept)};
   ModelConfig& to = pruned.checkpoint.config;

@@ -180,8 +180,8 @@ std::string sentencepiece_model_subset(std::string_view model_proto,
     subset.append(model_proto.substr(start, pos - start));
   }
   if (next_kept != kept.size()) {
-    throw Error("piece id " + std::to_string(kept[next_kept]) + " is not in the SentencePiece model (" +
-                std::to_string(piece_id) + " pieces)");
+    throw Error("piece id " + std::to_string(kept[next_kept]) +
+                " is not in the SentencePiece model (" + std::to_string(piece_id) + " pieces)");
   }
   return subset;
 }
