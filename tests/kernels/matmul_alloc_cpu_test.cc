@@ -63,8 +63,13 @@ void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
   });
   EXPECT_EQ(counts.xf, 0u) << "allocations by xf inside StaticMatmul::run";
   // oneDNN 2.6 allocates small bookkeeping inside every execute (DESIGN.md); seeing them here
-  // shows that inside_backend_call() is what attributes them.
-  EXPECT_GT(counts.backend, 0u);
+  // shows that inside_backend_call() is what attributes them. A few int8 rows on xf's VNNI
+  // kernel call no oneDNN at all, so nothing allocates.
+  if (dtype == DType::int8 && m <= 16 && int8_row_kernel_available()) {
+    EXPECT_EQ(counts.backend, 0u);
+  } else {
+    EXPECT_GT(counts.backend, 0u);
+  }
   std::printf("%s m=%ld: %lu oneDNN allocations in 3 runs, %lu by xf\n", dtype_name(dtype),
               static_cast<long>(m), static_cast<unsigned long>(counts.backend),
               static_cast<unsigned long>(counts.xf));

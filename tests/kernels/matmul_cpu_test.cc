@@ -246,6 +246,45 @@ TEST(StaticMatmul, Int8MatchesReference) {
   check_int8(engine, 4, 64, 2048, true, random);
 }
 
+// Up to 16 rows run on the VNNI kernel (where the CPU has it), 32 through oneDNN's general path:
+// the same rows give bit-identical results, over shapes with a K tail (k % 64), weight rows left
+// over from the kernel's blocks of 4, several 256-row slices shared by two threads, and the
+// output layer's size.
+TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const int64_t general_rows = 32;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {7, 64}, {1031, 300},
+                                                             {8446, 256}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
+    const Int8Case w = make_int8_weights(n, k, random);
+    const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
+    const std::vector<float> x = random.uniform(general_rows * k, -3.0f, 3.0f);
+    const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+    StaticMatmul general(engine, general_rows, weights, true);
+    EXPECT_STRNE(general.implementation(), "xf:int8_row_avx512_vnni");
+    Workspace general_workspace(general.workspace_bytes());
+    std::vector<float> expected(general_rows * n);
+    general.run(x.data(), bias.data(), expected.data(), general_workspace.data());
+    for (int64_t m : {1, 5, 16}) {
+      StaticMatmul few(engine, m, weights, true);
+      if (int8_row_kernel_available()) {
+        EXPECT_STREQ(few.implementation(), "xf:int8_row_avx512_vnni");
+      }
+      Workspace workspace(few.workspace_bytes());
+      std::vector<float> y(m * n, std::nanf(""));
+      few.run(x.data() + 7 * k, bias.data(), y.data(), workspace.data());  // rows 7 .. 7+m-1
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(y[i * n + j], expected[(7 + i) * n + j]) << "m " << m << " row " << i
+                                                             << " column " << j;
+        }
+      }
+    }
+  }
+}
+
 // Large values of one sign in x and W: the pairs of u8 x s8 products that oneDNN adds in int16 on
 // CPUs without VNNI overflow unless the weights have 7 bits (found on an AVX2 machine, where the
 // product came out 32640 instead of 4129024).

@@ -124,6 +124,12 @@ class Bf16Gemm {
 bool int8_products_saturate();
 int8_t to_seven_bits(int8_t value);
 
+// True where an int8 StaticMatmul of at most 16 rows (translating one sentence: the decoder's
+// step, the encoder) runs xf's AVX-512 VNNI kernel instead of oneDNN (implementation()
+// "xf:int8_row_avx512_vnni"): oneDNN 2.6 repacks the weights on every such call. Its results
+// are bit for bit oneDNN's.
+bool int8_row_kernel_available();
+
 // Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
 // allocation counter can attribute what happens inside it to oneDNN. args: prepared at plan
 // time (memory objects made once, their data handles re-pointed before each call).
