@@ -99,7 +99,6 @@ constexpr int64_t kRowBlock = 4;
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-
 // y[i][r] = float(x[i] . w[r]) * row_scales[r] for the m rows of x (shifted to u8, row stride
 // k) and `rows` weight rows (row stride k); y's row stride is ldy.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void int8_row_products_vnni(
@@ -251,8 +250,8 @@ struct StaticMatmul::Impl {
   dnnl::matmul primitive;
   std::string implementation;
   std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
-  // One-row int8 products by int8_row_products_vnni instead of oneDNN: the stored weights, their
-  // row scales and each row's 128 * sum of weights (made at plan time).
+  // Int8 products of at most kMaxKernelRows rows by int8_row_products_vnni instead of oneDNN:
+  // the stored weights, their row scales and each row's 128 * sum of weights (plan time).
   bool int8_row_kernel = false;
   const int8_t* int8_weights = nullptr;
   const float* int8_row_scales = nullptr;
@@ -414,7 +413,8 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
                                s.shift_sums.data() + first, s.int8_row_scales + first, y + first,
                                s.n);
       });
-      scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
+      scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
+                          s.engine->threads());
       return;
     }
 #endif
