@@ -64,6 +64,18 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_StaticMatmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond);
 
+// Int8 products of translating one sentence with the bundled model (d_model 256, d_ff 1024,
+// 8,446 output pieces): the decoder's step (1 row) and the encoder of a short source (10, 16).
+void bundled_int8_shapes(benchmark::internal::Benchmark* b) {
+  for (auto [n, k] : {std::pair{768, 256}, {256, 1024}, {1024, 256}, {8446, 256}}) {
+    for (int m : {1, 10, 16}) b->Args({m, n, k, 2});
+  }
+}
+BENCHMARK(BM_StaticMatmul)
+    ->Name("BM_StaticMatmulBundledInt8")
+    ->Apply(bundled_int8_shapes)
+    ->Unit(benchmark::kMicrosecond);
+
 // The trainer's products (gemm, and Bf16Gemm for xf-train --bf16) at the bundled model's shapes:
 // 2,500-token batches, d_model 256, d_ff 1024, vocabulary 8000. range(3): 0 f32, 1 bf16;
 // range(4): 1 for the weight gradient's layout (A transposed: dW = dy^T x, K = the tokens).

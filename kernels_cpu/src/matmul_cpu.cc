@@ -87,59 +87,165 @@ namespace {
 // subtracted: the int32 dot product is exact, as oneDNN's, and y = float(dot) * row_scale is
 // the same f32 operation it does, so a row's result does not depend on which path ran.
 constexpr int64_t kMaxKernelRows = 16;  // x rows; above, oneDNN's repacking pays for itself
+using Int8RowProducts = void (*)(const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k,
+                                 int64_t rows, const int32_t* shift_sums, const float* row_scales,
+                                 float* y, int64_t ldy);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XF_INT8_ROW_KERNEL 1
-constexpr int64_t kRowBlock = 4;
+#define XF_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
+// The tile's helpers are inlined so that its 16 accumulators stay in registers (GCC 12 otherwise
+// writes them to the stack after every multiply).
+#define XF_VNNI_INLINE XF_VNNI_TARGET inline __attribute__((always_inline))
 
-// GCC 12's AVX-512 headers build some intrinsics (_mm512_reduce_add_epi32 among them) on an
-// "undefined" operand that -Wmaybe-uninitialized then reports inside the header.
+// GCC 12's AVX-512 headers build some intrinsics (_mm512_reduce_add_epi32, the 128-bit lane
+// shuffles and broadcasts among them) on an "undefined" operand that -Wmaybe-uninitialized and
+// -Wuninitialized then report inside the header.
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-// y[i][r] = float(x[i] . w[r]) * row_scales[r] for the m rows of x (shifted to u8, row stride
-// k) and `rows` weight rows (row stride k); y's row stride is ldy.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void int8_row_products_vnni(
-    const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k, int64_t rows,
-    const int32_t* shift_sums, const float* row_scales, float* y, int64_t ldy) {
-  const int64_t full = k / 64 * 64;
-  const __mmask64 tail = k % 64 == 0 ? 0 : (~0ull >> (64 - k % 64));
-  int64_t r = 0;
-  for (; r + kRowBlock <= rows; r += kRowBlock) {
-    for (int64_t i = 0; i < m; ++i) {
-      const uint8_t* x = x_shifted + i * k;
-      __m512i sums[kRowBlock];
-      for (auto& v : sums) v = _mm512_setzero_si512();
-      for (int64_t c = 0; c < full; c += 64) {
-        const __m512i xv = _mm512_loadu_si512(x + c);
-        for (int64_t b = 0; b < kRowBlock; ++b) {
-          sums[b] = _mm512_dpbusd_epi32(sums[b], xv, _mm512_loadu_si512(w + (r + b) * k + c));
-        }
-      }
-      if (tail != 0) {
-        const __m512i xv = _mm512_maskz_loadu_epi8(tail, x + full);
-        for (int64_t b = 0; b < kRowBlock; ++b) {
-          sums[b] = _mm512_dpbusd_epi32(sums[b], xv,
-                                        _mm512_maskz_loadu_epi8(tail, w + (r + b) * k + full));
-        }
-      }
-      for (int64_t b = 0; b < kRowBlock; ++b) {
-        const int32_t dot = _mm512_reduce_add_epi32(sums[b]) - shift_sums[r + b];
-        y[i * ldy + r + b] = static_cast<float>(dot) * row_scales[r + b];
-      }
+// acc + the dot products of 4-byte groups of u8 and s8, as _mm512_dpbusd_epi32, but updating acc
+// in its register: with the intrinsic, GCC 12 copies every accumulator before each multiply in
+// a tile's loop (as many register moves as multiplies).
+XF_VNNI_INLINE __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "vm"(s8));
+  return acc;
+}
+
+// The four 128-bit lanes of a and b summed in pairs: (a0 + a1, a2 + a3, b0 + b1, b2 + b3).
+XF_VNNI_INLINE __m512i add_lane_pairs(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Lane j of the result is the sum of the 16 lanes of acc[j]: a transposing tree (unpack, then
+// 128-bit lane shuffles) of 45 instructions for all 16, where 16 separate horizontal sums take
+// about 130; with K = 256 a dot product is only 4 dpbusd, so the sums were half the work.
+XF_VNNI_INLINE __m512i sum_each_of_16(const __m512i (&acc)[16]) {
+  __m512i pairs[8], quads[4];
+  for (int j = 0; j < 8; ++j) {  // lane 4q+{0,1,2,3} of 128-bit lane q: partials of 2j, 2j+1
+    pairs[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2 * j], acc[2 * j + 1]),
+                                _mm512_unpackhi_epi32(acc[2 * j], acc[2 * j + 1]));
+  }
+  for (int j = 0; j < 4; ++j) {  // each 128-bit lane: partials of 4j .. 4j+3, in order
+    quads[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * j], pairs[2 * j + 1]),
+                                _mm512_unpackhi_epi64(pairs[2 * j], pairs[2 * j + 1]));
+  }
+  // Lane q of the result: the four 128-bit lanes of quads[q] added.
+  return add_lane_pairs(add_lane_pairs(quads[0], quads[1]), add_lane_pairs(quads[2], quads[3]));
+}
+
+// kCols int32 or f32 values, repeated to fill 16 lanes.
+template <int kCols>
+XF_VNNI_INLINE __m512i repeat_to_16(const void* values) {
+  static_assert(kCols == 16 || kCols == 8 || kCols == 4, "a tile is 16, 8 or 4 columns");
+  if constexpr (kCols == 16) {
+    return _mm512_loadu_si512(values);
+  } else if constexpr (kCols == 8) {
+    return _mm512_broadcast_i32x8(_mm256_loadu_si256(static_cast<const __m256i*>(values)));
+  } else {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(values)));
+  }
+}
+
+// acc[i * kCols + j] += x row i . weight row j over the 64 bytes at c (the bytes in `mask`).
+template <int kRows, int kCols>
+XF_VNNI_INLINE void int8_tile_step(const uint8_t* x, const int8_t* w, int64_t k, int64_t c,
+                                   __mmask64 mask, __m512i (&acc)[16]) {
+  __m512i xv[kRows];
+  for (int i = 0; i < kRows; ++i) xv[i] = _mm512_maskz_loadu_epi8(mask, x + i * k + c);
+  for (int j = 0; j < kCols; ++j) {
+    const __m512i wv = _mm512_maskz_loadu_epi8(mask, w + j * k + c);
+    for (int i = 0; i < kRows; ++i) {
+      acc[i * kCols + j] = dpbusd(acc[i * kCols + j], xv[i], wv);
     }
   }
+}
+
+// One register tile: y[i][j] for the kRows x rows i from x and the kCols weight rows j from w
+// (both of row stride k), kRows * kCols = 16 accumulators. Several x rows share each weight load
+// (and several weight rows each x load), so that a product of a few rows is bound by the
+// multiplies rather than the loads.
+template <int kRows, int kCols>
+XF_VNNI_INLINE void int8_tile_vnni(const uint8_t* x, const int8_t* w, int64_t k,
+                                   const int32_t* shift_sums, const float* row_scales, float* y,
+                                   int64_t ldy) {
+  static_assert(kRows * kCols == 16, "a tile is 16 accumulators");
+  __m512i acc[16];
+  for (auto& v : acc) v = _mm512_setzero_si512();
+  const int64_t full = k / 64 * 64;
+  for (int64_t c = 0; c < full; c += 64) int8_tile_step<kRows, kCols>(x, w, k, c, ~0ull, acc);
+  if (full < k) int8_tile_step<kRows, kCols>(x, w, k, full, ~0ull >> (64 - k % 64), acc);
+
+  // Lane i * kCols + j holds x row i . weight row j; the kCols shifts and scales are repeated
+  // for each x row.
+  const __m512i dots = _mm512_sub_epi32(sum_each_of_16(acc), repeat_to_16<kCols>(shift_sums));
+  alignas(64) float results[16];
+  _mm512_store_ps(results, _mm512_mul_ps(_mm512_cvtepi32_ps(dots),
+                                         _mm512_castsi512_ps(repeat_to_16<kCols>(row_scales))));
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kCols; ++j) y[i * ldy + j] = results[i * kCols + j];
+  }
+}
+
+// y[i][r] = float(x[i] . w[r]) * row_scales[r] for the m rows of x (shifted to u8) and `rows`
+// weight rows, both of row stride k; y's row stride is ldy. Weight rows go in blocks of 16 (16 KB
+// at K = 1024, kept in L1 while every x row passes over them), x rows 4, 2 or 1 at a time; the
+// last rows % 16 weight rows one at a time. kFixedK, when not 0, is k known at compile time: the
+// 16 weight rows are then one pointer with constant offsets, where a run-time k needs a register
+// for each, more than x86-64 has (GCC then reloads them from the stack: 1.4-1.7 times slower at
+// one row, xf-kernels-bench BM_StaticMatmulBundledInt8).
+template <int64_t kFixedK>
+XF_VNNI_TARGET void int8_row_products_vnni(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                           int64_t run_time_k, int64_t rows,
+                                           const int32_t* shift_sums, const float* row_scales,
+                                           float* y, int64_t ldy) {
+  const int64_t k = kFixedK != 0 ? kFixedK : run_time_k;
+  int64_t r = 0;
+  for (; r + 16 <= rows; r += 16) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      for (int64_t j = 0; j < 16; j += 4) {
+        int8_tile_vnni<4, 4>(x_shifted + i * k, w + (r + j) * k, k, shift_sums + r + j,
+                             row_scales + r + j, y + i * ldy + r + j, ldy);
+      }
+    }
+    for (; i + 2 <= m; i += 2) {
+      for (int64_t j = 0; j < 16; j += 8) {
+        int8_tile_vnni<2, 8>(x_shifted + i * k, w + (r + j) * k, k, shift_sums + r + j,
+                             row_scales + r + j, y + i * ldy + r + j, ldy);
+      }
+    }
+    if (i < m) {
+      int8_tile_vnni<1, 16>(x_shifted + i * k, w + r * k, k, shift_sums + r, row_scales + r,
+                            y + i * ldy + r, ldy);
+    }
+  }
+  const int64_t full = k / 64 * 64;
   for (; r < rows; ++r) {
     for (int64_t i = 0; i < m; ++i) {
-      int32_t dot = -shift_sums[r];
-      for (int64_t c = 0; c < k; ++c) dot += int32_t{x_shifted[i * k + c]} * w[r * k + c];
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t c = 0; c < full; c += 64) {
+        sum = _mm512_dpbusd_epi32(sum, _mm512_loadu_si512(x_shifted + i * k + c),
+                                  _mm512_loadu_si512(w + r * k + c));
+      }
+      if (full < k) {
+        const __mmask64 tail = ~0ull >> (64 - (k - full));
+        sum = _mm512_dpbusd_epi32(sum, _mm512_maskz_loadu_epi8(tail, x_shifted + i * k + full),
+                                  _mm512_maskz_loadu_epi8(tail, w + r * k + full));
+      }
+      const int32_t dot = _mm512_reduce_add_epi32(sum) - shift_sums[r];
       y[i * ldy + r] = static_cast<float>(dot) * row_scales[r];
     }
   }
 }
+
 #pragma GCC diagnostic pop
+#undef XF_VNNI_INLINE
+#undef XF_VNNI_TARGET
 #endif
 
 }  // namespace
@@ -151,6 +257,36 @@ bool int8_row_kernel_available() {
   return false;
 #endif
 }
+
+namespace {
+
+// x + 128 in place, as u8: the VNNI kernel's x. A loop of its own, so that it vectorizes (inline
+// in StaticMatmul::run, byte stores that might alias the plan kept it one byte at a time: 5% of
+// a translation's time).
+XF_VECTORIZED uint8_t* shift_to_unsigned(int8_t* x, int64_t count) {
+  auto* shifted = reinterpret_cast<uint8_t*>(x);
+  for (int64_t c = 0; c < count; ++c) shifted[c] ^= 0x80;
+  return shifted;
+}
+
+// The few-row kernel for row length k (compiled for the Transformer's usual d_model and d_ff, or
+// generic), or null where the CPU cannot run it.
+Int8RowProducts int8_row_products_for(int64_t k) {
+  if (!int8_row_kernel_available()) return nullptr;
+#if defined(XF_INT8_ROW_KERNEL)
+  switch (k) {
+    case 256: return int8_row_products_vnni<256>;
+    case 512: return int8_row_products_vnni<512>;
+    case 1024: return int8_row_products_vnni<1024>;
+    case 2048: return int8_row_products_vnni<2048>;
+    default: return int8_row_products_vnni<0>;
+  }
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace
 
 int8_t to_seven_bits(int8_t value) {
   // Round half away from zero (-127..127 -> -64..64), then clamp the two ends to +-63.
@@ -252,7 +388,7 @@ struct StaticMatmul::Impl {
   std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
   // Int8 products of at most kMaxKernelRows rows by int8_row_products_vnni instead of oneDNN:
   // the stored weights, their row scales and each row's 128 * sum of weights (plan time).
-  bool int8_row_kernel = false;
+  Int8RowProducts int8_row_products = nullptr;
   const int8_t* int8_weights = nullptr;
   const float* int8_row_scales = nullptr;
   std::vector<int32_t> shift_sums;
@@ -338,8 +474,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.primitive = dnnl::matmul(pd);
   s.implementation = pd.impl_info_str();
-  if (s.int8 && m <= kMaxKernelRows && !s.packed && int8_row_kernel_available()) {
-    s.int8_row_kernel = true;
+  if (s.int8 && m <= kMaxKernelRows && !s.packed) s.int8_row_products = int8_row_products_for(s.k);
+  if (s.int8_row_products != nullptr) {
     s.implementation = "xf:int8_row_avx512_vnni";
     s.int8_weights = static_cast<const int8_t*>(weights.data);
     s.int8_row_scales = weights.row_scales;
@@ -401,23 +537,19 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
     quantize_int8_per_row(x, s.m, s.k, quantized, x_scales, s.engine->threads());
-#if defined(XF_INT8_ROW_KERNEL)
-    if (s.int8_row_kernel) {
-      auto* shifted = reinterpret_cast<uint8_t*>(quantized);
-      for (int64_t c = 0; c < s.m * s.k; ++c) shifted[c] ^= 0x80;  // s8 + 128 as u8
+    if (s.int8_row_products != nullptr) {
+      uint8_t* shifted = shift_to_unsigned(quantized, s.m * s.k);
       const int64_t blocks = (s.n + 255) / 256;
       detail::parallel_for(blocks, s.engine->threads(), s.m * s.n * s.k >= (1 << 18),
                            [&](int64_t b) {
         const int64_t first = b * 256, rows = std::min<int64_t>(256, s.n - first);
-        int8_row_products_vnni(shifted, s.m, s.int8_weights + first * s.k, s.k, rows,
-                               s.shift_sums.data() + first, s.int8_row_scales + first, y + first,
-                               s.n);
+        s.int8_row_products(shifted, s.m, s.int8_weights + first * s.k, s.k, rows,
+                            s.shift_sums.data() + first, s.int8_row_scales + first, y + first, s.n);
       });
       scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
                           s.engine->threads());
       return;
     }
-#endif
     s.source.set_data_handle(quantized);
   } else {
     s.source.set_data_handle(const_cast<float*>(x));
@@ -430,7 +562,9 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   // consecutive regions differ in size.
   if (omp_get_max_threads() != s.engine->threads()) omp_set_num_threads(s.engine->threads());
   run_primitive(s.primitive, s.engine->stream(), s.args);
-  if (s.int8) scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
+  if (s.int8) {
+    scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
+  }
 }
 
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -248,15 +248,16 @@ TEST(StaticMatmul, Int8MatchesReference) {
 
 // Up to 16 rows run on the VNNI kernel (where the CPU has it), 32 through oneDNN's general path:
 // the same rows give bit-identical results, over shapes with a K tail (k % 64), weight rows left
-// over from the kernel's blocks of 4, several 256-row slices shared by two threads, and the
-// output layer's size.
+// over from the kernel's blocks of 16, several 256-row slices shared by two threads, the output
+// layer's size, the K compiled in (256, 1024) and not (1, 64, 300), and x row counts that use
+// each register tile (4, 2 and 1 x rows) alone and together.
 TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
   CpuEngine engine(2);
   const int64_t general_rows = 32;
-  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {7, 64}, {1031, 300},
-                                                             {8446, 256}}) {
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {5, 1}, {7, 64}, {1031, 300}, {8446, 256}, {300, 1024}}) {
     SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k));
     const Int8Case w = make_int8_weights(n, k, random);
     const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
@@ -267,7 +268,7 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
     Workspace general_workspace(general.workspace_bytes());
     std::vector<float> expected(general_rows * n);
     general.run(x.data(), bias.data(), expected.data(), general_workspace.data());
-    for (int64_t m : {1, 5, 16}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 16}) {
       StaticMatmul few(engine, m, weights, true);
       if (int8_row_kernel_available()) {
         EXPECT_STREQ(few.implementation(), "xf:int8_row_avx512_vnni");
