@@ -539,10 +539,13 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
     quantize_int8_per_row(x, s.m, s.k, quantized, x_scales, s.engine->threads());
     if (s.int8_row_products != nullptr) {
       uint8_t* shifted = shift_to_unsigned(quantized, s.m * s.k);
-      const int64_t blocks = (s.n + 255) / 256;
-      detail::parallel_for(blocks, s.engine->threads(), s.m * s.n * s.k >= (1 << 18),
-                           [&](int64_t b) {
-        const int64_t first = b * 256, rows = std::min<int64_t>(256, s.n - first);
+      // One slice of weight rows a thread, a multiple of the kernel's 16 (slices of 256 rows
+      // left a 256-row product on one thread of two, and split 768 rows 512 : 256).
+      const int64_t threads = s.engine->threads();
+      const int64_t slice = (s.n + threads * 16 - 1) / (threads * 16) * 16;
+      detail::parallel_for((s.n + slice - 1) / slice, s.engine->threads(),
+                           s.m * s.n * s.k >= (1 << 18), [&](int64_t b) {
+        const int64_t first = b * slice, rows = std::min(slice, s.n - first);
         s.int8_row_products(shifted, s.m, s.int8_weights + first * s.k, s.k, rows,
                             s.shift_sums.data() + first, s.int8_row_scales + first, y + first, s.n);
       });

@@ -248,9 +248,9 @@ TEST(StaticMatmul, Int8MatchesReference) {
 
 // Up to 16 rows run on the VNNI kernel (where the CPU has it), 32 through oneDNN's general path:
 // the same rows give bit-identical results, over shapes with a K tail (k % 64), weight rows left
-// over from the kernel's blocks of 16, several 256-row slices shared by two threads, the output
-// layer's size, the K compiled in (256, 1024) and not (1, 64, 300), and x row counts that use
-// each register tile (4, 2 and 1 x rows) alone and together.
+// over from the kernel's blocks of 16, the rows split between two threads (a slice each), the
+// output layer's size, the K compiled in (256, 1024) and not (1, 64, 300), and x row counts that
+// use each register tile (4, 2 and 1 x rows) alone and together.
 TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
