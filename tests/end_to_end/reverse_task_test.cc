@@ -114,6 +114,22 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
       EXPECT_EQ(wrong, 0) << dtype << ", beam " << beam;
     }
   }
+
+  // A model file rewritten with one decoder layer of two: the binary keeps the config, the
+  // metadata and the tokenizer, and refuses an index past the stack.
+  const std::string one_layer = kDir + "/reverse_one_decoder_layer.xfm";
+  run(kBin + "xf-convert " + kDir + "/reverse_f32.xfm -o " + one_layer +
+          " --keep-decoder-layers 1",
+      kDir + "/convert.log");
+  auto kept = xf::ModelFile::open(one_layer);
+  EXPECT_EQ(kept->config().decoder_layers, 1u);
+  EXPECT_EQ(kept->config().encoder_layers, 2u);
+  EXPECT_EQ(kept->metadata_value("training.steps"), "1500");
+  EXPECT_EQ(kept->source_tokenizer(),
+            xf::ModelFile::open(kDir + "/reverse_f32.xfm")->source_tokenizer());
+  EXPECT_NE(std::system((kBin + "xf-convert " + kDir + "/reverse_f32.xfm -o " + kDir +
+                         "/x.xfm --keep-decoder-layers 0,2 2> /dev/null").c_str()),
+            0);
 }
 
 // Validation decodes with the runtime: the BLEU xf-train logs for a checkpoint is the BLEU that
@@ -216,6 +232,11 @@ TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
        "xf-convert: " + kDir + ": not an xf checkpoint (no checkpoint.txt)\n"},
       {kBin + "xf-convert " + kDir + "/run/step-001500 -o " + kDir + "/x.xfm --dtype q4",
        "xf-convert: --dtype: 'q4' is not one of f32|f16|int8\n"},
+      {kBin + "xf-convert " + kDir + "/run/step-001500 -o " + kDir +
+           "/x.xfm --keep-encoder-layers 0,,1",
+       "xf-convert: --keep-encoder-layers: '0,,1' is not a list of layer indices like 0,1,3\n"},
+      {kBin + "xf-convert " + kDir + "/run/step-001500 -o " + kDir + "/x.xfm --shared-vocabulary",
+       "xf-convert: --shared-vocabulary: give one model file (checkpoints share it already)\n"},
   };
   for (const auto& [command, expected] : cases) {
     auto [status, error] = run_for_error(command, kDir + "/error.log");

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <random>
 
 #include "error_of.h"
@@ -180,6 +182,53 @@ TEST(DataCheckpoint, DamagedCheckpointsAreRefused) {
   }
   EXPECT_NE(error_of([&] { read_checkpoint(path); }).find("checkpoint version '99' is not supported"),
             std::string::npos);
+}
+
+// keep_layers: every tensor of a kept layer is its original layer's, renumbered; the rest as
+// before; a stack left empty stays whole; bad indices are refused.
+TEST(DataCheckpoint, KeepLayersRenumbersTheKeptLayersTensors) {
+  Checkpoint full = random_checkpoint(5, 9);
+  full.config.encoder_layers = 4;
+  full.config.decoder_layers = 3;
+  full.parameters.resize(transformer_parameter_count(full.config));
+  std::iota(full.parameters.begin(), full.parameters.end(), 0.0f);
+  std::map<std::string, std::vector<float>> original;
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(full.config)) {
+    original[spec.name].assign(full.parameters.begin() + offset,
+                               full.parameters.begin() + offset + spec.elements());
+    offset += spec.elements();
+  }
+
+  const Checkpoint kept = keep_layers(full, {0, 2, 3}, {1});
+  EXPECT_EQ(kept.config.encoder_layers, 3u);
+  EXPECT_EQ(kept.config.decoder_layers, 1u);
+  EXPECT_EQ(kept.tokenizer_model, full.tokenizer_model);
+  const auto from = [](std::string name) {  // the expected original of each kept tensor
+    for (auto [now, was] : std::vector<std::pair<std::string, std::string>>{
+             {"encoder.layers.1.", "encoder.layers.2."}, {"encoder.layers.2.", "encoder.layers.3."},
+             {"decoder.layers.0.", "decoder.layers.1."}}) {
+      if (name.rfind(now, 0) == 0) return was + name.substr(now.size());
+    }
+    return name;
+  };
+  offset = 0;
+  size_t layer_tensors = 0;
+  for (const auto& spec : transformer_parameters(kept.config)) {
+    const std::vector<float> values(kept.parameters.begin() + offset,
+                                    kept.parameters.begin() + offset + spec.elements());
+    EXPECT_EQ(values, original.at(from(spec.name))) << spec.name;
+    layer_tensors += spec.name != from(spec.name);
+    offset += spec.elements();
+  }
+  EXPECT_EQ(offset, kept.parameters.size());
+  EXPECT_EQ(layer_tensors, 2 * 12u + 20u);  // two encoder layers moved (12 tensors), one decoder
+
+  EXPECT_EQ(keep_layers(full, {}, {}).parameters, full.parameters);
+  EXPECT_EQ(error_of([&] { keep_layers(full, {0, 4}, {}); }),
+            "the encoder layers to keep must be ascending indices below 4");
+  EXPECT_EQ(error_of([&] { keep_layers(full, {}, {1, 0}); }),
+            "the decoder layers to keep must be ascending indices below 3");
 }
 
 TEST(DataCheckpoint, WriteRefusesMismatchedSizes) {

@@ -421,6 +421,24 @@ TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
 
   EXPECT_EQ(error_of([&] { prune_target_vocabulary(full, {0, 1, 3, 2}); }),
             "prune_target_vocabulary: kept ids must be ascending target ids");
+
+  // The vocabulary shared again (xf-convert --shared-vocabulary): exactly the full checkpoint's
+  // config, tokenizer and weights; a file that is not a pruning of its source table is refused.
+  const Checkpoint reshared =
+      checkpoint_with_shared_vocabulary(*ModelFile::open(dir + "/pruned.xfm"));
+  EXPECT_EQ(config_to_key_values(reshared.config), config_to_key_values(full.config));
+  EXPECT_EQ(reshared.tokenizer_model, full.tokenizer_model);
+  EXPECT_EQ(reshared.parameters, full.parameters);
+  const auto reshare = [&](const std::string& file) {
+    return error_of([&] { checkpoint_with_shared_vocabulary(*ModelFile::open(dir + file)); });
+  };
+  EXPECT_EQ(reshare("/full.xfm"), dir + "/full.xfm: has one shared vocabulary already");
+  PrunedModel altered = pruned;
+  altered.checkpoint.parameters[shared + 5 * d] += 1.0f;  // target row 5
+  write_model_file(altered.checkpoint, DType::f32, {}, dir + "/altered.xfm",
+                   altered.target_tokenizer);
+  EXPECT_EQ(reshare("/altered.xfm"), dir + "/altered.xfm: target piece 5 is not a row of the "
+                                           "source vocabulary; not a pruned shared vocabulary");
   fs::remove_all(dir);
 }
 

@@ -1,8 +1,11 @@
 // xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--metadata KEY=VALUE]...
-//            [--target-vocabulary-from CORPUS]
+//            [--target-vocabulary-from CORPUS] [--keep-encoder-layers LIST]
+//            [--keep-decoder-layers LIST] [--shared-vocabulary]
 // Averages the checkpoints (element-wise mean of their parameters) and writes a flat model file
 // with the SentencePiece model and a training summary in its metadata; or rewrites one model
-// file (another dtype, a pruned target vocabulary) keeping its metadata.
+// file (another dtype, a pruned target vocabulary, fewer layers, the vocabulary shared again)
+// keeping its metadata.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -20,7 +23,28 @@ constexpr const char* kUsage =
     "rewrites one model file, its metadata kept. --target-vocabulary-from CORPUS keeps on the\n"
     "target side only the pieces that CORPUS's target sentences use (give the training data,\n"
     "TSV or CSV): a smaller output layer, so faster decoding, and the same translations wherever\n"
-    "the full model chose those pieces.\n";
+    "the full model chose those pieces. --keep-encoder-layers and --keep-decoder-layers LIST\n"
+    "(ascending indices, \"0,1,3\") keep only those layers of a stack, renumbered from 0.\n"
+    "--shared-vocabulary (a model file pruned by --target-vocabulary-from) makes its source\n"
+    "vocabulary the shared one again, as before pruning, so that xf-train --init-from can\n"
+    "continue it.\n";
+
+// "0,1,3" -> {0, 1, 3}; `option` names the flag in errors.
+std::vector<int> parse_layer_list(const std::string& option, const std::string& text) {
+  std::vector<int> layers;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
+        item.size() > 4) {
+      throw xf::Error(option + ": '" + text + "' is not a list of layer indices like 0,1,3");
+    }
+    layers.push_back(std::stoi(item));
+    start = comma + 1;
+  }
+  return layers;
+}
 
 // A model file as a checkpoint to rewrite: weights widened to f32, the shared tokenizer.
 xf::trainer::Checkpoint checkpoint_from_model_file(const xf::ModelFile& file) {
@@ -43,6 +67,8 @@ int main(int argc, char** argv) {
     xf::DType dtype = xf::DType::f32;
     std::map<std::string, std::string> extra;
     std::string target_corpus;
+    std::vector<int> encoder_layers, decoder_layers;
+    bool shared_vocabulary = false;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
       auto value = [&]() -> std::string {
@@ -62,6 +88,12 @@ int main(int argc, char** argv) {
         dtype = xf::parse_dtype(name);
       } else if (arg == "--target-vocabulary-from") {
         target_corpus = value();
+      } else if (arg == "--keep-encoder-layers") {
+        encoder_layers = parse_layer_list(arg, value());
+      } else if (arg == "--keep-decoder-layers") {
+        decoder_layers = parse_layer_list(arg, value());
+      } else if (arg == "--shared-vocabulary") {
+        shared_vocabulary = true;
       } else if (arg == "--metadata") {
         std::string entry = value();
         size_t eq = entry.find('=');
@@ -81,11 +113,23 @@ int main(int argc, char** argv) {
     }
     xf::trainer::Checkpoint checkpoint;
     std::map<std::string, std::string> metadata;
-    if (checkpoints.size() == 1 && std::filesystem::is_regular_file(checkpoints[0])) {
+    const bool from_model_file =
+        checkpoints.size() == 1 && std::filesystem::is_regular_file(checkpoints[0]);
+    if (shared_vocabulary && !from_model_file) {
+      throw xf::Error("--shared-vocabulary: give one model file (checkpoints share it already)");
+    }
+    if (shared_vocabulary && !target_corpus.empty()) {
+      throw xf::Error("--shared-vocabulary and --target-vocabulary-from undo each other");
+    }
+    if (from_model_file) {
       std::cerr << "reading model file " << checkpoints[0] << "\n";
       auto file = xf::ModelFile::open(checkpoints[0]);
-      checkpoint = checkpoint_from_model_file(*file);
-      for (const auto& [key, value] : file->metadata()) metadata[key] = value;
+      checkpoint = shared_vocabulary ? xf::trainer::checkpoint_with_shared_vocabulary(*file)
+                                     : checkpoint_from_model_file(*file);
+      for (const auto& [key, value] : file->metadata()) {
+        // A vocabulary shared again has no pruning to describe.
+        if (!(shared_vocabulary && key.rfind("target_vocabulary.", 0) == 0)) metadata[key] = value;
+      }
       for (const auto& [key, value] : extra) metadata[key] = value;
     } else {
       std::vector<xf::trainer::Checkpoint> loaded;
@@ -96,6 +140,11 @@ int main(int argc, char** argv) {
       checkpoint = xf::trainer::average_checkpoints(loaded, checkpoints);
       loaded.clear();
       metadata = xf::trainer::model_metadata(checkpoint, checkpoints, extra);
+    }
+    if (!encoder_layers.empty() || !decoder_layers.empty()) {
+      checkpoint = xf::trainer::keep_layers(checkpoint, encoder_layers, decoder_layers);
+      std::cerr << "kept " << checkpoint.config.encoder_layers << " encoder and "
+                << checkpoint.config.decoder_layers << " decoder layers\n";
     }
     std::string target_tokenizer;
     if (!target_corpus.empty()) {

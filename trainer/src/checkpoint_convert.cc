@@ -1,4 +1,5 @@
 // Checkpoints -> flat model file: averaging, metadata, writing through xf::ModelWriter.
+#include <algorithm>
 #include <cstdio>
 
 #include "xf/error.h"
@@ -105,6 +106,44 @@ void write_model_file(const Checkpoint& checkpoint, DType dtype,
   writer.write(path);
 }
 
+namespace {
+
+// Where each tensor of `config` starts in `parameters` (transformer_parameters() order).
+std::map<std::string, const float*> tensors_by_name(const ModelConfig& config,
+                                                    const std::vector<float>& parameters) {
+  std::map<std::string, const float*> tensors;
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(config)) {
+    tensors[spec.name] = parameters.data() + offset;
+    offset += static_cast<size_t>(spec.elements());
+  }
+  if (offset != parameters.size()) throw Error("checkpoint parameters do not match its config");
+  return tensors;
+}
+
+// Checks that `layers` are ascending indices below `count`; `stack` names them in errors.
+void check_layer_indices(const std::vector<int>& layers, uint32_t count, const char* stack) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || static_cast<uint32_t>(layers[i]) >= count ||
+        (i > 0 && layers[i] <= layers[i - 1])) {
+      throw Error(std::string("the ") + stack + " layers to keep must be ascending indices below " +
+                  std::to_string(count));
+    }
+  }
+}
+
+// "encoder.layers.3.ffn.inner.weight" with layers {0, 1, 3} -> "encoder.layers.1.ffn...": the
+// name of the original tensor that a renumbered layer's tensor comes from.
+std::string original_layer_tensor(const std::string& name, const std::string& stack_prefix,
+                                  const std::vector<int>& kept) {
+  if (kept.empty() || name.compare(0, stack_prefix.size(), stack_prefix) != 0) return name;
+  const size_t dot = name.find('.', stack_prefix.size());
+  const int index = std::stoi(name.substr(stack_prefix.size(), dot - stack_prefix.size()));
+  return stack_prefix + std::to_string(kept[static_cast<size_t>(index)]) + name.substr(dot);
+}
+
+}  // namespace
+
 std::vector<int32_t> target_pieces_used(const std::vector<TextPair>& pairs,
                                         const Tokenizer& tokenizer) {
   std::vector<bool> used(static_cast<size_t>(tokenizer.vocab_size()), false);
@@ -128,15 +167,7 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
       throw Error("prune_target_vocabulary: kept ids must be ascending target ids");
     }
   }
-  std::map<std::string, const float*> tensors;  // the checkpoint's tensors by name
-  size_t offset = 0;
-  for (const auto& spec : transformer_parameters(from)) {
-    tensors[spec.name] = checkpoint.parameters.data() + offset;
-    offset += static_cast<size_t>(spec.elements());
-  }
-  if (offset != checkpoint.parameters.size()) {
-    throw Error("checkpoint parameters do not match its config");
-  }
+  const auto tensors = tensors_by_name(checkpoint.config, checkpoint.parameters);
 
   PrunedModel pruned{checkpoint, sentencepiece_model_subset(checkpoint.tokenizer_model, kept)};
   ModelConfig& to = pruned.checkpoint.config;
@@ -166,6 +197,72 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
     }
   }
   return pruned;
+}
+
+Checkpoint checkpoint_with_shared_vocabulary(const ModelFile& pruned) {
+  const ModelConfig& from = pruned.config();
+  if (from.shared_embeddings || pruned.target_tokenizer() == pruned.source_tokenizer()) {
+    throw Error(pruned.path() + ": has one shared vocabulary already");
+  }
+  if (!from.tied_output || from.output_bias) {
+    throw Error(pruned.path() + ": an untied output layer or an output bias cannot be shared "
+                "again (pruning dropped their other rows)");
+  }
+  const Tokenizer source =
+      Tokenizer::from_model_proto(std::string(pruned.source_tokenizer()), "source tokenizer");
+  const Tokenizer target =
+      Tokenizer::from_model_proto(std::string(pruned.target_tokenizer()), "target tokenizer");
+  std::map<std::string, int32_t> source_ids;
+  for (int32_t id = 0; id < source.vocab_size(); ++id) source_ids[source.piece(id)] = id;
+
+  Checkpoint checkpoint;
+  checkpoint.config = from;
+  checkpoint.config.shared_embeddings = true;
+  checkpoint.config.target_vocab_size = from.source_vocab_size;
+  checkpoint.tokenizer_model = std::string(pruned.source_tokenizer());
+  const std::vector<float> parameters = parameters_from_model_file(pruned);
+  const auto tensors = tensors_by_name(from, parameters);
+  const float* source_table = tensors.at(param::source_embedding(from));
+  const float* target_table = tensors.at(param::target_embedding(from));
+  const size_t d = from.d_model;
+  for (int32_t id = 0; id < target.vocab_size(); ++id) {
+    const auto it = source_ids.find(target.piece(id));
+    if (it == source_ids.end() ||
+        !std::equal(target_table + id * d, target_table + (id + 1) * d,
+                    source_table + static_cast<size_t>(it->second) * d)) {
+      throw Error(pruned.path() + ": target piece " + std::to_string(id) +
+                  " is not a row of the source vocabulary; not a pruned shared vocabulary");
+    }
+  }
+  for (const auto& spec : transformer_parameters(checkpoint.config)) {
+    const std::string& name =
+        spec.name == param::source_embedding(checkpoint.config) ? param::source_embedding(from)
+                                                                 : spec.name;
+    const float* values = tensors.at(name);
+    checkpoint.parameters.insert(checkpoint.parameters.end(), values,
+                                 values + static_cast<size_t>(spec.elements()));
+  }
+  return checkpoint;
+}
+
+Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& encoder,
+                       const std::vector<int>& decoder) {
+  const ModelConfig& from = checkpoint.config;
+  check_layer_indices(encoder, from.encoder_layers, "encoder");
+  check_layer_indices(decoder, from.decoder_layers, "decoder");
+  const auto tensors = tensors_by_name(from, checkpoint.parameters);
+  Checkpoint kept = checkpoint;
+  if (!encoder.empty()) kept.config.encoder_layers = static_cast<uint32_t>(encoder.size());
+  if (!decoder.empty()) kept.config.decoder_layers = static_cast<uint32_t>(decoder.size());
+  kept.parameters.clear();
+  for (const auto& spec : transformer_parameters(kept.config)) {
+    const std::string name = original_layer_tensor(
+        original_layer_tensor(spec.name, "encoder.layers.", encoder), "decoder.layers.", decoder);
+    const float* values = tensors.at(name);
+    kept.parameters.insert(kept.parameters.end(), values,
+                           values + static_cast<size_t>(spec.elements()));
+  }
+  return kept;
 }
 
 std::vector<float> parameters_from_model_file(const ModelFile& model) {

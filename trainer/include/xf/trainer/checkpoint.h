@@ -121,6 +121,22 @@ struct PrunedModel {
 PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
                                     const std::vector<int32_t>& kept);
 
+// ---- Reshaping a model to continue training it (xf-convert --shared-vocabulary, --keep-...) ----
+
+// The checkpoint of a model file whose target vocabulary prune_target_vocabulary() cut: the
+// source table, which pruning kept whole, becomes the shared table again, with the source
+// tokenizer, as before pruning, so that xf-train --init-from can continue it. Throws where the
+// file is not such a pruning: a target piece the source vocabulary lacks, a target row that is not
+// its source row, or an untied output layer or output bias (rows pruning dropped for good).
+Checkpoint checkpoint_with_shared_vocabulary(const ModelFile& pruned);
+
+// The checkpoint with only the encoder layers `encoder` and the decoder layers `decoder` (indices
+// of the original, ascending; empty keeps that stack whole), renumbered from 0. With a pre-norm
+// residual stream a layer can be left out at some cost, which training then recovers (the bundled
+// model: docs/TRAINING.md).
+Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& encoder,
+                       const std::vector<int>& decoder);
+
 // ---- A flat model file as a starting point (xf-train --init-from) ------------------------------
 
 // The model file's parameters widened to f32 (int8 rows times their scales, f16/bf16 widened), in
