@@ -25,6 +25,9 @@
 #   CONTINUE_WARMUP, CONTINUE_LR_SCALE, CONTINUE_SEED, CONTINUE_DROPOUT  that stage's warmup
 #            steps, learning-rate factor, seed and dropout [1000, 1, 2, 0.1]: peak rate =
 #            factor * 256^-0.5 * warmup^-0.5
+#   CONTINUE_RESHAPE  xf-convert options applied to CONTINUE_FROM before training from it, e.g.
+#            "--shared-vocabulary --keep-encoder-layers 0,1,3,4,5" (a pruned file's vocabulary
+#            shared again, encoder layer 2 left out)  [none]
 #   BF16     1: xf-train --bf16 (bf16 matrix products, 1.5-1.9x the tokens/s where the CPU has
 #            AVX512-BF16 or AMX); 0: f32; auto: 1 on such a CPU  [auto]
 #   SCORE    0 skips the test-set scoring                   [1]
@@ -91,14 +94,21 @@ CONTINUE_ARGS=(
   --init-from "${CONTINUE_FROM:-}" --train "$DATA/train.tsv" --dev "$DATA/dev.tsv" --out "$RUN"
   --src-lang en --tgt-lang fr
   --dropout "${CONTINUE_DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
-  --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens 2500 --max-length 64
-  --max-minutes "$MINUTES" --valid-every 500 --valid-bleu-sentences 100 --save-every 250
-  --keep 12 --threads "$THREADS" --seed "${CONTINUE_SEED:-2}" --device "$DEVICE"
+  --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}"
+  --max-length 64 --max-minutes "$MINUTES" --valid-every "${VALID_EVERY:-500}"
+  --valid-bleu-sentences "${VALID_BLEU:-100}" --save-every "${SAVE_EVERY:-250}"
+  --keep "${KEEP:-12}" --threads "$THREADS" --seed "${CONTINUE_SEED:-2}" --device "$DEVICE"
 )
 if [[ $BF16 == 1 ]]; then TRAIN_ARGS+=(--bf16); CONTINUE_ARGS+=(--bf16); fi
 if compgen -G "$RUN/step-*" > /dev/null; then
   "$BIN/xf-train" --resume --out "$RUN" --max-minutes "$MINUTES" --threads "$THREADS"
 elif [[ -n ${CONTINUE_FROM:-} ]]; then
+  if [[ -n ${CONTINUE_RESHAPE:-} ]]; then
+    mkdir -p "$(dirname "$RUN")"
+    # shellcheck disable=SC2086  # the options are meant to split into words
+    "$BIN/xf-convert" "$CONTINUE_FROM" -o "$(dirname "$RUN")/init.xfm" $CONTINUE_RESHAPE
+    CONTINUE_ARGS[1]="$(dirname "$RUN")/init.xfm"  # the value of --init-from
+  fi
   "$BIN/xf-train" "${CONTINUE_ARGS[@]}"
 else
   "$BIN/xf-train" "${TRAIN_ARGS[@]}"
