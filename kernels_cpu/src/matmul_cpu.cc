@@ -349,6 +349,21 @@ struct CpuEngine::Impl {
     });
   }
 
+  // 128 * the sum of each int8 weight row (s32 [n]): what the few-row kernel subtracts for its
+  // u8 x. Made once per weight matrix, shared by the 16 row counts planned for it.
+  std::shared_ptr<PackedWeights> row_shift_sums(const WeightMatrix& weights) {
+    const dnnl::memory::desc desc({weights.rows}, DataType::s32, dnnl::memory::format_tag::a);
+    return shared_copy(weights, desc, [&](PackedWeights& made) {
+      const auto* w = static_cast<const int8_t*>(weights.data);
+      auto* sums = static_cast<int32_t*>(made.memory.get_data_handle());
+      for (int64_t r = 0; r < weights.rows; ++r) {
+        int32_t sum = 0;
+        for (int64_t c = 0; c < weights.cols; ++c) sum += w[r * weights.cols + c];
+        sums[r] = 128 * sum;
+      }
+    });
+  }
+
   std::shared_ptr<PackedWeights> seven_bit_copy(const WeightMatrix& weights) {
     const auto desc = stored_weights_desc(weights.rows, weights.cols, DataType::s8);
     return shared_copy(weights, desc, [&](PackedWeights& made) {
@@ -391,7 +406,8 @@ struct StaticMatmul::Impl {
   Int8RowProducts int8_row_products = nullptr;
   const int8_t* int8_weights = nullptr;
   const float* int8_row_scales = nullptr;
-  std::vector<int32_t> shift_sums;
+  std::shared_ptr<PackedWeights> shift_sums_copy;  // the engine's, shared across row counts
+  const int32_t* shift_sums = nullptr;
   // Memory objects made once; run() only re-points their data handles (no allocation).
   dnnl::memory source, destination, bias, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
@@ -479,12 +495,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     s.implementation = "xf:int8_row_avx512_vnni";
     s.int8_weights = static_cast<const int8_t*>(weights.data);
     s.int8_row_scales = weights.row_scales;
-    s.shift_sums.resize(static_cast<size_t>(s.n));
-    for (int64_t r = 0; r < s.n; ++r) {
-      int32_t sum = 0;
-      for (int64_t c = 0; c < s.k; ++c) sum += s.int8_weights[r * s.k + c];
-      s.shift_sums[r] = 128 * sum;
-    }
+    s.shift_sums_copy = engine.impl_->row_shift_sums(weights);
+    s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
   }
 
   size_t offset = 0;
@@ -541,13 +553,13 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
       uint8_t* shifted = shift_to_unsigned(quantized, s.m * s.k);
       // One slice of weight rows a thread, a multiple of the kernel's 16 (slices of 256 rows
       // left a 256-row product on one thread of two, and split 768 rows 512 : 256).
-      const int64_t threads = s.engine->threads();
+      const int threads = s.engine->threads();
       const int64_t slice = (s.n + threads * 16 - 1) / (threads * 16) * 16;
-      detail::parallel_for((s.n + slice - 1) / slice, s.engine->threads(),
+      detail::parallel_for((s.n + slice - 1) / slice, threads,
                            s.m * s.n * s.k >= (1 << 18), [&](int64_t b) {
         const int64_t first = b * slice, rows = std::min(slice, s.n - first);
         s.int8_row_products(shifted, s.m, s.int8_weights + first * s.k, s.k, rows,
-                            s.shift_sums.data() + first, s.int8_row_scales + first, y + first, s.n);
+                            s.shift_sums + first, s.int8_row_scales + first, y + first, s.n);
       });
       scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
                           s.engine->threads());

@@ -286,6 +286,23 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
   }
 }
 
+// The few-row int8 kernel's row sums are made once per weight matrix, however many of the row
+// counts 1..16 are planned for it, and freed with the last StaticMatmul using them.
+TEST(StaticMatmul, Int8RowSumsAreSharedAcrossRowCounts) {
+  if (!int8_row_kernel_available()) GTEST_SKIP() << "skipped: no AVX-512 VNNI on this CPU";
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(1);
+  const int64_t n = 300, k = 256;
+  const Int8Case w = make_int8_weights(n, k, random);
+  const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
+  std::vector<StaticMatmul> matmuls;
+  for (int64_t m = 1; m <= 16; ++m) matmuls.emplace_back(engine, m, weights, false);
+  EXPECT_EQ(engine.packed_weight_bytes(), n * sizeof(int32_t));
+  matmuls.clear();
+  EXPECT_EQ(engine.packed_weight_bytes(), 0u);
+}
+
 // Large values of one sign in x and W: the pairs of u8 x s8 products that oneDNN adds in int16 on
 // CPUs without VNNI overflow unless the weights have 7 bits (found on an AVX2 machine, where the
 // product came out 32640 instead of 4129024).

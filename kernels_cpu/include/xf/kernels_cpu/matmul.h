@@ -40,7 +40,8 @@ class CpuEngine {
   // Affects StaticMatmuls made afterwards.
   void set_weight_packing(bool enabled);
   bool weight_packing() const;
-  // Bytes held in packed weight copies (for memory reports).
+  // Bytes held beside the weights (for memory reports): packed copies, 7-bit copies and the
+  // int8 few-row kernel's row sums, each shared by every StaticMatmul of the same weights.
   size_t packed_weight_bytes() const;
 
  private:
