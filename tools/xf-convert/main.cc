@@ -46,18 +46,6 @@ std::vector<int> parse_layer_list(const std::string& option, const std::string& 
   return layers;
 }
 
-// A model file as a checkpoint to rewrite: weights widened to f32, the shared tokenizer.
-xf::trainer::Checkpoint checkpoint_from_model_file(const xf::ModelFile& file) {
-  if (file.target_tokenizer() != file.source_tokenizer()) {
-    throw xf::Error(file.path() + ": has its own target vocabulary already");
-  }
-  xf::trainer::Checkpoint checkpoint;
-  checkpoint.config = file.config();
-  checkpoint.parameters = xf::trainer::parameters_from_model_file(file);
-  checkpoint.tokenizer_model = std::string(file.source_tokenizer());
-  return checkpoint;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,7 +113,7 @@ int main(int argc, char** argv) {
       std::cerr << "reading model file " << checkpoints[0] << "\n";
       auto file = xf::ModelFile::open(checkpoints[0]);
       checkpoint = shared_vocabulary ? xf::trainer::checkpoint_with_shared_vocabulary(*file)
-                                     : checkpoint_from_model_file(*file);
+                                     : xf::trainer::checkpoint_from_model_file(*file);
       for (const auto& [key, value] : file->metadata()) {
         // A vocabulary shared again has no pruning to describe.
         if (!(shared_vocabulary && key.rfind("target_vocabulary.", 0) == 0)) metadata[key] = value;

@@ -199,6 +199,17 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
   return pruned;
 }
 
+Checkpoint checkpoint_from_model_file(const ModelFile& model) {
+  if (model.target_tokenizer() != model.source_tokenizer()) {
+    throw Error(model.path() + ": has its own target vocabulary already");
+  }
+  Checkpoint checkpoint;
+  checkpoint.config = model.config();
+  checkpoint.parameters = parameters_from_model_file(model);
+  checkpoint.tokenizer_model = std::string(model.source_tokenizer());
+  return checkpoint;
+}
+
 Checkpoint checkpoint_with_shared_vocabulary(const ModelFile& pruned) {
   const ModelConfig& from = pruned.config();
   if (from.shared_embeddings || pruned.target_tokenizer() == pruned.source_tokenizer()) {

@@ -123,6 +123,11 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
 
 // ---- Reshaping a model to continue training it (xf-convert --shared-vocabulary, --keep-...) ----
 
+// A model file with one shared vocabulary as a checkpoint to rewrite: its config, its weights
+// widened to f32 (parameters_from_model_file) and its tokenizer. Throws for a file with its own
+// target vocabulary (see checkpoint_with_shared_vocabulary).
+Checkpoint checkpoint_from_model_file(const ModelFile& model);
+
 // The checkpoint of a model file whose target vocabulary prune_target_vocabulary() cut: the
 // source table, which pruning kept whole, becomes the shared table again, with the source
 // tokenizer, as before pruning, so that xf-train --init-from can continue it. Throws where the
