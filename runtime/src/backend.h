@@ -62,6 +62,8 @@ class Backend {
 
   // Bytes of working memory the backend took at construction.
   virtual size_t arena_bytes() const = 0;
+  // Device memory and allocation counts (Translator::device_usage); nullopt without a device.
+  virtual std::optional<DeviceUsage> device_usage() const { return std::nullopt; }
   // (Test-only reads of intermediate values: backend_probe.h.)
 };
 

@@ -44,6 +44,9 @@ class ModuleBackend final : public Backend {
   size_t arena_bytes() const override {
     return modules::call_module([&] { return inner_->arena_bytes(); });
   }
+  std::optional<DeviceUsage> device_usage() const override {
+    return modules::call_module([&] { return inner_->device_usage(); });
+  }
 
  private:
   std::unique_ptr<Backend> inner_;

@@ -203,6 +203,7 @@ class CpuOps {
     return base;
   }
   size_t arena_bytes() const { return arena_->bytes(); }
+  std::optional<DeviceUsage> device_usage() const { return std::nullopt; }
 
   // ---- kernels
   void project(const Linear& l, const float* x, float* y, int64_t rows) { l.product->run(rows, x, y, workspace_); }

@@ -188,6 +188,12 @@ class CudaOps {
     return arena_->base();
   }
   size_t arena_bytes() const { return arena_->capacity(); }
+  std::optional<DeviceUsage> device_usage() const {
+    size_t free_bytes = 0, total_bytes = 0;
+    XF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const cuda::AllocationCounts counts = cuda::allocation_counts();
+    return DeviceUsage{total_bytes - free_bytes, counts.device_mallocs + counts.pinned_host_mallocs};
+  }
   // Writes values into the input's pinned slot (once its previous copy has left), then copies
   // them to the device on the stream.
   template <typename U>

@@ -13,7 +13,7 @@
 //             WeightStore (weight_store.h), converted there, placed where the device reads them
 //   memory    padded_rows(rows); reserve(layout) for its own buffers; input(layout, bytes) for a
 //             host input that upload(input, values, count) brings to the device;
-//             allocate(layout) -> base of the working memory; arena_bytes()
+//             allocate(layout) -> base of the working memory; arena_bytes(); device_usage()
 //   kernels   project, logits, embed, layer_norm, add_bias_residual, bias_relu, attention,
 //             self_attention_step (the cache write and the cached attention, fused or not),
 //             top_k, copy_blocks, download (tests), and the beam reorder of the caches: either
@@ -67,6 +67,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   bool can_drop_sentences() const override { return true; }
   void keep_sentences(const int32_t* kept, int64_t count) override;
   size_t arena_bytes() const override { return ops_.arena_bytes(); }
+  std::optional<DeviceUsage> device_usage() const override { return ops_.device_usage(); }
 
   void copy_encoder_output(float* out) const override {
     ops_.download(memory_, sentences_ * source_len_ * d_, out);

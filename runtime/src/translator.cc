@@ -79,6 +79,7 @@ Translator::~Translator() = default;
 
 int64_t Translator::max_target_len() const { return plan_->max_target_len; }
 size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
+std::optional<DeviceUsage> Translator::device_usage() const { return backend_->device_usage(); }
 
 void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                                const TranslateOptions& options,

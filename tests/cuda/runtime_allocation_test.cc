@@ -68,6 +68,11 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
     EXPECT_EQ(built.pinned_host_mallocs - before.pinned_host_mallocs, 1u) << "one pinned staging block";
     EXPECT_EQ(built.device_frees, before.device_frees);
     EXPECT_EQ(built.pinned_host_frees, before.pinned_host_frees);
+    // What xf-bench reports as the device's allocations and memory comes from the same counts.
+    const std::optional<DeviceUsage> usage_built = translator.device_usage();
+    ASSERT_TRUE(usage_built.has_value());
+    EXPECT_EQ(usage_built->allocations, built.device_mallocs + built.pinned_host_mallocs);
+    EXPECT_GT(usage_built->used_bytes, 0u);
 
     std::vector<TokenTranslation> results;
     alloc_counter::Counts heap{};
@@ -83,6 +88,7 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
     EXPECT_EQ(after.device_frees, built.device_frees);
     EXPECT_EQ(after.pinned_host_mallocs, built.pinned_host_mallocs);
     EXPECT_EQ(after.pinned_host_frees, built.pinned_host_frees);
+    EXPECT_EQ(translator.device_usage()->allocations, usage_built->allocations);
     ASSERT_EQ(results.size(), 1u);
     EXPECT_FALSE(results[0].hypotheses.empty());
     RecordProperty("host_heap_allocations_in_steady_state", static_cast<int>(heap.xf + heap.backend));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,14 @@ lines, in file order, after one warm-up request, and prints:
   tokens/s        target tokens of the best hypotheses (EOS excluded) per second
   sentences/s     input lines per second
   latency         p50 and p90 of the per-request wall time, in ms
+  per step        p50 and p90 of each request's wall time over its decoder steps (its longest
+                  output + 1 for EOS), in ms: at batch 1, the time a generated token costs
   peak RSS        the process's peak resident memory (model mapping included), in MB
   allocations     heap allocations during the timed decoding (tokenization is done before),
                   by xf's own code and inside the backend library (oneDNN), separately
+  device          (--device cuda) device memory in use after the run (cudaMemGetInfo, the
+                  CUDA context included; xf allocates nothing on the device after loading) and
+                  the device/pinned allocation calls xf made during the timed decoding
 
 %s  --input FILE          the sentences (required)
   --ids                 the input holds space-separated token ids (no tokenizer needed)
@@ -122,6 +128,9 @@ int run(Options options) {
 
   std::vector<double> latencies_ms;
   latencies_ms.reserve(requests.size() * options.repeat);
+  std::vector<double> step_ms;
+  step_ms.reserve(requests.size() * options.repeat);
+  const std::optional<xf::DeviceUsage> device_before = translator.device_usage();
   uint64_t tokens = 0, sentences = 0;
   using Clock = std::chrono::steady_clock;
   xf::alloc_counter::start();
@@ -132,31 +141,44 @@ int run(Options options) {
       const auto t0 = Clock::now();
       translator.translate_ids(request, options.cli.translate, results);
       latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      for (size_t i = 0; i < request.size(); ++i) tokens += results[i].hypotheses[0].ids.size();
+      size_t longest = 0;
+      for (size_t i = 0; i < request.size(); ++i) {
+        tokens += results[i].hypotheses[0].ids.size();
+        longest = std::max(longest, results[i].hypotheses[0].ids.size());
+      }
+      step_ms.push_back(latencies_ms.back() / static_cast<double>(longest + 1));
       sentences += request.size();
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const xf::alloc_counter::Counts allocations = xf::alloc_counter::stop();
+  const std::optional<xf::DeviceUsage> device_after = translator.device_usage();
+  const double device_mb = device_after ? device_after->used_bytes / 1048576.0 : 0.0;
+  const unsigned long long device_allocations =
+      device_after ? device_after->allocations - device_before->allocations : 0;
 
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_mb = usage.ru_maxrss / 1024.0;
   const double p50 = percentile(latencies_ms, 0.5), p90 = percentile(latencies_ms, 0.9);
+  const double step_p50 = percentile(step_ms, 0.5), step_p90 = percentile(step_ms, 0.9);
   const auto& t = options.cli.translator;
   const std::string dtype = xf::dtype_name(model->file().tensors().front().dtype);
   if (options.json) {
     std::printf(
         "{\"tokens_per_s\": %.3f, \"sentences_per_s\": %.3f, \"latency_p50_ms\": %.3f, "
-        "\"latency_p90_ms\": %.3f, \"peak_rss_mb\": %.1f, \"allocations_xf\": %llu, "
+        "\"latency_p90_ms\": %.3f, \"ms_per_step_p50\": %.4f, \"ms_per_step_p90\": %.4f, "
+        "\"peak_rss_mb\": %.1f, \"allocations_xf\": %llu, "
         "\"allocations_backend\": %llu, \"sentences\": %llu, \"tokens\": %llu, \"seconds\": %.4f, "
         "\"beam\": %d, \"batch\": %d, \"threads\": %d, \"device\": \"%s\", \"model_dtype\": \"%s\", "
-        "\"model_mb\": %.1f, \"arena_mb\": %.1f}\n",
-        tokens / seconds, sentences / seconds, p50, p90, peak_rss_mb,
+        "\"model_mb\": %.1f, \"arena_mb\": %.1f, \"device_memory_mb\": %.1f, "
+        "\"device_allocations\": %llu}\n",
+        tokens / seconds, sentences / seconds, p50, p90, step_p50, step_p90, peak_rss_mb,
         static_cast<unsigned long long>(allocations.xf), static_cast<unsigned long long>(allocations.backend),
         static_cast<unsigned long long>(sentences), static_cast<unsigned long long>(tokens), seconds, t.beam,
         t.max_batch, t.threads, xf::device_name(t.device), dtype.c_str(),
-        model->file().file_size() / 1048576.0, translator.arena_bytes() / 1048576.0);
+        model->file().file_size() / 1048576.0, translator.arena_bytes() / 1048576.0, device_mb,
+        device_allocations);
   } else {
     std::printf("model        %s (%s, %.1f MB)\n", options.cli.model_path.c_str(), dtype.c_str(),
                 model->file().file_size() / 1048576.0);
@@ -166,10 +188,15 @@ int run(Options options) {
     std::printf("tokens/s     %.1f\n", tokens / seconds);
     std::printf("sentences/s  %.2f\n", sentences / seconds);
     std::printf("latency      p50 %.2f ms, p90 %.2f ms (per request of up to %zu sentences)\n", p50, p90, batch);
+    std::printf("per step     p50 %.3f ms, p90 %.3f ms (a request's time over its decoder steps)\n",
+                step_p50, step_p90);
     std::printf("peak RSS     %.1f MB\n", peak_rss_mb);
     std::printf("allocations  %llu by xf, %llu inside the backend (oneDNN)\n",
                 static_cast<unsigned long long>(allocations.xf),
                 static_cast<unsigned long long>(allocations.backend));
+    if (device_after)
+      std::printf("device       %.1f MB in use, %llu device allocations during translation\n",
+                  device_mb, device_allocations);
   }
   return 0;
 }

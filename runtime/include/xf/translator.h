@@ -111,6 +111,13 @@ struct Hypothesis {
   float log_prob = 0.0f;
 };
 
+// Device memory in use (cudaMemGetInfo: every context on the device, the CUDA context included)
+// and the device and pinned-host allocation calls xf's CUDA code made since the process started.
+struct DeviceUsage {
+  size_t used_bytes = 0;
+  uint64_t allocations = 0;
+};
+
 struct TranslationResult {
   std::vector<Hypothesis> hypotheses;  // best first, n_best of them
 };
@@ -151,6 +158,9 @@ class XF_API Translator {
   // The plan's limits and size.
   int64_t max_target_len() const;
   size_t arena_bytes() const;
+  // The device's memory and allocation counts (CUDA; nullopt on the CPU): xf-bench reports them,
+  // and the CUDA allocation test checks that translating leaves the allocation count unchanged.
+  std::optional<DeviceUsage> device_usage() const;
   // Batches the last translate_ids() call decoded (how max_batch_size/batch_type cut it).
   int64_t last_call_batches() const { return last_call_batches_; }
 
