@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """xf's Transformer decoding in PyTorch with a K/V cache: the anchor of xf-bench on a GPU (issue 30).
 
-    pytorch_decode_speed.py --model M.xfm --ids SOURCES.ids [--device cuda] [--dtype f16|f32]
-                            [--batch 32] [--beam 4] [--max-sentences N] [--out OUT.ids] [--json]
-    pytorch_decode_speed.py --model M.xfm --encode FILE [--max-sentences N] > SOURCES.ids
+    pytorch_decode_speed.py --model M.xfm --ids SOURCES.ids [--device cuda]
+                            [--runs f16:1:1:100,f16:32:4,f32:128:1] [--out-dir DIR]
+    pytorch_decode_speed.py --model M.xfm --encode FILE > SOURCES.ids
 
 The model file's weights (int8 widened to f32, then cast to --dtype) run the model of
 tests/reference/README.md as a PyTorch user would write it for inference: embeddings times
@@ -22,9 +22,11 @@ index_select). Beam is for timing; greedy outputs are compared with xf's token b
 
 Timed as xf-bench times: requests of --batch sentences in file order after one warm-up request,
 torch.cuda.synchronize() before each clock read; tokens/s counts the best hypotheses' tokens
-without EOS; the per-request latency and, per request, the latency over its decoder steps.
---encode writes the source ids (SentencePiece of the model file, no EOS) of a text file's lines
-(first column of a .tsv).
+without EOS; the per-request latency and, per request, the latency over its decoder steps. One
+JSON line a run; device memory both as torch.cuda.max_memory_allocated() (the peak of tensors) and
+as cudaMemGetInfo's use after the run (context and allocator reserve included: xf-bench's basis).
+--encode writes the source ids (SentencePiece of the model file, no EOS) of a text file's distinct
+lines in order (first column of a .tsv).
 """
 import argparse
 import json
@@ -253,47 +255,21 @@ class Decoder:
         return [max(f)[1] if f else [] for f in finished]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--ids", help="xf-bench --ids input: space-separated source ids a line")
-    p.add_argument("--encode", help="write the source ids of this text file (or .tsv) and exit")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", choices=["f16", "f32"], default="f16")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--beam", type=int, default=1)
-    p.add_argument("--max-sentences", type=int, default=0)
-    p.add_argument("--out", help="write the best hypotheses' ids here, one line a sentence")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args()
+def device_used_mb(torch):
+    """Device memory in use as cudaMemGetInfo says (the CUDA context and the caching allocator's
+    reserve included): the basis of xf-bench's device figure."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**20
 
-    model = xfm.read_xfm(args.model)
-    if args.encode:
-        import sentencepiece as spm
-        sp = spm.SentencePieceProcessor(model_proto=model.source_tokenizer)
-        with open(args.encode, encoding="utf-8") as f:
-            lines = [line.rstrip("\n").split("\t")[0] for line in f]
-        for line in lines[:args.max_sentences or None]:
-            print(" ".join(map(str, sp.encode(line))))
-        return
 
-    import torch
-    torch.backends.cuda.matmul.allow_tf32 = False  # xf's f32 products use no TF32
-    torch.backends.cudnn.allow_tf32 = False
-    dtype = {"f16": torch.float16, "f32": torch.float32}[args.dtype]
-    with open(args.ids) as f:
-        sources = [[int(x) for x in line.split()] for line in f if line.strip()]
-    if args.max_sentences:
-        sources = sources[:args.max_sentences]
-    decoder = Decoder(torch, model, args.device, dtype)
-    cuda = args.device.startswith("cuda")
+def run(torch, decoder, sources, batch, beam, cuda):
+    """Times one configuration as xf-bench does; returns (report, outputs)."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    translate = (lambda batch: decoder.greedy(batch)) if args.beam == 1 else \
-        (lambda batch: decoder.beam(batch, args.beam))
-    requests = [sources[i:i + args.batch] for i in range(0, len(sources), args.batch)]
-    outputs, latencies, per_token = [], [], []
+    translate = (lambda b: decoder.greedy(b)) if beam == 1 else (lambda b: decoder.beam(b, beam))
+    requests = [sources[i:i + batch] for i in range(0, len(sources), batch)]
+    outputs, latencies, per_step = [], [], []
     with torch.inference_mode():
-        translate(requests[0])  # warm-up: kernels chosen, allocator filled
+        translate(requests[0])  # warm-up: kernels chosen, the caching allocator filled
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         sync()
@@ -304,28 +280,69 @@ def main():
             sync()
             seconds = time.perf_counter() - t0
             latencies.append(seconds * 1e3)
-            steps = max(len(r) for r in result) + 1  # decoder steps of the request, EOS included
-            per_token.append(seconds * 1e3 / steps)
+            steps = max(len(r) for r in result) + 1  # the request's decoder steps, EOS included
+            per_step.append(seconds * 1e3 / steps)
             outputs.extend(result)
         seconds = time.perf_counter() - start
     tokens = sum(len(o) for o in outputs)
     report = {
         "tokens_per_s": tokens / seconds, "sentences_per_s": len(sources) / seconds,
         "latency_p50_ms": percentile(latencies, 0.5), "latency_p90_ms": percentile(latencies, 0.9),
-        "ms_per_step_p50": percentile(per_token, 0.5), "ms_per_step_p90": percentile(per_token, 0.9),
+        "ms_per_step_p50": percentile(per_step, 0.5), "ms_per_step_p90": percentile(per_step, 0.9),
         "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,
-        "sentences": len(sources), "tokens": tokens, "seconds": seconds, "batch": args.batch,
-        "beam": args.beam, "dtype": args.dtype, "torch": torch.__version__,
-        "device": torch.cuda.get_device_name() if cuda else "cpu"}
-    if args.out:
-        with open(args.out, "w") as f:
-            for o in outputs:
-                f.write(" ".join(map(str, o)) + "\n")
-    if args.json:
-        print(json.dumps(report))
-    else:
-        for key, value in report.items():
-            print("%-16s %s" % (key, "%.3f" % value if isinstance(value, float) else value))
+        "device_used_mb": device_used_mb(torch) if cuda else 0.0,
+        "sentences": len(sources), "tokens": tokens, "seconds": seconds, "batch": batch,
+        "beam": beam}
+    return report, outputs
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--ids", help="xf-bench --ids input: space-separated source ids a line")
+    p.add_argument("--encode", help="write the source ids of this text file (or .tsv) and exit")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--runs", default="f16:1:1",
+                   help="comma-separated DTYPE:BATCH:BEAM[:SENTENCES] (f16 or f32; SENTENCES: "
+                        "the first N of --ids, default all), each timed in this process")
+    p.add_argument("--out-dir", help="write each run's best hypotheses (ids, a line a sentence) "
+                                     "to DTYPE_bBATCH_kBEAM.ids here")
+    args = p.parse_args()
+
+    model = xfm.read_xfm(args.model)
+    if args.encode:
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_proto=model.source_tokenizer)
+        with open(args.encode, encoding="utf-8") as f:
+            lines = [line.rstrip("\n").split("\t")[0] for line in f]
+        distinct = list(dict.fromkeys(lines))  # test.tsv repeats a source per reference
+        for line in distinct:
+            print(" ".join(map(str, sp.encode(line))))
+        return
+
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False  # xf's f32 products use no TF32
+    torch.backends.cudnn.allow_tf32 = False
+    cuda = args.device.startswith("cuda")
+    with open(args.ids) as f:
+        sources = [[int(x) for x in line.split()] for line in f if line.strip()]
+    decoders = {}
+    for spec in args.runs.split(","):
+        fields = spec.split(":")
+        dtype, batch, beam = fields[0], int(fields[1]), int(fields[2])
+        count = int(fields[3]) if len(fields) > 3 else len(sources)
+        if dtype not in decoders:
+            decoders.clear()  # one model on the device at a time
+            decoders[dtype] = Decoder(torch, model, args.device,
+                                      {"f16": torch.float16, "f32": torch.float32}[dtype])
+        report, outputs = run(torch, decoders[dtype], sources[:count], batch, beam, cuda)
+        report.update({"dtype": dtype, "torch": torch.__version__,
+                       "device": torch.cuda.get_device_name() if cuda else "cpu"})
+        if args.out_dir:
+            with open(os.path.join(args.out_dir, "%s_b%d_k%d.ids" % (dtype, batch, beam)), "w") as f:
+                for o in outputs:
+                    f.write(" ".join(map(str, o)) + "\n")
+        print(json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def build_model(torch, args, vocab):
             source_pad = source == 0                                  # [B, S]
             target_pad = target_in == 0                               # [B, T]
             T = target_in.shape[1]
-            causal = torch.ones(T, T, dtype=torch.bool).triu(1)     # [T, T], True: masked
+            causal = torch.ones(T, T, dtype=torch.bool, device=target_in.device).triu(1)  # True: masked
             memory = self.encoder(self.embed(source), src_key_padding_mask=source_pad)
             hidden = self.decoder(self.embed(target_in), memory, tgt_mask=causal,
                                   tgt_key_padding_mask=target_pad,
