@@ -6,7 +6,7 @@
 #                                   (XF_CUDA=ON, sm 90), the CUPTI kernel tracer, and packs
 #                                   gpu-pack/ (git-ignored, well under the 64 MiB a call carries):
 #                                     build.tar.xz  build-gpu's programs, libraries and ctest files
-#                                     libs.tar.xz   lib/: the Debian libraries they link that a
+#                                     libs.tar.gz   lib/: the Debian libraries they link that a
 #                                                   CUDA image lacks, libcupti and the tracer;
 #                                                   bin/: flatc (scripts/bench/xfm.py), readelf
 #                                     enfr.ids      the distinct sources of $XF_DATA/test.tsv as
@@ -16,6 +16,10 @@
 #                                   every program starting, the report) -- so that the GPU run
 #                                   is not the script's first run.
 #   scripts/gpu_check.sh            on the GPU machine (device tool, carry ["gpu-pack"]).
+#   XF_GPU_PHASES=xf,pytorch,traces scripts/gpu_check.sh   only those phases (default: all of
+#                                   ceiling,xf,pytorch,traces,train,ctest; the report always).
+#                                   XF_PT_SDPA: PyTorch's attention passes (default
+#                                   "default no-cudnn"; f32 runs in the default pass only).
 #
 # The GPU run, most important first, each phase under its own time limit:
 #   1. decoding: xf-bench --device cuda, f16 and f32, the paper's base model (6+6, d 512, 8
@@ -89,7 +93,7 @@ if [ "$mode" = "prepare" ]; then
     --encode "$data/test.tsv" >"$pack/enfr.ids"
   # The libraries compressed too (oneDNN alone is 40 MB): the tree, the model and this pack
   # must travel in one call's 64 MiB.
-  tar -C "$pack" -cf - lib bin | xz -T0 -6 >"$pack/libs.tar.xz"
+  tar -C "$pack" -czf "$pack/libs.tar.gz" lib bin
   rm -rf "$pack/lib" "$pack/bin"
   du -sh "$pack" "$pack"/* >&2
   total=$(du -sm "$pack" | cut -f1)
@@ -100,6 +104,8 @@ fi
 
 # ---- the run (GPU machine; selftest: a scratch copy here) ---------------------------------------
 start=$(date +%s)
+phases="${XF_GPU_PHASES:-ceiling,xf,pytorch,traces,train,ctest}"
+want() { [[ ",$phases," == *",$1,"* ]]; }
 if [ "$mode" = "selftest" ]; then
   # Unpack into a scratch root, as the GPU machine would see the carried files.
   scratch=$(mktemp -d)
@@ -123,7 +129,7 @@ note() { echo "gpu_check [$(elapsed) s]: $*" | tee -a "$out/summary.md" >&2; }
 
 [ -f "$pack/build.tar.xz" ] || { echo "gpu_check: no gpu-pack/ (run 'scripts/gpu_check.sh prepare' first)" >&2; exit 1; }
 tar -xJf "$pack/build.tar.xz" -C "$root"
-tar -xJf "$pack/libs.tar.xz" -C "$pack"
+tar -xzf "$pack/libs.tar.gz" -C "$pack"
 build="$root/$build_name"
 original=$(cat "$pack/root.txt")
 if [ "$original" != "$root" ] && [ "$mode" != "selftest" ]; then
@@ -177,7 +183,7 @@ pt_device=cuda
 [ "$mode" = "selftest" ] && pt_device=cpu
 
 # The ceilings of this card, measured (METHOD.md): a device-to-device copy and a bf16 product.
-if [ "$mode" != "selftest" ]; then
+if [ "$mode" != "selftest" ] && want ceiling; then
   timeout 60 python3 - >>"$results" 2>>"$out/decode.log" <<'EOF'
 import json, torch
 x = torch.randn(1 << 30, device="cuda", dtype=torch.float32)  # 4 GiB
@@ -235,6 +241,7 @@ xf_bench() {  # model dtype batch beam sentences
   fi
 }
 for model in base enfr; do
+  want xf || break
   read -r n1 n32 n128 <<<"${counts[$model]}"
   for dtype in f16 f32; do
     xf_bench "$model" "$dtype" 1 1 "$n1"
@@ -248,21 +255,27 @@ for model in base enfr; do
       { note "xf-run $model $dtype: FAILED (decode.log)"; status=1; }
   done
 done
-note "phase 1 (xf decoding) done"
+want xf && note "phase 1 (xf decoding) done"
 
 # ---- 2. the same in PyTorch ---------------------------------------------------------------------
-if [ "$python_ok" = 1 ]; then
+if [ "$python_ok" = 1 ] && want pytorch; then
   for model in base enfr; do
     read -r n1 n32 n128 <<<"${counts[$model]}"
-    runs="f16:1:1:$n1,f16:32:4:$n32,f16:128:1:$n128,f32:1:1:$n1,f32:32:4:$n32,f32:128:1:$n128"
-    [ "$mode" = "selftest" ] && runs="f32:1:1:$n1,f32:32:4:$n32,f32:128:1:$n128"
-    mkdir -p "$work/outputs/pt_$model"
-    echo "== pytorch $model $runs" >>"$out/decode.log"
-    timeout 200 "$py" scripts/bench/pytorch_decode_speed.py --model "$models/$model.xfm" \
-      --ids "$models/$model.ids" --device "$pt_device" --runs "$runs" \
-      --out-dir "$work/outputs/pt_$model" 2>>"$out/decode.log" |
-      sed -u "s/^{/{\"kind\": \"decode\", \"tool\": \"pytorch\", \"model\": \"$model\", /" >>"$results" ||
-      { note "PyTorch decoding $model: FAILED (decode.log)"; status=1; }
+    # PyTorch as it comes, then f16 again with cuDNN's attention off (PyTorch 2.11 plans
+    # cuDNN's attention anew for every cache length: the first GPU run, 2026-11-26).
+    for sdpa in ${XF_PT_SDPA:-default no-cudnn}; do
+      runs="f16:1:1:$n1,f16:32:4:$n32,f16:128:1:$n128"
+      [ "$sdpa" = default ] && runs="$runs,f32:1:1:$n1,f32:32:4:$n32,f32:128:1:$n128"
+      [ "$mode" = "selftest" ] && runs="f32:1:1:$n1,f32:32:4:$n32,f32:128:1:$n128"
+      [ "$mode" = "selftest" ] && [ "$sdpa" = no-cudnn ] && continue
+      mkdir -p "$work/outputs/pt_${model}_$sdpa"
+      echo "== pytorch $model $sdpa $runs" >>"$out/decode.log"
+      timeout 200 "$py" scripts/bench/pytorch_decode_speed.py --model "$models/$model.xfm" \
+        --ids "$models/$model.ids" --device "$pt_device" --runs "$runs" --sdpa "$sdpa" \
+        --out-dir "$work/outputs/pt_${model}_$sdpa" 2>>"$out/decode.log" |
+        sed -u "s/^{/{\"kind\": \"decode\", \"tool\": \"pytorch\", \"model\": \"$model\", /" >>"$results" ||
+        { note "PyTorch decoding $model $sdpa: FAILED (decode.log)"; status=1; }
+    done
   done
   note "phase 2 (PyTorch decoding) done"
 else
@@ -271,7 +284,9 @@ fi
 
 # ---- 3. where the time goes ---------------------------------------------------------------------
 read -r n1 n32 n128 <<<"${counts[base]}"
+n1=$(( n1 < 20 ? n1 : 20 ))  # PyTorch at batch 1 is slow: 20 sentences trace well enough
 for setting in "1 1 $n1" "32 4 $n32"; do
+  want traces || break
   set -- $setting
   head -n "$3" "$models/base.ids" >"$work/trace_input.ids"
   xf trace "$work/outputs/trace_xf_b$1_k$2.tsv" timeout 60 "$build/bin/xf-bench" \
@@ -280,7 +295,7 @@ for setting in "1 1 $n1" "32 4 $n32"; do
     --max-source-len 64 --json >>"$out/trace.log" 2>&1 || { note "trace xf b$1 k$2: FAILED"; status=1; }
   if [ "$python_ok" = 1 ]; then
     trace "$work/outputs/trace_pt_b$1_k$2.tsv" timeout 90 "$py" scripts/bench/pytorch_decode_speed.py \
-      --model "$models/base.xfm" --ids "$work/trace_input.ids" --device "$pt_device" \
+      --model "$models/base.xfm" --ids "$work/trace_input.ids" --device "$pt_device" --sdpa no-cudnn \
       --runs "$( [ "$device" = cpu ] && echo f32 || echo f16):$1:$2" >>"$out/trace.log" 2>&1 ||
       { note "trace PyTorch b$1 k$2: FAILED"; status=1; }
   fi
@@ -288,10 +303,10 @@ done
 for f in "$work"/outputs/trace_*.tsv; do
   [ -f "$f" ] && { echo "== $(basename "$f")"; head -40 "$f"; } >>"$out/trace.log"
 done
-note "phase 3 (kernel traces) done"
+want traces && note "phase 3 (kernel traces) done"
 
 # ---- 4. the training step -----------------------------------------------------------------------
-if [ "$mode" != "selftest" ]; then
+if [ "$mode" != "selftest" ] && want train; then
   for precision in mixed-f16 f32; do
     steps=$( [ "$precision" = f32 ] && echo 5 || echo 10 )
     echo "== xf_cuda_train_step_bench --precision $precision --steps $steps" >>"$out/train.log"
@@ -322,7 +337,7 @@ if [ "$mode" != "selftest" ]; then
 fi
 
 # ---- 5. the CUDA tests ----------------------------------------------------------------------------
-if [ "$mode" != "selftest" ]; then
+if [ "$mode" != "selftest" ] && want ctest; then
   (cd "$build" && LD_LIBRARY_PATH="$xf_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
      timeout 240 ctest -R cuda --output-on-failure --timeout 200 -j 8) >"$out/ctest.log" 2>&1 || status=1
   grep -E "tests passed|tests failed" "$out/ctest.log" | tee -a "$out/summary.md" >&2
@@ -330,7 +345,7 @@ if [ "$mode" != "selftest" ]; then
     note "CUDA tests were SKIPPED or NOT RUN on a GPU machine: a failure"; status=1
   fi
   note "phase 5 (ctest -R cuda) done"
-else
+elif [ "$mode" = "selftest" ]; then
   # Here: the CUDA tests must at least be listed from the unpacked tree.
   (cd "$build" && ctest -R cuda -N) | tail -1 | tee -a "$out/summary.md" >&2
 fi
@@ -338,9 +353,10 @@ fi
 # ---- 6. the report ------------------------------------------------------------------------------
 for model in base enfr; do
   for dtype in f16 f32; do
-    pt="$work/outputs/pt_$model/${dtype}_b128_k1.ids"
+    pt="$work/outputs/pt_${model}_default/${dtype}_b128_k1.ids"
     xfo="$work/outputs/xf_${model}_${dtype}.ids"
-    [ "$mode" = "selftest" ] && pt="$work/outputs/pt_$model/f32_b128_k1.ids"
+    [ -f "$pt" ] || pt="$work/outputs/pt_${model}_no-cudnn/${dtype}_b128_k1.ids"
+    [ "$mode" = "selftest" ] && pt="$work/outputs/pt_${model}_default/f32_b128_k1.ids"
     [ -f "$pt" ] && [ -f "$xfo" ] && "$py" scripts/gpu/report.py --compare "$xfo" "$pt" \
       --label "$model $dtype" >>"$results"
   done

@@ -305,6 +305,10 @@ def main():
     p.add_argument("--runs", default="f16:1:1",
                    help="comma-separated DTYPE:BATCH:BEAM[:SENTENCES] (f16 or f32; SENTENCES: "
                         "the first N of --ids, default all), each timed in this process")
+    p.add_argument("--sdpa", choices=["default", "no-cudnn"], default="default",
+                   help="no-cudnn: torch.backends.cuda.enable_cudnn_sdp(False); PyTorch 2.11 picks "
+                        "cuDNN's attention for f16 by default, which plans anew for every length "
+                        "of the cache (18 ms a step at batch 1 on an H200, 2026-11-26)")
     p.add_argument("--out-dir", help="write each run's best hypotheses (ids, a line a sentence) "
                                      "to DTYPE_bBATCH_kBEAM.ids here")
     args = p.parse_args()
@@ -324,6 +328,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False  # xf's f32 products use no TF32
     torch.backends.cudnn.allow_tf32 = False
     cuda = args.device.startswith("cuda")
+    if args.sdpa == "no-cudnn" and cuda:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     with open(args.ids) as f:
         sources = [[int(x) for x in line.split()] for line in f if line.strip()]
     decoders = {}
@@ -336,7 +342,7 @@ def main():
             decoders[dtype] = Decoder(torch, model, args.device,
                                       {"f16": torch.float16, "f32": torch.float32}[dtype])
         report, outputs = run(torch, decoders[dtype], sources[:count], batch, beam, cuda)
-        report.update({"dtype": dtype, "torch": torch.__version__,
+        report.update({"dtype": dtype, "sdpa": args.sdpa, "torch": torch.__version__,
                        "device": torch.cuda.get_device_name() if cuda else "cpu"})
         if args.out_dir:
             with open(os.path.join(args.out_dir, "%s_b%d_k%d.ids" % (dtype, batch, beam)), "w") as f:

@@ -44,7 +44,10 @@ std::string demangled(const char* name) {
   char* plain = abi::__cxa_demangle(name, nullptr, nullptr, &status);
   std::string result = status == 0 && plain != nullptr ? plain : name;
   std::free(plain);
-  // Template arguments make names unreadable in a table; keep the function's own name.
+  // The parameter list makes names unreadable in a table: cut it, after dropping the
+  // "(anonymous namespace)::" whose parenthesis would cut the name itself.
+  for (size_t at; (at = result.find("(anonymous namespace)::")) != std::string::npos;)
+    result.erase(at, sizeof("(anonymous namespace)::") - 1);
   const size_t paren = result.find('(');
   if (paren != std::string::npos) result.resize(paren);
   if (result.size() > 120) result = result.substr(0, 117) + "...";

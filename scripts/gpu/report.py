@@ -66,6 +66,7 @@ def main():
     # 1. Decoding, xf beside PyTorch.
     xf = {}
     pt = {}
+    pt_nocudnn = {}  # PyTorch with cuDNN's attention switched off (f16)
     for r in records:
         if r.get("kind") != "decode":
             continue
@@ -73,10 +74,11 @@ def main():
             res = r["result"]
             xf[(r["model"], r["dtype"], res["batch"], res["beam"])] = res
         else:
-            pt[(r["model"], r["dtype"], r["batch"], r["beam"])] = r
+            key = (r["model"], r["dtype"], r["batch"], r["beam"])
+            (pt_nocudnn if r.get("sdpa") == "no-cudnn" else pt)[key] = r
     rows = []
-    for key in sorted(set(xf) | set(pt), key=lambda k: (k[0], k[1], k[2] != 1, k[2], k[3])):
-        x, t = xf.get(key), pt.get(key)
+    for key in sorted(set(xf) | set(pt) | set(pt_nocudnn), key=lambda k: (k[0], k[1], k[2] != 1, k[2], k[3])):
+        x, t, n = xf.get(key), pt.get(key), pt_nocudnn.get(key)
         model, dtype, batch, beam = key
         label = "%s %s %s" % (model, dtype, setting({"batch": batch, "beam": beam}))
         if batch == 1:
@@ -88,13 +90,17 @@ def main():
                      "%.0f" % x["tokens_per_s"] if x else "FAILED",
                      "%.0f" % t["tokens_per_s"] if t else "-",
                      "%.2f" % (x["tokens_per_s"] / t["tokens_per_s"]) if x and t else "-",
+                     "%.0f (%.2f)" % (n["tokens_per_s"], x["tokens_per_s"] / n["tokens_per_s"]) if x and n else "-",
                      xs, ts,
+                     "%.3f / %.3f ms" % (n["ms_per_step_p50"], n["ms_per_step_p90"]) if n and batch == 1 else "",
                      "%.0f" % x["device_memory_mb"] if x else "-",
                      "%.0f / %.0f" % (t["device_used_mb"], t["device_peak_mb"]) if t else "-",
                      x["device_allocations"] if x else "-"])
     out.append("## Decoding: xf-bench --device cuda against PyTorch, same weights and sources\n")
     out.append(table(["model dtype setting", "xf tokens/s", "PyTorch tokens/s", "xf / PyTorch",
+                      "PyTorch, cuDNN attention off: tokens/s (xf / it)",
                       "xf ms/step p50 / p90", "PyTorch ms/step p50 / p90",
+                      "PyTorch cuDNN off ms/step p50 / p90",
                       "xf device MB in use", "PyTorch MB in use / tensor peak",
                       "xf device allocations"], rows))
 
