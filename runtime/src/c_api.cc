@@ -255,7 +255,12 @@ xf_status xf_translate(xf_translator* translator, const char* const* sources, si
         throw InvalidArgument("xf_translate: target prefix " + std::to_string(i + 1) + " is null");
       prefixes.emplace_back(c.target_prefix[i]);
     }
-    std::vector<std::string> lines(sources, sources + count);
+    // Of each source, only what the plan can use is copied (and tokenized): a huge source
+    // costs no memory and is refused by translate() as longer than max_source_len.
+    const xf::Translator& t = *translator->translator;
+    const size_t most_bytes = t.model().source_bytes_for(static_cast<size_t>(t.options().max_source_len));
+    std::vector<std::string> lines(count);
+    for (size_t i = 0; i < count; ++i) lines[i].assign(sources[i], ::strnlen(sources[i], most_bytes));
     auto out = std::make_unique<xf_results>();
     out->results = translator->translator->translate(lines, to_cpp(c), prefixes);
     *results = out.release();

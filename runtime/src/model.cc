@@ -2,6 +2,9 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "xf/format/model_file.h"
 #include "xf/metrics.h"
 
@@ -63,6 +66,8 @@ Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
                                        file_->path() + ": source tokenizer");
     target_tokenizer_ = load_tokenizer(file_->target_tokenizer(), c.target_vocab_size,
                                        file_->path() + ": target tokenizer");
+    for (int id = 0; id < source_tokenizer_->GetPieceSize(); ++id)
+      longest_source_piece_ = std::max(longest_source_piece_, source_tokenizer_->IdToPiece(id).size());
   }
 }
 
@@ -90,6 +95,26 @@ const sentencepiece::SentencePieceProcessor& Model::tokenizer(bool source) const
 
 std::vector<int32_t> Model::encode_source(std::string_view text) const {
   return encode(tokenizer(true), text, "source text");
+}
+
+size_t Model::source_bytes_for(size_t max_tokens) const {
+  // A piece of at least 4 bytes (byte fallback and unknown characters: one character a piece).
+  const size_t per_piece = std::max<size_t>(longest_source_piece_, 4) * 4;
+  return max_tokens > SIZE_MAX / per_piece ? SIZE_MAX : max_tokens * per_piece;
+}
+
+std::vector<int32_t> Model::encode_source(std::string_view text, size_t max_tokens, bool* truncated) const {
+  size_t bytes = std::min(text.size(), source_bytes_for(max_tokens));
+  const bool cut = bytes < text.size();
+  // Back to the start of a UTF-8 character (at most 3 continuation bytes), so that cutting
+  // never makes valid text invalid.
+  for (int back = 0; cut && back < 3 && bytes > 0 && (static_cast<unsigned char>(text[bytes]) & 0xC0) == 0x80; ++back)
+    --bytes;
+  std::vector<int32_t> ids = encode_source(text.substr(0, bytes));
+  const bool longer = cut || ids.size() > max_tokens;
+  if (ids.size() > max_tokens) ids.resize(max_tokens);
+  if (truncated != nullptr) *truncated = longer;
+  return ids;
 }
 
 std::vector<int32_t> Model::encode_target(std::string_view text) const {

@@ -196,7 +196,13 @@ std::vector<TranslationResult> Translator::translate(const std::vector<std::stri
   std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(target_prefix.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     try {
-      ids[i] = model_->encode_source(sources[i]);
+      // Only the head of a source that the plan can take is tokenized: a huge text costs
+      // neither the memory nor the time of tokenizing all of it.
+      bool longer = false;
+      ids[i] = model_->encode_source(sources[i], static_cast<size_t>(plan_->max_source_len - 1), &longer);
+      if (longer)
+        throw Error("more than the translator's max_source_len " + std::to_string(plan_->max_source_len) +
+                    " tokens with EOS");
       if (!target_prefix.empty()) prefix_ids[i] = model_->encode_target(target_prefix[i]);
     } catch (const Error& e) {
       throw Error("sentence " + std::to_string(i + 1) + ": " + e.what());

@@ -2,6 +2,7 @@
 // C++ API.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -232,6 +233,31 @@ TEST(CApi, ErrorsBecomeStatusCodes) {
   xf_results_free(nullptr);
   xf_translator_free(nullptr);
   xf_model_free(nullptr);
+}
+
+// A source of 20 MB is refused as longer than max_source_len without being copied or tokenized
+// whole: the peak RSS grows by less than 30 MB (tokenizing all of it took over 1 GB).
+TEST(CApi, AHugeSourceIsRefusedInBoundedMemory) {
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  std::string huge;
+  while (huge.size() < (20u << 20)) huge += "the cat sees the dog and the bird ";
+  const char* sources[] = {huge.c_str()};
+  xf_results* results = nullptr;
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_EQ(xf_translate(translator, sources, 1, nullptr, &results), XF_ERROR);
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_NE(std::string(xf_last_error()).find("sentence 1: more than the translator's max_source_len 256"),
+            std::string::npos)
+      << xf_last_error();
+  EXPECT_LT((after.ru_maxrss - before.ru_maxrss) / 1024.0, 30.0);
+  xf_translator_free(translator);
+  xf_model_free(model);
 }
 
 TEST(CApi, VersionIsTheHeadersRelease) {

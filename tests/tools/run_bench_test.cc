@@ -1,9 +1,15 @@
 // xf-run and xf-bench end to end: the programs are run on files, as a user would.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -217,6 +223,126 @@ TEST(XfRun, KeepsEveryLineAndWarnsAboutBadOnes) {
   const ProgramRun strict = run(XF_BENCH, "--model " + model_path() + " --input " + input + " --strict");
   EXPECT_EQ(strict.status, 1);
   EXPECT_NE(strict.err.find("mixed.txt: line 9: "), std::string::npos) << strict.err;
+}
+
+// Runs `argv` with its stdin fed by `feed` through a pipe (so that no big input file is left
+// behind), stdout and stderr to files; returns the exit status, outputs and the child's own
+// peak RSS in MB (wait4). The child's address space is capped at 1 GiB, so that a program that
+// held a huge line whole fails at once rather than taking gigabytes of a shared machine.
+struct PipedRun : ProgramRun {
+  double peak_rss_mb = 0.0;
+};
+
+PipedRun run_piped(const std::vector<std::string>& argv, const std::function<void(int)>& feed) {
+  const std::string out = work_dir() + "/piped_stdout", err = work_dir() + "/piped_stderr";
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[0], 0);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    const rlimit limit{1ul << 30, 1ul << 30};
+    ::setrlimit(RLIMIT_AS, &limit);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[0]);
+  ::signal(SIGPIPE, SIG_IGN);  // a child that exits early must not kill the test
+  feed(fds[1]);
+  ::close(fds[1]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  PipedRun r;
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  r.peak_rss_mb = usage.ru_maxrss / 1024.0;
+  return r;
+}
+
+// Writes a line of `bytes` bytes of sentences, then `rest` (more lines), into fd.
+void write_huge_line(int fd, size_t bytes, const std::string& rest) {
+  std::string chunk;
+  while (chunk.size() < (1u << 20)) chunk += "the cat sees the dog and the bird ";
+  chunk.resize(1u << 20);
+  for (size_t written = 0; written < bytes; written += chunk.size())
+    if (::write(fd, chunk.data(), std::min(chunk.size(), bytes - written)) < 0) return;
+  if (::write(fd, rest.data(), rest.size()) < 0) return;
+}
+
+// A 100 MB line is cut while it is read: xf-run and xf-bench hold and tokenize only the bytes
+// --max-source-len tokens can come from, stay under 150 MB, warn about the truncation and
+// translate the lines after it as usual.
+TEST(XfRun, AHundredMegabyteLineRunsInBoundedMemoryAndIsReported) {
+  const size_t bytes = 100u << 20;
+  const std::vector<std::string> after = xf::test::sample_sentences(2, 47);
+  const std::string rest = "\n" + after[0] + "\n" + after[1] + "\n";
+  const PipedRun r = run_piped({XF_RUN, "--model", model_path(), "--threads", "1"},
+                               [&](int fd) { write_huge_line(fd, bytes, rest); });
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(r.peak_rss_mb, 150.0);
+  const auto out = split_lines(r.out);
+  ASSERT_EQ(out.size(), 3u) << r.out.substr(0, 1000);
+  xf::Translator translator(xf::Model::open(model_path()), {});
+  const auto expected = translator.translate(after);
+  EXPECT_EQ(out[1], expected[0].hypotheses[0].text);
+  EXPECT_EQ(out[2], expected[1].hypotheses[0].text);
+  const auto err = split_lines(r.err);
+  ASSERT_EQ(err.size(), 2u) << r.err;
+  EXPECT_NE(err[0].find("xf-run: warning: line 1: more than --max-source-len 256 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(err[0].find("truncated"), std::string::npos) << r.err;
+  EXPECT_EQ(err[1], "xf-run: 1 of 3 lines had problems: 1 truncated to --max-source-len 256, 0 unreadable");
+  // The truncated line is translated as the head it was cut to: its first 255 tokens.
+  const std::string head = "the cat sees the dog and the bird ";
+  std::string long_text;
+  while (long_text.size() < 64 * 1024) long_text += head;
+  auto ids = translator.model().encode_source(long_text);
+  ASSERT_GT(ids.size(), 255u);
+  ids.resize(255);
+  std::vector<xf::TokenTranslation> cut;
+  translator.translate_ids({ids}, {}, cut);
+  EXPECT_EQ(out[0], translator.model().decode_target(cut[0].hypotheses[0].ids.data(), cut[0].hypotheses[0].ids.size()));
+
+  // xf-bench reads its --input the same way (here the pipe, as /dev/stdin); with --ids too.
+  const PipedRun bench = run_piped({XF_BENCH, "--model", model_path(), "--input", "/dev/stdin", "--json"},
+                                   [&](int fd) { write_huge_line(fd, bytes, rest); });
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_LT(bench.peak_rss_mb, 150.0);
+  EXPECT_NE(bench.out.find("\"sentences\": 3,"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.err.find("xf-bench: warning: line 1: more than --max-source-len 256 tokens"), std::string::npos)
+      << bench.err;
+  const PipedRun ids_run = run_piped({XF_RUN, "--model", model_path(), "--ids", "--max-source-len", "8"}, [&](int fd) {
+    std::string numbers;
+    while (numbers.size() < (1u << 20)) numbers += "5 9 12 7 ";
+    for (int i = 0; i < 100; ++i)
+      if (::write(fd, numbers.data(), numbers.size()) < 0) return;
+    if (::write(fd, "\n5 9\n", 5) < 0) return;
+  });
+  ASSERT_EQ(ids_run.status, 0) << ids_run.err;
+  EXPECT_LT(ids_run.peak_rss_mb, 150.0);
+  std::vector<xf::TokenTranslation> expected_ids;
+  xf::TranslatorOptions eight;
+  eight.max_source_len = 8;
+  xf::Translator short_translator(xf::Model::open(model_path()), eight);
+  short_translator.translate_ids({{5, 9, 12, 7, 5, 9, 12}, {5, 9}}, {}, expected_ids);
+  const auto ids_out = split_lines(ids_run.out);
+  ASSERT_EQ(ids_out.size(), 2u) << ids_run.out;
+  for (size_t i = 0; i < 2; ++i) {
+    std::string text;
+    for (size_t k = 0; k < expected_ids[i].hypotheses[0].ids.size(); ++k)
+      text += (k ? " " : "") + std::to_string(expected_ids[i].hypotheses[0].ids[k]);
+    EXPECT_EQ(ids_out[i], text) << "line " << i + 1;
+  }
+  EXPECT_NE(ids_run.err.find("warning: line 1: more than --max-source-len 8"), std::string::npos) << ids_run.err;
 }
 
 // The decoding option flags reach TranslateOptions: xf-run prints what the library gives with

@@ -1,14 +1,18 @@
 // xf-bench: translation speed, latency, memory and heap allocations on a file of sentences.
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../xf-run/line_reader.h"
 #include "../xf-run/translator_cli.h"
 #include "xf/alloc_counter.h"
 #include "xf/error.h"
@@ -78,21 +82,22 @@ Options parse_options(int argc, char** argv) {
 // truncated, an unreadable one is an empty source; --strict stops at either.
 std::vector<std::vector<int32_t>> read_sources(const Options& options, const xf::Model& model,
                                                int max_source_len) {
-  std::ifstream in(options.input_path);
-  if (!in) throw xf::Error(options.input_path + ": cannot open");
+  const int fd = ::open(options.input_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw xf::Error(options.input_path + ": cannot open: " + std::strerror(errno));
   xf::cli::SourceReader reader("xf-bench", model, max_source_len, options.ids, options.cli.strict);
+  xf::cli::LineReader in(fd, reader.max_line_bytes());
   std::vector<std::vector<int32_t>> sources;
   std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    sources.emplace_back();
-    try {
-      reader.read(line, sources.size(), sources.back());
-    } catch (const xf::Error& e) {
-      throw xf::Error(options.input_path + ": " + e.what());
+  try {
+    while (in.next(line, /*wait=*/true) == xf::cli::LineReader::Status::line) {
+      sources.emplace_back();
+      reader.read(line, in.cut(), sources.size(), sources.back());
     }
+  } catch (const xf::Error& e) {
+    ::close(fd);
+    throw xf::Error(options.input_path + ": " + e.what());
   }
-  if (in.bad()) throw xf::Error(options.input_path + ": read failed");
+  ::close(fd);
   if (sources.empty()) throw xf::Error(options.input_path + ": no sentences");
   reader.print_summary(sources.size());
   return sources;

@@ -1,15 +1,14 @@
 // xf-run: translates stdin (or --input) to stdout (or --output), one line each, in order.
 #include <fcntl.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "line_reader.h"
 #include "translator_cli.h"
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
@@ -39,7 +38,8 @@ With --n-best N > 1, each input line gives N lines, best first, in the form
   INDEX ||| TRANSLATION ||| SCORE
 (INDEX counts input lines from 0; SCORE is the log-probability with the length penalty).
 An empty line has a single hypothesis, the empty one.
-A line longer than --max-source-len is truncated; a line that is not valid UTF-8 (or, with
+A line longer than --max-source-len is truncated (only the bytes its first tokens can come
+from are held, so memory does not grow with a line); a line that is not valid UTF-8 (or, with
 --ids, holds a bad id) gives an empty output line. Each gets a warning naming its line, and a
 count is printed at the end; the exit status stays 0 (--strict: stop there with status 1).
 Exit status: 0 on success, 1 on bad input (model file, a bad target prefix; with --strict, a
@@ -73,74 +73,18 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
-// Lines from a file descriptor, read in whatever pieces arrive. next() can tell "no complete
-// line has arrived yet" apart from the end of the input, so the caller can translate what it
-// has while an interactive writer waits for answers.
-class LineReader {
- public:
-  enum class Status { line, paused, end };
-  explicit LineReader(int fd) : fd_(fd) {}
-
-  // A complete line (without "\n" and a trailing "\r"). With wait false, `paused` when no
-  // complete line is buffered and nothing more can be read at once. A last line without "\n"
-  // counts as a line.
-  Status next(std::string& line, bool wait) {
-    for (;;) {
-      const size_t newline = buffer_.find('\n', start_);
-      if (newline != std::string::npos) return take(line, newline, newline + 1);
-      if (end_) {
-        if (start_ == buffer_.size()) return Status::end;
-        return take(line, buffer_.size(), buffer_.size());
-      }
-      if (!wait) {
-        pollfd p{fd_, POLLIN, 0};
-        const int ready = ::poll(&p, 1, 0);
-        if (ready == 0) return Status::paused;
-        if (ready < 0 && errno != EINTR) throw xf::Error(std::string("input: poll failed: ") + std::strerror(errno));
-      }
-      fill();
-    }
-  }
-
- private:
-  Status take(std::string& line, size_t end, size_t next_start) {
-    line.assign(buffer_, start_, end - start_);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    start_ = next_start;
-    return Status::line;
-  }
-
-  void fill() {
-    if (start_ > 0) {  // drop the lines already handed out
-      buffer_.erase(0, start_);
-      start_ = 0;
-    }
-    char chunk[1 << 16];
-    const ssize_t n = ::read(fd_, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) return;
-      throw xf::Error(std::string("input: read failed: ") + std::strerror(errno));
-    }
-    if (n == 0) end_ = true;
-    buffer_.append(chunk, static_cast<size_t>(n));
-  }
-
-  int fd_;
-  std::string buffer_;
-  size_t start_ = 0;
-  bool end_ = false;
-};
-
 // Translates one block of lines and writes the results to `output_fd`, checking every write.
 // prefixes: empty, or one target prefix line per line.
+// cut[i]: line i was longer than the reader's cap (the SourceReader's max_line_bytes).
 void translate_block(xf::Translator& translator, const Options& options, xf::cli::SourceReader& reader,
-                     const std::vector<std::string>& lines, const std::vector<std::string>& prefixes,
+                     const std::vector<std::string>& lines, const std::vector<bool>& cut,
+                     const std::vector<std::string>& prefixes,
                      size_t first_line, std::vector<xf::TokenTranslation>& results, int output_fd) {
   const xf::Model& model = translator.model();
   std::vector<std::vector<int32_t>> sources(lines.size()), prefix_ids(prefixes.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     const size_t line_number = first_line + i + 1;
-    reader.read(lines[i], line_number, sources[i]);
+    reader.read(lines[i], cut[i], line_number, sources[i]);
     if (prefixes.empty()) continue;
     try {
       if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix_ids[i]);
@@ -187,11 +131,11 @@ int run(const Options& options_in) {
     input_fd = ::open(options.input.c_str(), O_RDONLY | O_CLOEXEC);
     if (input_fd < 0) throw xf::Error(options.input + ": cannot open the input: " + std::strerror(errno));
   }
-  std::ifstream prefix_file;
+  int prefix_fd = -1;
   const bool with_prefix = !options.target_prefix.empty();
   if (with_prefix) {
-    prefix_file.open(options.target_prefix);
-    if (!prefix_file)
+    prefix_fd = ::open(options.target_prefix.c_str(), O_RDONLY | O_CLOEXEC);
+    if (prefix_fd < 0)
       throw xf::Error(options.target_prefix + ": cannot open the target prefixes: " + std::strerror(errno));
   }
   if (!options.output.empty()) {
@@ -202,35 +146,47 @@ int run(const Options& options_in) {
   // something to sort; fewer when the input pauses.
   const size_t block = static_cast<size_t>(options.cli.translator.max_batch) * 8;
   std::vector<std::string> lines, prefixes;
+  std::vector<bool> cut;
   std::vector<xf::TokenTranslation> results;
   size_t first_line = 0;
   const auto flush = [&] {
     if (lines.empty()) return;
-    translate_block(translator, options, reader, lines, prefixes, first_line, results, output_fd);
+    translate_block(translator, options, reader, lines, cut, prefixes, first_line, results, output_fd);
     first_line += lines.size();
     lines.clear();
+    cut.clear();
     prefixes.clear();
   };
-  LineReader input(input_fd);
+  // Lines are held up to what the plan can use: the rest of a longer line is dropped as read.
+  xf::cli::LineReader input(input_fd, reader.max_line_bytes());
+  // A target prefix longer than the longest output is refused; its bytes are bounded alike.
+  xf::cli::LineReader prefix_input(
+      prefix_fd, model->source_bytes_for(static_cast<size_t>(translator.max_target_len())));
   std::string line;
   for (;;) {
-    const LineReader::Status status = input.next(line, /*wait=*/lines.empty());
-    if (status == LineReader::Status::end) break;
-    if (status == LineReader::Status::paused) {
+    const xf::cli::LineReader::Status status = input.next(line, /*wait=*/lines.empty());
+    if (status == xf::cli::LineReader::Status::end) break;
+    if (status == xf::cli::LineReader::Status::paused) {
       flush();
       continue;
     }
     lines.push_back(line);
+    cut.push_back(input.cut());
     if (with_prefix) {
       prefixes.emplace_back();
-      if (!std::getline(prefix_file, prefixes.back()))
-        throw xf::Error(options.target_prefix + ": ends after " + std::to_string(first_line + lines.size() - 1) +
+      const size_t line_number = first_line + lines.size();
+      if (prefix_input.next(prefixes.back(), /*wait=*/true) == xf::cli::LineReader::Status::end)
+        throw xf::Error(options.target_prefix + ": ends after " + std::to_string(line_number - 1) +
                         " lines, before the input");
-      if (!prefixes.back().empty() && prefixes.back().back() == '\r') prefixes.back().pop_back();
+      if (prefix_input.cut())
+        throw xf::Error(options.target_prefix + ": line " + std::to_string(line_number) +
+                        ": longer than the longest output of " + std::to_string(translator.max_target_len()) +
+                        " tokens");
     }
     if (lines.size() == block) flush();
   }
   flush();
+  if (prefix_fd >= 0) ::close(prefix_fd);
   if (output_fd != STDOUT_FILENO && ::close(output_fd) != 0)
     throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
   reader.print_summary(first_line);

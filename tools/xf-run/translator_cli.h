@@ -157,18 +157,38 @@ inline void parse_token_ids(const std::string& line, uint32_t vocab_size, const 
 // longer than the plan is truncated to --max-source-len; a line that cannot be read (invalid
 // UTF-8; with --ids, a word that is not an id of the vocabulary) gives no source. Each gets a
 // warning on stderr naming its line; with --strict either is an xf::Error instead.
+// Memory stays bounded by the plan, not by the input: lines are read with a LineReader capped at
+// max_line_bytes(), and only the head of a line that --max-source-len tokens can use is
+// tokenized.
 class SourceReader {
  public:
   SourceReader(const char* tool, const Model& model, int max_source_len, bool ids, bool strict)
       : tool_(tool), model_(model), max_source_len_(max_source_len), ids_(ids), strict_(strict) {}
 
-  // Fills `source`; false when the line is unreadable (then `source` is empty).
-  bool read(const std::string& line, size_t line_number, std::vector<int32_t>& source) {
+  // The most bytes of a line the tool needs to hold: what max_source_len tokens can come from
+  // (text), or max_source_len ids of up to 10 digits and a separator each (--ids).
+  size_t max_line_bytes() const {
+    const size_t tokens = static_cast<size_t>(max_source_len_);
+    return ids_ ? tokens * 16 : model_.source_bytes_for(tokens);
+  }
+
+  // Fills `source`; false when the line is unreadable (then `source` is empty). cut: the line
+  // was longer than max_line_bytes() and `line` is its head.
+  bool read(const std::string& line, bool cut, size_t line_number, std::vector<int32_t>& source) {
     source.clear();
     const std::string where = "line " + std::to_string(line_number);
+    const size_t max_tokens = static_cast<size_t>(max_source_len_ - 1);
+    bool truncated = cut;
     try {
-      if (ids_) parse_ids(line, source);
-      else source = model_.encode_source(line);
+      if (ids_) {
+        // A cut line may end inside an id: only whole words count.
+        const size_t whole = cut ? line.find_last_of(" \t") : std::string::npos;
+        parse_ids(whole == std::string::npos ? line : line.substr(0, whole), source);
+      } else {
+        bool more = false;
+        source = model_.encode_source(line, max_tokens, &more);
+        truncated |= more;
+      }
     } catch (const Error& e) {
       if (strict_) throw Error(where + ": " + e.what());
       std::fprintf(stderr, "%s: warning: %s: %s; its output is empty\n", tool_, where.c_str(), e.what());
@@ -176,12 +196,14 @@ class SourceReader {
       ++unreadable_;
       return false;
     }
-    if (static_cast<int64_t>(source.size()) + 1 > max_source_len_) {
-      const std::string problem = std::to_string(source.size() + 1) +
-                                  " tokens with EOS, more than --max-source-len " + std::to_string(max_source_len_);
+    if (source.size() > max_tokens) truncated = true;
+    if (truncated) {
+      const std::string problem = "more than --max-source-len " + std::to_string(max_source_len_) +
+                                  " tokens with EOS" +
+                                  (cut ? " (" + std::to_string(line.size()) + " bytes of it read)" : "");
       if (strict_) throw Error(where + ": " + problem);
       std::fprintf(stderr, "%s: warning: %s: %s; truncated\n", tool_, where.c_str(), problem.c_str());
-      source.resize(static_cast<size_t>(max_source_len_ - 1));
+      if (source.size() > max_tokens) source.resize(max_tokens);
       ++truncated_;
     }
     return true;

@@ -41,6 +41,15 @@ class XF_API Model {
   // Text -> SentencePiece piece ids, without the EOS the translator appends.
   // Throws xf::Error when the text is not valid UTF-8 or the model has no tokenizer.
   std::vector<int32_t> encode_source(std::string_view text) const;
+  // The first max_tokens ids of a source text, reading no more of it than max_tokens pieces
+  // can come from (source_bytes_for(max_tokens) bytes, cut at a character boundary), so that
+  // the time and memory it takes do not grow with the text. *truncated: whether the text holds
+  // more (more pieces, or bytes past that bound). Same errors as encode_source.
+  std::vector<int32_t> encode_source(std::string_view text, size_t max_tokens, bool* truncated) const;
+  // The most bytes of source text that max_tokens pieces can come from: max_tokens times the
+  // longest piece's bytes, times 4 for what normalization removes or shortens (NFKC, runs of
+  // spaces); lines are cut there as they are read (xf-run, xf-bench, the Python package).
+  size_t source_bytes_for(size_t max_tokens) const;
   // Target text -> piece ids (a target prefix), without EOS. Same errors.
   std::vector<int32_t> encode_target(std::string_view text) const;
   // Target ids (no EOS) -> text. Throws xf::Error when the model has no tokenizer.
@@ -61,6 +70,7 @@ class XF_API Model {
   std::shared_ptr<const ModelFile> file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> source_tokenizer_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> target_tokenizer_;
+  size_t longest_source_piece_ = 0;  // bytes; 0 without a tokenizer
 };
 
 }  // namespace xf
