@@ -121,7 +121,7 @@ xf_translate_options translate_defaults() {
   c.struct_size = sizeof(c);
   c.beam = cpp.beam;
   c.n_best = cpp.n_best;
-  c.length_penalty = cpp.length_penalty;
+  c.length_penalty = NAN;  // the model's (or xf's default)
   c.max_len_a = cpp.max_len_a;
   c.max_len_b = cpp.max_len_b;
   c.max_decoding_length = cpp.max_decoding_length;
@@ -131,8 +131,8 @@ xf_translate_options translate_defaults() {
   c.sampling_topp = cpp.sampling_topp;
   c.sampling_temperature = cpp.sampling_temperature;
   c.seed = cpp.seed;
-  c.repetition_penalty = cpp.repetition_penalty;
-  c.no_repeat_ngram_size = cpp.no_repeat_ngram_size;
+  c.repetition_penalty = NAN;
+  c.no_repeat_ngram_size = -1;
   return c;  // no target prefixes
 }
 
@@ -151,7 +151,7 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   xf::TranslateOptions cpp;
   cpp.beam = c.beam;
   cpp.n_best = c.n_best;
-  cpp.length_penalty = c.length_penalty;
+  if (!std::isnan(c.length_penalty)) cpp.length_penalty = c.length_penalty;
   cpp.max_len_a = c.max_len_a;
   cpp.max_len_b = c.max_len_b;
   cpp.max_decoding_length = c.max_decoding_length;
@@ -161,8 +161,8 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.sampling_topp = c.sampling_topp;
   cpp.sampling_temperature = c.sampling_temperature;
   cpp.seed = c.seed;
-  cpp.repetition_penalty = c.repetition_penalty;
-  cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
+  if (!std::isnan(c.repetition_penalty)) cpp.repetition_penalty = c.repetition_penalty;
+  if (c.no_repeat_ngram_size != -1) cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
   return cpp;
 }
 

@@ -23,7 +23,10 @@ void require(bool ok, const std::string& message) {
 
 }  // namespace
 
-MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& options) {
+MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& given_options) {
+  // Beam 0 is xf's default beam (the Translator has given it the model's).
+  TranslatorOptions options = given_options;
+  if (options.beam == 0) options.beam = DecodingDefaults{}.beam;
   require(options.max_batch >= 1, "max_batch must be at least 1, got " + std::to_string(options.max_batch));
   require(options.beam >= 1, "beam must be at least 1, got " + std::to_string(options.beam));
   require(options.threads >= 1, "threads must be at least 1, got " + std::to_string(options.threads));

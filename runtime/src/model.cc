@@ -3,7 +3,12 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 
 #include "xf/format/model_file.h"
 #include "xf/metrics.h"
@@ -59,8 +64,81 @@ std::vector<std::string> pieces_of(const sentencepiece::SentencePieceProcessor& 
 
 }  // namespace
 
+namespace {
+
+// A whole string as a number in [min, max], or nothing.
+bool parse_value(const std::string& text, double min, double max, bool integer, double& value) {
+  char* end = nullptr;
+  errno = 0;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0' && errno == 0 && std::isfinite(value) && value >= min && value <= max &&
+         (!integer || value == std::floor(value));
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
+
+DecodingDefaults DecodingDefaults::from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata) {
+  static const std::string kPrefix = "decoding.";
+  struct Setting {
+    const char* name;
+    double min, max;
+    bool integer;
+    std::function<void(DecodingDefaults&, double)> set;
+  };
+  static const Setting kSettings[] = {
+      {"beam", 1, 1024, true, [](DecodingDefaults& d, double v) { d.beam = static_cast<int>(v); }},
+      {"length_penalty", -100, 100, false, [](DecodingDefaults& d, double v) { d.length_penalty = static_cast<float>(v); }},
+      {"repetition_penalty", 1e-6, 1e6, false,
+       [](DecodingDefaults& d, double v) { d.repetition_penalty = static_cast<float>(v); }},
+      {"no_repeat_ngram_size", 0, 1 << 20, true,
+       [](DecodingDefaults& d, double v) { d.no_repeat_ngram_size = static_cast<int>(v); }},
+  };
+  DecodingDefaults defaults;
+  for (const auto& [key, text] : metadata) {
+    if (key.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    const std::string name = key.substr(kPrefix.size());
+    const Setting* setting = nullptr;
+    std::string known;
+    for (const Setting& s : kSettings) {
+      if (name == s.name) setting = &s;
+      known += std::string(known.empty() ? "" : ", ") + s.name;
+    }
+    if (setting == nullptr)
+      throw Error("metadata " + key + ": not a decoding setting xf knows (" + known + ")");
+    double value = 0.0;
+    if (!parse_value(text, setting->min, setting->max, setting->integer, value))
+      throw Error("metadata " + key + ": expected " + (setting->integer ? "an integer" : "a number") + " from " +
+                  number_text(setting->min) + " to " + number_text(setting->max) + ", got '" + text + "'");
+    setting->set(defaults, value);
+    defaults.from_model.push_back(name);
+  }
+  return defaults;
+}
+
+std::vector<std::pair<std::string, std::string>> DecodingDefaults::to_text() const {
+  return {{"beam", std::to_string(beam)},
+          {"length_penalty", number_text(length_penalty)},
+          {"repetition_penalty", number_text(repetition_penalty)},
+          {"no_repeat_ngram_size", std::to_string(no_repeat_ngram_size)}};
+}
+
+bool DecodingDefaults::set_by_model(const std::string& name) const {
+  return std::find(from_model.begin(), from_model.end(), name) != from_model.end();
+}
+
 Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
   const ModelConfig& c = file_->config();
+  try {
+    decoding_defaults_ = DecodingDefaults::from_metadata(file_->metadata());
+  } catch (const Error& e) {
+    throw Error(file_->path() + ": " + e.what());
+  }
   if (!file_->source_tokenizer().empty()) {
     source_tokenizer_ = load_tokenizer(file_->source_tokenizer(), c.source_vocab_size,
                                        file_->path() + ": source tokenizer");

@@ -72,7 +72,9 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
 }
 
 void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
-                       const TranslateOptions& options, TokenTranslation* const* results) {
+                       const TranslateOptions& given_options, TokenTranslation* const* results) {
+  // The Translator gives every option a value; a test driving the search directly may not.
+  const TranslateOptions options = given_options.with_defaults(DecodingDefaults{});
   backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
   for (int64_t s = 0; s < sentences; ++s) {
     max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);
@@ -96,7 +98,9 @@ int32_t Search::forced_token(int64_t sentence, int64_t step) const {
 
 void Search::adjust_logits(float* logits, const int32_t* ids, int64_t count,
                            const TranslateOptions& options) {
-  const float penalty = options.repetition_penalty;
+  if (options.disable_unk) logits[config_.unk_id] = kBanned;
+  if (count < options.min_decoding_length) logits[config_.eos_id] = kBanned;
+  const float penalty = *options.repetition_penalty;
   if (penalty != 1.0f) {
     ++stamp_;  // each distinct token is penalized once
     for (int64_t i = 0; i < count; ++i) {
@@ -107,7 +111,7 @@ void Search::adjust_logits(float* logits, const int32_t* ids, int64_t count,
     }
   }
   // Every earlier n-gram whose first n - 1 tokens equal the last n - 1 bans its last token.
-  const int64_t n = options.no_repeat_ngram_size;
+  const int64_t n = *options.no_repeat_ngram_size;
   if (n > 0 && count >= n) {
     const int32_t* suffix = ids + count - (n - 1);
     for (int64_t i = 0; i + n - 1 < count; ++i)
@@ -234,14 +238,14 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
       }
       int32_t* ids = history + slot * stride;
       if (token == config_.eos_id) {
-        add_finished(s, ids, step, step + 1, log_probs_[slot], options.length_penalty);
+        add_finished(s, ids, step, step + 1, log_probs_[slot], *options.length_penalty);
         done_[slot] = finished_now = 1;
         continue;
       }
       ids[step] = token;
       tokens_[slot] = token;
       if (step + 1 == max_length_[s]) {
-        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], options.length_penalty);
+        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], *options.length_penalty);
         done_[slot] = finished_now = 1;
       } else {
         active = true;
@@ -250,6 +254,52 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
     if (!active) break;
     if (finished_now && can_drop) {
       slots = drop_finished(backend, slots, 1, history);
+      backend.reorder_cache(parents_.data(), step);
+    }
+  }
+}
+
+void Search::score(Backend& backend, int64_t sentences, int64_t source_len, ScoringResult* const* results) {
+  backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
+  const int64_t vocab = config_.target_vocab_size;
+  int64_t longest = 0;
+  for (int64_t s = 0; s < sentences; ++s) {
+    const std::vector<int32_t>* target = prefixes_[s];
+    ScoringResult& result = *results[s];
+    result.ids.clear();
+    if (target != nullptr) result.ids.assign(target->begin(), target->end());
+    result.ids.push_back(config_.eos_id);
+    result.log_probs.assign(result.ids.size(), 0.0f);
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(result.ids.size()));
+    tokens_[s] = config_.bos_id;
+    done_[s] = 0;
+    slot_sentence_[s] = static_cast<int32_t>(s);
+  }
+  // Every row feeds its target's next token; a sentence whose EOS is scored leaves the batch.
+  const bool can_drop = backend.can_drop_sentences();
+  int64_t slots = sentences;
+  for (int64_t step = 0; step < longest; ++step) {
+    backend.decode_step(tokens_.data(), 1, step);
+    float* logits = backend.host_logits();
+    bool active = false, finished_now = false;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      parents_[slot] = static_cast<int32_t>(slot);
+      if (done_[slot]) continue;
+      ScoringResult& result = *results[slot_sentence_[slot]];
+      float* row = logits + slot * vocab;
+      cpu::log_softmax(row, 1, vocab, 1);
+      const int32_t token = result.ids[step];
+      result.log_probs[step] = row[token];
+      if (token == config_.eos_id) {
+        done_[slot] = finished_now = 1;
+      } else {
+        tokens_[slot] = token;
+        active = true;
+      }
+    }
+    if (!active) break;
+    if (finished_now && can_drop) {
+      slots = drop_finished(backend, slots, 1, history_[0].data());
       backend.reorder_cache(parents_.data(), step);
     }
   }
@@ -323,7 +373,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         const int64_t parent_row = first_row + c[i].parent;
         const int32_t* prefix = history + parent_row * stride;
         if (c[i].token == config_.eos_id) {
-          add_finished(s, prefix, step, step + 1, c[i].log_prob, options.length_penalty);
+          add_finished(s, prefix, step, step + 1, c[i].log_prob, *options.length_penalty);
           continue;
         }
         const int64_t row = first_row + next_live;
@@ -331,7 +381,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         std::copy(prefix, prefix + step, ids);
         ids[step] = c[i].token;
         if (last_step) {
-          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, options.length_penalty);
+          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, *options.length_penalty);
           continue;
         }
         parents_[row] = static_cast<int32_t>(parent_row);

@@ -28,9 +28,15 @@ class Search {
 
   // Translates the staged batch: `sentences` sentences padded to source_len tokens (EOS
   // included). results[i] receives sentence i's n_best hypotheses, best first; each result's
-  // storage is reused (ids capacity reserved for the plan's longest output).
+  // storage is reused (ids capacity reserved for the plan's longest output). Options left unset
+  // take xf's defaults (the Translator has given them the model's).
   void translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,
                  const TranslateOptions& options, TokenTranslation* const* results);
+
+  // Scores the staged batch's targets (staged as target prefixes; null: an empty target) by
+  // teacher forcing: results[i] receives sentence i's target ids then EOS and each one's
+  // log-probability. Needs the backend's host logits.
+  void score(Backend& backend, int64_t sentences, int64_t source_len, ScoringResult* const* results);
 
   // A beam of one runs the simpler greedy loop; tests turn this off to compare the two.
   bool use_greedy_for_beam_one = true;
@@ -59,7 +65,8 @@ class Search {
   int64_t drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history);
   // The forced token of a sentence at a step, or -1.
   int32_t forced_token(int64_t sentence, int64_t step) const;
-  // Applies the repetition penalty and the n-gram ban to a row's logits, given its tokens so far.
+  // Applies the repetition penalty and the bans (n-grams, EOS before min_decoding_length, the
+  // unknown token) to a row's logits, given its tokens so far.
   void adjust_logits(float* logits, const int32_t* ids, int64_t count, const TranslateOptions& options);
   // Draws the next token of a sentence from a row's log-probabilities (sampling options).
   int32_t sample(const float* log_probs, int64_t sentence, const TranslateOptions& options);

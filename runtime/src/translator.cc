@@ -37,12 +37,17 @@ void check_options(const TranslateOptions& options, int64_t beam) {
   if (options.n_best < 1 || options.n_best > beam)
     throw Error("n_best " + std::to_string(options.n_best) + " must be between 1 and the beam " +
                 std::to_string(beam));
-  if (!std::isfinite(options.length_penalty))
+  if (!std::isfinite(*options.length_penalty))
     throw Error("length_penalty must be a finite number");
   if (!std::isfinite(options.max_len_a) || options.max_len_a < 0.0f)
     throw Error("max_len_a must be a non-negative number");
   if (options.max_decoding_length < 0)
     throw Error("max_decoding_length must be 0 (no cap) or more, got " + std::to_string(options.max_decoding_length));
+  if (options.min_decoding_length < 0)
+    throw Error("min_decoding_length must be 0 (none) or more, got " + std::to_string(options.min_decoding_length));
+  if (options.max_decoding_length > 0 && options.min_decoding_length > options.max_decoding_length)
+    throw Error("min_decoding_length " + std::to_string(options.min_decoding_length) + " is more than max_decoding_length " +
+                std::to_string(options.max_decoding_length));
   if (options.max_batch_size < 0)
     throw Error("max_batch_size must be 0 (the translator's max_batch) or more, got " +
                 std::to_string(options.max_batch_size));
@@ -55,24 +60,34 @@ void check_options(const TranslateOptions& options, int64_t beam) {
   if (options.sampling() && beam != 1)
     throw Error("sampling (sampling_topk " + std::to_string(options.sampling_topk) +
                 ") needs greedy search (beam 1), got beam " + std::to_string(beam));
-  if (!(std::isfinite(options.repetition_penalty) && options.repetition_penalty > 0.0f))
-    throw Error("repetition_penalty must be a positive number, got " + std::to_string(options.repetition_penalty));
-  if (options.no_repeat_ngram_size < 0)
-    throw Error("no_repeat_ngram_size must be 0 (off) or more, got " + std::to_string(options.no_repeat_ngram_size));
+  if (!(std::isfinite(*options.repetition_penalty) && *options.repetition_penalty > 0.0f))
+    throw Error("repetition_penalty must be a positive number, got " + std::to_string(*options.repetition_penalty));
+  if (*options.no_repeat_ngram_size < 0)
+    throw Error("no_repeat_ngram_size must be 0 (off) or more, got " + std::to_string(*options.no_repeat_ngram_size));
 }
 
 }  // namespace
+
+TranslateOptions TranslateOptions::with_defaults(const DecodingDefaults& defaults) const {
+  TranslateOptions full = *this;
+  if (!full.length_penalty) full.length_penalty = defaults.length_penalty;
+  if (!full.repetition_penalty) full.repetition_penalty = defaults.repetition_penalty;
+  if (!full.no_repeat_ngram_size) full.no_repeat_ngram_size = defaults.no_repeat_ngram_size;
+  return full;
+}
 
 Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptions& options)
     : model_(std::move(model)), options_(options) {
   if (!model_) throw Error("Translator: no model");
   if (options_.threads < 0)
     throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
+  if (options_.beam == 0) options_.beam = model_->decoding_defaults().beam;
   if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
   backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
   batch_results_.resize(plan_->max_sentences);
+  batch_scores_.resize(plan_->max_sentences);
 }
 
 Translator::~Translator() = default;
@@ -82,10 +97,11 @@ size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
 std::optional<DeviceUsage> Translator::device_usage() const { return backend_->device_usage(); }
 
 void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
-                               const TranslateOptions& options,
+                               const TranslateOptions& given_options,
                                std::vector<TokenTranslation>& results,
                                const std::vector<std::vector<int32_t>>& target_prefix) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const TranslateOptions options = given_options.with_defaults(model_->decoding_defaults());
   const ModelConfig& config = model_->config();
   const int64_t beam = options.beam == 0 ? plan_->max_beam : options.beam;
   if (beam < 1 || beam > plan_->max_beam)
@@ -99,8 +115,10 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                                       [](const std::vector<int32_t>& p) { return !p.empty(); });
   if (backend_->host_logits() == nullptr) {
     const char* option = options.sampling()                  ? "sampling (sampling_topk != 1)"
-                         : options.repetition_penalty != 1.0f ? "repetition_penalty"
-                         : options.no_repeat_ngram_size > 0   ? "no_repeat_ngram_size"
+                         : *options.repetition_penalty != 1.0f ? "repetition_penalty"
+                         : *options.no_repeat_ngram_size > 0   ? "no_repeat_ngram_size"
+                         : options.min_decoding_length > 0     ? "min_decoding_length"
+                         : options.disable_unk                 ? "disable_unk"
                          : has_prefix                         ? "target_prefix"
                                                               : nullptr;
     if (option != nullptr)
@@ -120,6 +138,25 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                     (id == config.eos_id ? " is EOS" : " is outside the target vocabulary of " +
                                                            std::to_string(config.target_vocab_size)));
   }
+  check_sources(sources);
+
+  results.resize(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].empty()) continue;
+    // An empty line translates to an empty line, without running the model.
+    auto& hypotheses = results[i].hypotheses;
+    hypotheses.resize(1);
+    hypotheses[0].ids.clear();
+    hypotheses[0].score = hypotheses[0].log_prob = 0.0f;
+  }
+  run_batches(sources, target_prefix, /*skip_empty=*/true, options, [&](int64_t count, int64_t source_len, size_t first) {
+    for (int64_t k = 0; k < count; ++k) batch_results_[k] = &results[order_[first + k]];
+    search_->translate(*backend_, count, source_len, beam, options, batch_results_.data());
+  });
+}
+
+void Translator::check_sources(const std::vector<std::vector<int32_t>>& sources) const {
+  const ModelConfig& config = model_->config();
   for (size_t i = 0; i < sources.size(); ++i) {
     const auto& ids = sources[i];
     if (static_cast<int64_t>(ids.size()) + 1 > plan_->max_source_len)
@@ -131,17 +168,22 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
         throw Error("sentence " + std::to_string(i + 1) + ": token id " + std::to_string(id) +
                     " is outside the source vocabulary of " + std::to_string(config.source_vocab_size));
   }
+}
 
-  results.resize(sources.size());
-  // Longest first, so each batch pads little; equal lengths keep input order.
-  order_.resize(sources.size());
-  std::iota(order_.begin(), order_.end(), 0);
+template <typename Run>
+void Translator::run_batches(const std::vector<std::vector<int32_t>>& sources,
+                             const std::vector<std::vector<int32_t>>& targets, bool skip_empty,
+                             const TranslateOptions& options, Run&& run) {
+  const ModelConfig& config = model_->config();
+  // Longest first, so each batch pads little; equal lengths keep input order. (order_ keeps its
+  // storage between calls.)
+  order_.clear();
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (!skip_empty || !sources[i].empty()) order_.push_back(static_cast<int32_t>(i));
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
     if (sources[a].size() != sources[b].size()) return sources[a].size() > sources[b].size();
     return a < b;
   });
-
-  TokenTranslation** batch_results = batch_results_.data();
   last_call_batches_ = 0;
   // 0 leaves only the plan's limit; a tokens budget counts padded source tokens.
   const int64_t batch_limit = options.max_batch_size;
@@ -153,22 +195,14 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
   };
   size_t next = 0;
   while (next < order_.size()) {
-    if (sources[order_[next]].empty()) {
-      // An empty line translates to an empty line, without running the model.
-      auto& hypotheses = results[order_[next]].hypotheses;
-      hypotheses.resize(1);
-      hypotheses[0].ids.clear();
-      hypotheses[0].score = hypotheses[0].log_prob = 0.0f;
-      ++next;
-      continue;
-    }
     const int64_t source_len = static_cast<int64_t>(sources[order_[next]].size()) + 1;
     int32_t* staged = search_->source_ids();
     int32_t* lengths = search_->source_lengths();
     int64_t* indices = search_->sentence_indices();
     const std::vector<int32_t>** prefixes = search_->target_prefixes();
+    const size_t first = next;
     int64_t count = 0;
-    while (next < order_.size() && !batch_full(count, source_len) && !sources[order_[next]].empty()) {
+    while (next < order_.size() && !batch_full(count, source_len)) {
       const int32_t index = order_[next];
       const auto& ids = sources[index];
       int32_t* row = staged + count * source_len;
@@ -177,14 +211,71 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
       std::fill(row + ids.size() + 1, row + source_len, config.pad_id);
       lengths[count] = static_cast<int32_t>(ids.size() + 1);
       indices[count] = index;
-      prefixes[count] = has_prefix && !target_prefix[index].empty() ? &target_prefix[index] : nullptr;
-      batch_results[count] = &results[index];
+      prefixes[count] = !targets.empty() && !targets[index].empty() ? &targets[index] : nullptr;
       ++count;
       ++next;
     }
-    search_->translate(*backend_, count, source_len, beam, options, batch_results);
+    run(count, source_len, first);
     ++last_call_batches_;
   }
+}
+
+float ScoringResult::log_prob() const { return std::accumulate(log_probs.begin(), log_probs.end(), 0.0f); }
+
+void Translator::score_ids(const std::vector<std::vector<int32_t>>& sources,
+                           const std::vector<std::vector<int32_t>>& targets, const TranslateOptions& options,
+                           std::vector<ScoringResult>& results) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const ModelConfig& config = model_->config();
+  if (targets.size() != sources.size())
+    throw Error("targets has " + std::to_string(targets.size()) + " entries for " + std::to_string(sources.size()) +
+                " sources");
+  if (options.max_batch_size < 0)
+    throw Error("max_batch_size must be 0 (the translator's max_batch) or more, got " +
+                std::to_string(options.max_batch_size));
+  if (backend_->host_logits() == nullptr)
+    throw Error(std::string("device ") + device_name(options_.device) +
+                ": scoring is not implemented on this device (CPU only)");
+  check_sources(sources);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (static_cast<int64_t>(targets[i].size()) + 1 > plan_->max_target_len)
+      throw Error("sentence " + std::to_string(i + 1) + ": a target of " + std::to_string(targets[i].size() + 1) +
+                  " tokens with EOS is longer than the translator's longest output of " +
+                  std::to_string(plan_->max_target_len));
+    for (int32_t id : targets[i])
+      if (id < 0 || static_cast<uint32_t>(id) >= config.target_vocab_size || id == config.eos_id)
+        throw Error("sentence " + std::to_string(i + 1) + ": target token id " + std::to_string(id) +
+                    (id == config.eos_id ? " is EOS" : " is outside the target vocabulary of " +
+                                                           std::to_string(config.target_vocab_size)));
+  }
+  results.resize(sources.size());
+  run_batches(sources, targets, /*skip_empty=*/false, options, [&](int64_t count, int64_t source_len, size_t first) {
+    for (int64_t k = 0; k < count; ++k) batch_scores_[k] = &results[order_[first + k]];
+    search_->score(*backend_, count, source_len, batch_scores_.data());
+  });
+}
+
+std::vector<ScoringResult> Translator::score(const std::vector<std::string>& sources,
+                                             const std::vector<std::string>& targets, const TranslateOptions& options) {
+  if (targets.size() != sources.size())
+    throw Error("targets has " + std::to_string(targets.size()) + " entries for " + std::to_string(sources.size()) +
+                " sources");
+  std::vector<std::vector<int32_t>> source_ids(sources.size()), target_ids(targets.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    try {
+      bool longer = false;
+      source_ids[i] = model_->encode_source(sources[i], static_cast<size_t>(plan_->max_source_len - 1), &longer);
+      if (longer)
+        throw Error("more than the translator's max_source_len " + std::to_string(plan_->max_source_len) +
+                    " tokens with EOS");
+      target_ids[i] = model_->encode_target(targets[i]);
+    } catch (const Error& e) {
+      throw Error("sentence " + std::to_string(i + 1) + ": " + e.what());
+    }
+  }
+  std::vector<ScoringResult> results;
+  score_ids(source_ids, target_ids, options, results);
+  return results;
 }
 
 std::vector<TranslationResult> Translator::translate(const std::vector<std::string>& sources,

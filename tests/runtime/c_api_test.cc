@@ -260,6 +260,50 @@ TEST(CApi, AHugeSourceIsRefusedInBoundedMemory) {
   xf_model_free(model);
 }
 
+// The model's decoding.* metadata gives the defaults that init leaves unset (beam 0, NAN, -1);
+// a value given explicitly wins.
+TEST(CApi, TheModelsDecodingSettingsAreTheDefaults) {
+  const std::string path = xf::test::make_temp_dir("c_api_defaults") + "/defaults.xfm";
+  xf::test::TinyModelOptions tiny;
+  tiny.metadata = {{"decoding.beam", "2"}, {"decoding.length_penalty", "1.8"}};
+  xf::test::write_tiny_model(path, tiny);
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(path.c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  EXPECT_EQ(topts.beam, 0);
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  const std::vector<std::string> lines = xf::test::sample_sentences(5, 33);
+  std::vector<const char*> pointers;
+  for (const auto& l : lines) pointers.push_back(l.c_str());
+  auto scores = [&](float length_penalty, int n_best) {
+    xf_translate_options options;
+    xf_translate_options_init(&options);
+    if (!std::isnan(length_penalty)) options.length_penalty = length_penalty;
+    options.n_best = n_best;
+    xf_results* results = nullptr;
+    std::vector<float> out;
+    if (xf_translate(translator, pointers.data(), pointers.size(), &options, &results) != XF_OK) return out;
+    for (size_t i = 0; i < lines.size(); ++i) out.push_back(xf_results_score(results, i, 0));
+    xf_results_free(results);
+    return out;
+  };
+  xf_translate_options init;
+  xf_translate_options_init(&init);
+  EXPECT_TRUE(std::isnan(init.length_penalty));
+  EXPECT_TRUE(std::isnan(init.repetition_penalty));
+  EXPECT_EQ(init.no_repeat_ngram_size, -1);
+  const std::vector<float> by_default = scores(NAN, 1);
+  ASSERT_EQ(by_default.size(), lines.size()) << xf_last_error();
+  EXPECT_EQ(by_default, scores(1.8f, 1));
+  EXPECT_NE(by_default, scores(0.6f, 1)) << "an explicit length penalty wins";
+  EXPECT_EQ(scores(NAN, 2).size(), lines.size()) << "n_best 2 fits the model's beam 2: " << xf_last_error();
+  EXPECT_TRUE(scores(NAN, 3).empty()) << "n_best 3 exceeds the model's beam 2";
+  xf_translator_free(translator);
+  xf_model_free(model);
+}
+
 TEST(CApi, VersionIsTheHeadersRelease) {
   const std::string expected = std::to_string(XF_VERSION_MAJOR) + "." + std::to_string(XF_VERSION_MINOR) +
                                "." + std::to_string(XF_VERSION_PATCH);

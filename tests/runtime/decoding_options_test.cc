@@ -318,6 +318,89 @@ TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
   }
 }
 
+// A model's decoding.* metadata gives the defaults: the beam of a Translator left at 0, and the
+// length penalty, repetition penalty and n-gram size of every call that leaves them unset; an
+// option given explicitly wins. Compared with the same weights without metadata.
+TEST(DecodingOptions, TheModelsDecodingSettingsAreTheDefaults) {
+  test::TinyModelOptions plain_options;
+  plain_options.eos_bias = -1.0f;
+  plain_options.seed = 5;
+  test::TinyModelOptions with_defaults = plain_options;
+  with_defaults.metadata = {{"decoding.beam", "3"}, {"decoding.length_penalty", "1.7"},
+                            {"decoding.repetition_penalty", "1.3"}, {"decoding.no_repeat_ngram_size", "2"},
+                            {"training.note", "not a decoding setting"}};
+  auto plain = model_named(plain_options, "plain");
+  auto model = model_named(with_defaults, "with_decoding_defaults");
+  EXPECT_EQ(model->decoding_defaults().beam, 3);
+  EXPECT_FLOAT_EQ(model->decoding_defaults().length_penalty, 1.7f);
+  EXPECT_EQ(plain->decoding_defaults().beam, 4);
+  EXPECT_FLOAT_EQ(plain->decoding_defaults().length_penalty, 0.6f);
+
+  TranslatorOptions unset;  // beam 0: the model's
+  unset.max_batch = 4;
+  Translator translator(model, unset);
+  EXPECT_EQ(translator.options().beam, 3);
+  TranslatorOptions four = unset;
+  four.beam = 4;
+  EXPECT_EQ(Translator(model, four).options().beam, 4) << "a beam given explicitly wins";
+  Translator plain_translator(plain, four);
+
+  const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 41, 10);
+  TranslateOptions model_values;  // what the metadata says, given explicitly to the plain model
+  model_values.beam = 3;
+  model_values.n_best = 3;
+  model_values.length_penalty = 1.7f;
+  model_values.repetition_penalty = 1.3f;
+  model_values.no_repeat_ngram_size = 2;
+  TranslateOptions defaults;
+  defaults.n_best = 3;
+  std::vector<TokenTranslation> got, expected, xf_defaults;
+  translator.translate_ids(sources, defaults, got);
+  plain_translator.translate_ids(sources, model_values, expected);
+  TranslateOptions plain_defaults = defaults;
+  plain_defaults.beam = 3;
+  plain_translator.translate_ids(sources, plain_defaults, xf_defaults);
+  size_t differ = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ASSERT_EQ(got[i].hypotheses.size(), expected[i].hypotheses.size());
+    for (size_t h = 0; h < got[i].hypotheses.size(); ++h) {
+      EXPECT_EQ(got[i].hypotheses[h].ids, expected[i].hypotheses[h].ids) << i << " " << h;
+      EXPECT_FLOAT_EQ(got[i].hypotheses[h].score, expected[i].hypotheses[h].score) << i << " " << h;
+    }
+    differ += got[i].hypotheses[0].score != xf_defaults[i].hypotheses[0].score;
+  }
+  EXPECT_GT(differ, 0u) << "the model's settings should change the scores from xf's defaults";
+
+  // Explicit options win over the model's.
+  TranslateOptions explicit_options = plain_defaults;
+  explicit_options.length_penalty = 0.6f;
+  explicit_options.repetition_penalty = 1.0f;
+  explicit_options.no_repeat_ngram_size = 0;
+  std::vector<TokenTranslation> overridden;
+  translator.translate_ids(sources, explicit_options, overridden);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    EXPECT_EQ(overridden[i].hypotheses[0].ids, xf_defaults[i].hypotheses[0].ids) << i;
+    EXPECT_FLOAT_EQ(overridden[i].hypotheses[0].score, xf_defaults[i].hypotheses[0].score) << i;
+  }
+}
+
+// A decoding setting that is not one, or out of range, makes the file refused at open, naming it.
+TEST(DecodingOptions, BadDecodingMetadataIsRefusedAtOpen) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"decoding.beam", "0"}, {"decoding.beam", "2.5"}, {"decoding.length_penalty", "fast"},
+      {"decoding.repetition_penalty", "0"}, {"decoding.no_repeat_ngram_size", "-1"}, {"decoding.lenght_penalty", "1"}};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    test::TinyModelOptions options;
+    options.metadata = {bad[i]};
+    try {
+      model_named(options, "bad_decoding_" + std::to_string(i));
+      ADD_FAILURE() << bad[i].first << "=" << bad[i].second << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("metadata " + bad[i].first + ": "), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(DecodingOptions, BatchesCutByTokensGiveTheSameTranslations) {
   auto model = default_model();
   TranslatorOptions topts = small_translator();

@@ -106,6 +106,7 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
 
   ModelWriter writer(config);
   if (options.with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
+  for (const auto& [key, value] : options.metadata) writer.set_metadata(key, value);
   std::mt19937 rng(options.seed);
   for (const ParameterSpec& spec : transformer_parameters(config)) {
     std::vector<float> values(spec.elements());

@@ -3,6 +3,7 @@
 // tiny SentencePiece model trained in the test process on generated lines.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "temp_dir.h"  // make_temp_dir, which the tests of tiny models use
@@ -28,6 +29,8 @@ struct TinyModelOptions {
   float eos_bias = 2.0f;
   // Values rounded to f16 before writing, so an f32 file and an f16 file hold the same numbers.
   bool round_to_f16 = false;
+  // Metadata entries written into the file (e.g. the decoding.* defaults).
+  std::vector<std::pair<std::string, std::string>> metadata;
 };
 
 // The tiny SentencePiece model proto (trained once per process; pad 0, unk 1, bos 2, eos 3).

@@ -394,6 +394,48 @@ TEST(XfRun, DecodingOptionFlagsMatchTheLibrary) {
   EXPECT_NE(beam.err.find("needs greedy search (beam 1)"), std::string::npos) << beam.err;
 }
 
+// The model's decoding.* metadata gives xf-run's defaults (beam, length penalty); an option
+// given wins; xf-inspect shows them.
+TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
+  const std::string path = work_dir() + "/with_defaults.xfm";
+  xf::test::TinyModelOptions tiny;
+  tiny.metadata = {{"decoding.beam", "2"}, {"decoding.length_penalty", "1.8"}};
+  xf::test::write_tiny_model(path, tiny);
+  const std::string input = write_lines("defaults.txt", xf::test::sample_sentences(6, 45));
+  const ProgramRun by_default = run(XF_RUN, "--model " + path + " --with-scores", input);
+  ASSERT_EQ(by_default.status, 0) << by_default.err;
+  const ProgramRun model_values = run(XF_RUN, "--model " + path + " --with-scores --beam 2 --length-penalty 1.8", input);
+  ASSERT_EQ(model_values.status, 0) << model_values.err;
+  EXPECT_EQ(by_default.out, model_values.out);
+  const ProgramRun explicit_penalty = run(XF_RUN, "--model " + path + " --with-scores --length-penalty 0.6", input);
+  ASSERT_EQ(explicit_penalty.status, 0) << explicit_penalty.err;
+  EXPECT_NE(explicit_penalty.out, by_default.out) << "--length-penalty wins over the model's";
+  const ProgramRun n_best = run(XF_RUN, "--model " + path + " --n-best 3", input);
+  EXPECT_EQ(n_best.status, 2) << "--n-best 3 exceeds the model's beam 2";
+  EXPECT_NE(n_best.err.find("--n-best 3 exceeds --beam 2"), std::string::npos) << n_best.err;
+  EXPECT_EQ(run(XF_RUN, "--model " + path + " --n-best 3 --beam 3", input).status, 0);
+
+  const ProgramRun inspect = run(XF_INSPECT, path);
+  ASSERT_EQ(inspect.status, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("decoding defaults\n  beam                 2        (the model's decoding.beam)\n"
+                             "  length_penalty       1.8      (the model's decoding.length_penalty)\n"
+                             "  repetition_penalty   1        (xf's default)\n"),
+            std::string::npos)
+      << inspect.out;
+  xf::test::TinyModelOptions bad = tiny;
+  bad.metadata = {{"decoding.beam_size", "2"}};
+  xf::test::write_tiny_model(work_dir() + "/bad_defaults.xfm", bad);
+  for (const char* tool : {XF_RUN, XF_INSPECT}) {
+    const ProgramRun refused = run(tool, std::string(tool) == XF_RUN ? "--model " + work_dir() + "/bad_defaults.xfm"
+                                                                      : work_dir() + "/bad_defaults.xfm");
+    EXPECT_EQ(refused.status, 1) << tool;
+    EXPECT_EQ(count_lines(refused.err), 1u) << refused.err;
+    EXPECT_NE(refused.err.find("bad_defaults.xfm: metadata decoding.beam_size: not a decoding setting"),
+              std::string::npos)
+        << refused.err;
+  }
+}
+
 // --input/--output files, --with-scores and --target-prefix: the library's translations with
 // the same prefixes, and their scores.
 TEST(XfRun, FilesScoresAndTargetPrefixes) {

@@ -7,13 +7,15 @@
 
 #include "xf/error.h"
 #include "xf/format/model_file.h"
+#include "xf/model.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: xf-inspect MODEL.xfm\n"
-    "Validates a flat model file (.xfm) and prints its format version, config, metadata,\n"
-    "tokenizers and tensor table (name, dtype, shape, bytes) with the total.\n"
+    "Validates a flat model file (.xfm) and prints its format version, config, metadata, the\n"
+    "decoding defaults (the model's decoding.* metadata, else xf's), tokenizers and tensor\n"
+    "table (name, dtype, shape, bytes) with the total.\n"
     "Exit status: 0 when the file is valid, 1 when it is not (one line on stderr saying why).\n";
 
 std::string shape_string(const xf::TensorView& t) {
@@ -41,6 +43,17 @@ void print_model(const xf::ModelFile& model) {
     std::printf("  %-20s %s\n", key.c_str(), value.c_str());
   }
 
+  // The settings every translation with the model starts from (an option given explicitly wins).
+  xf::DecodingDefaults decoding;
+  try {
+    decoding = xf::DecodingDefaults::from_metadata(model.metadata());
+  } catch (const xf::Error& e) {
+    throw xf::Error(model.path() + ": " + e.what());
+  }
+  std::printf("decoding defaults\n");
+  for (const auto& [name, value] : decoding.to_text())
+    std::printf("  %-20s %-8s %s\n", name.c_str(), value.c_str(),
+                decoding.set_by_model(name) ? ("(the model's decoding." + name + ")").c_str() : "(xf's default)");
   std::printf("tokenizers\n");
   const auto source = model.source_tokenizer(), target = model.target_tokenizer();
   if (source.empty()) {

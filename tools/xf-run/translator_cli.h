@@ -117,9 +117,11 @@ struct TranslatorCli {
     return true;
   }
 
-  // After parsing: checks what is required and fits the plan to the model.
+  // After parsing: checks what is required and fits the plan to the model, whose decoding
+  // settings are the defaults of the options not given (the Translator applies the others).
   void finish(const Model* model) {
-    if (translate.n_best > translator.beam)
+    if (model != nullptr && translator.beam == 0) translator.beam = model->decoding_defaults().beam;
+    if (translator.beam != 0 && translate.n_best > translator.beam)
       throw UsageError{"--n-best " + std::to_string(translate.n_best) + " exceeds --beam " +
                        std::to_string(translator.beam)};
     translate.beam = translator.beam;
@@ -234,7 +236,7 @@ class SourceReader {
 inline const char* translator_options_help() {
   return R"(  --model FILE          the .xfm model (required)
   --device cpu|cuda     where to run (default cpu)
-  --beam N              beam size; 1 is greedy search (default 4)
+  --beam N              beam size; 1 is greedy search (default: the model's, else 4)
   --n-best N            hypotheses per sentence, <= beam (default 1)
   --max-batch N         sentences decoded together (default 32; --batch is the same)
   --threads N           CPU threads; 0: every core (default 1)
@@ -248,7 +250,7 @@ inline const char* translator_options_help() {
                         weight matrices as stored in the file (default; f16/bf16 are widened to
                         f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
                         with per-row scales (CPU only), or f16 (CUDA only: f16 compute)
-  --length-penalty A    GNMT length penalty alpha (default 0.6)
+  --length-penalty A    GNMT length penalty alpha (default: the model's, else 0.6)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
   --max-decoding-length N
@@ -264,9 +266,12 @@ inline const char* translator_options_help() {
   --seed N              the sampling's seed: the same seed, the same output (default 0)
   --repetition-penalty P
                         logits of tokens already output divided by P (multiplied when negative;
-                        default 1: off)
+                        default: the model's, else 1: off)
   --no-repeat-ngram-size N
-                        never repeat an n-gram of N tokens in an output (default 0: off)
+                        never repeat an n-gram of N tokens in an output (default: the model's,
+                        else 0: off)
+The model's defaults are the decoding settings stored in its metadata (decoding.beam,
+decoding.length_penalty, ...; xf-inspect shows them); an option given here wins.
 )";
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xf/error.h"
@@ -16,6 +17,25 @@ class SentencePieceProcessor;
 }
 
 namespace xf {
+
+// Decoding settings a model file carries in its metadata as "decoding.<name>" (xf-convert
+// --metadata decoding.length_penalty=1.4, chosen on a dev set): the defaults of every
+// translation with that model in xf-run, the C and C++ APIs and Python; an option given
+// explicitly wins. Settings the file does not carry keep xf's defaults (the values below).
+struct XF_API DecodingDefaults {
+  int beam = 4;                     // decoding.beam: beam size, 1 for greedy search
+  float length_penalty = 0.6f;      // decoding.length_penalty: GNMT alpha
+  float repetition_penalty = 1.0f;  // decoding.repetition_penalty: 1 is off
+  int no_repeat_ngram_size = 0;     // decoding.no_repeat_ngram_size: 0 is off
+  std::vector<std::string> from_model;  // the names the file set ("length_penalty"), in order
+
+  // The decoding.* entries of a file's metadata (other entries are not looked at). Throws
+  // xf::Error naming an entry whose name is not a setting above or whose value is out of range.
+  static DecodingDefaults from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata);
+  // Every setting as (name, value) text, in the order above.
+  std::vector<std::pair<std::string, std::string>> to_text() const;
+  bool set_by_model(const std::string& name) const;
+};
 
 class XF_API Model {
  public:
@@ -33,6 +53,8 @@ class XF_API Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
+  // The decoding settings stored in the file, else xf's (read and checked at open).
+  const DecodingDefaults& decoding_defaults() const { return decoding_defaults_; }
   const ModelFile& file() const { return *file_; }
 
   // True when the file stores a SentencePiece model (the text API needs one).
@@ -70,6 +92,7 @@ class XF_API Model {
   std::shared_ptr<const ModelFile> file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> source_tokenizer_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> target_tokenizer_;
+  DecodingDefaults decoding_defaults_;
   size_t longest_source_piece_ = 0;  // bytes; 0 without a tokenizer
 };
 

@@ -36,7 +36,8 @@ struct TranslatorOptions {
   Device device = Device::cpu;
   int max_batch = 32;        // sentences decoded together
   int max_source_len = 256;  // source tokens, EOS included
-  int beam = 4;              // the widest beam a call may ask for
+  int beam = 0;              // the widest beam a call may ask for; 0: the model's decoding.beam
+                             // (DecodingDefaults, model.h), else 4
   int threads = 1;           // CPU threads for the kernels; 0: every core
   // Weight matrices converted at load: f32 (widens f16/bf16/int8) or int8 (per-row symmetric
   // quantization of f32/f16/bf16). Unset: as stored, with f16/bf16 widened to f32 on the CPU.
@@ -55,10 +56,13 @@ XF_API const char* batch_type_name(BatchType type);         // "examples", "toke
 XF_API BatchType parse_batch_type(const std::string& name);  // throws xf::Error on an unknown name
 
 // Per-call decoding options; names follow CTranslate2's where the meaning is the same.
+// An option left unset (std::nullopt) takes the model's value (its DecodingDefaults: the
+// file's decoding.* metadata), else xf's default written beside it.
 struct TranslateOptions {
   int beam = 0;                 // 0: the Translator's beam. 1: greedy search.
   int n_best = 1;               // hypotheses returned per sentence, <= beam
-  float length_penalty = 0.6f;  // GNMT alpha: score = log_prob / ((5 + length) / 6)^alpha
+  // GNMT alpha: score = log_prob / ((5 + length) / 6)^alpha (default 0.6).
+  std::optional<float> length_penalty;
   // A sentence's longest output: max_len_a * source_tokens + max_len_b (source tokens with EOS,
   // output tokens with EOS), capped by the plan.
   float max_len_a = 1.0f;
@@ -66,6 +70,11 @@ struct TranslateOptions {
   // A cap on every sentence's output, in generated tokens (EOS and target prefix included);
   // 0: only the rule above.
   int max_decoding_length = 0;
+  // At least this many tokens before EOS (target prefix included): EOS is banned until then,
+  // unless the length limits above end the output first (0: none; CTranslate2's default is 1).
+  int min_decoding_length = 0;
+  // The unknown token (the model's unk_id) is never generated.
+  bool disable_unk = false;
 
   // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
   // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);
@@ -84,14 +93,20 @@ struct TranslateOptions {
   uint64_t seed = 0;
 
   // The logits of tokens already in a hypothesis (target prefix included) are divided by
-  // repetition_penalty when positive, multiplied when negative (1: off; CTRL's rule).
-  float repetition_penalty = 1.0f;
-  // A token that would repeat an n-gram of this size already in the hypothesis is banned (0: off).
-  int no_repeat_ngram_size = 0;
+  // repetition_penalty when positive, multiplied when negative (default 1: off; CTRL's rule).
+  std::optional<float> repetition_penalty;
+  // A token that would repeat an n-gram of this size already in the hypothesis is banned
+  // (default 0: off).
+  std::optional<int> no_repeat_ngram_size;
 
   // Whether an option needs the raw logits on the host (the CPU backend; CUDA refuses these).
   bool sampling() const { return sampling_topk != 1; }
-  bool adjusts_logits() const { return repetition_penalty != 1.0f || no_repeat_ngram_size > 0; }
+  bool adjusts_logits() const {
+    return repetition_penalty.value_or(1.0f) != 1.0f || no_repeat_ngram_size.value_or(0) > 0 ||
+           min_decoding_length > 0 || disable_unk;
+  }
+  // These options with every unset one given its value: the model's, else xf's default.
+  TranslateOptions with_defaults(const DecodingDefaults& defaults) const;
 };
 
 struct TokenHypothesis {
@@ -120,6 +135,14 @@ struct DeviceUsage {
 
 struct TranslationResult {
   std::vector<Hypothesis> hypotheses;  // best first, n_best of them
+};
+
+// A given translation scored by the model (CTranslate2's score_batch): each target token's
+// log-probability given the source and the tokens before it.
+struct ScoringResult {
+  std::vector<int32_t> ids;      // the target ids, then EOS
+  std::vector<float> log_probs;  // one per id
+  float log_prob() const;        // their sum: the translation's log-probability
 };
 
 namespace runtime {
@@ -153,6 +176,18 @@ class XF_API Translator {
                      const TranslateOptions& options, std::vector<TokenTranslation>& results,
                      const std::vector<std::vector<int32_t>>& target_prefix = {});
 
+  // The log-probabilities of given translations (teacher forcing): targets[i], piece ids without
+  // EOS, as the translation of sources[i] (ids without EOS, as translate_ids takes them), EOS
+  // scored last. Batched like translate_ids (options: max_batch_size and batch_type only).
+  // Throws xf::Error naming the sentence when a source or target is beyond the plan (a target
+  // with EOS longer than max_target_len()) or holds a bad id; on a device that keeps the logits
+  // to itself (CUDA), that scoring is CPU only.
+  void score_ids(const std::vector<std::vector<int32_t>>& sources, const std::vector<std::vector<int32_t>>& targets,
+                 const TranslateOptions& options, std::vector<ScoringResult>& results);
+  // The same over text: SentencePiece encodes both sides.
+  std::vector<ScoringResult> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                                   const TranslateOptions& options = {});
+
   const Model& model() const { return *model_; }
   const TranslatorOptions& options() const { return options_; }
   // The plan's limits and size.
@@ -172,7 +207,17 @@ class XF_API Translator {
   std::unique_ptr<runtime::Search> search_;
   std::mutex mutex_;  // one translation at a time: the plan's buffers are shared by all calls
   std::vector<int32_t> order_;  // sentence indices sorted by length; grows on the first call
+  // Checks sources against the plan and the vocabulary (xf::Error naming the sentence).
+  void check_sources(const std::vector<std::vector<int32_t>>& sources) const;
+  // Sorts non-empty sources' indices into order_ (longest first) and cuts them into batches under
+  // the plan and options.max_batch_size/batch_type; stages each batch's sources (and targets, as
+  // target prefixes, when given) into the search and calls run(count, source_len, indices).
+  template <typename Run>
+  void run_batches(const std::vector<std::vector<int32_t>>& sources, const std::vector<std::vector<int32_t>>& targets,
+                   bool skip_empty, const TranslateOptions& options, Run&& run);
+
   std::vector<TokenTranslation*> batch_results_;  // [max_batch] where a batch's results go
+  std::vector<ScoringResult*> batch_scores_;      // [max_batch] where a batch's scores go
   int64_t last_call_batches_ = 0;
 };
 

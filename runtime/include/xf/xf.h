@@ -63,7 +63,7 @@ typedef struct xf_translator_options {
   xf_device device;
   int max_batch;
   int max_source_len;
-  int beam;
+  int beam; /* the widest beam; 0 (the default): the model's decoding.beam, else 4 */
   int threads;
   float max_len_a;
   int max_len_b;
@@ -71,12 +71,14 @@ typedef struct xf_translator_options {
 
 typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;
 
-/* The fields of xf::TranslateOptions (translator.h says what each one does). */
+/* The fields of xf::TranslateOptions (translator.h says what each one does). The fields marked
+ * "model's" default to the model's own setting (its decoding.* metadata, else xf's default):
+ * init leaves them NAN or -1, which mean "not given"; any other value wins over the model's. */
 typedef struct xf_translate_options {
   size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
   int beam; /* 0: the translator's beam */
   int n_best;
-  float length_penalty;
+  float length_penalty; /* model's: NAN; else GNMT alpha (xf's default 0.6) */
   float max_len_a;
   int max_len_b;
   int max_decoding_length; /* 0: no cap beyond max_len_a/b */
@@ -86,8 +88,8 @@ typedef struct xf_translate_options {
   float sampling_topp;
   float sampling_temperature;
   uint64_t seed;
-  float repetition_penalty; /* 1: off */
-  int no_repeat_ngram_size; /* 0: off */
+  float repetition_penalty; /* model's: NAN; 1: off (xf's default) */
+  int no_repeat_ngram_size; /* model's: -1; 0: off (xf's default) */
   /* NULL, or one target prefix per source: xf_translate reads target_prefix[i] (text, "" for
    * none); xf_translate_ids reads target_prefix_ids[i] with target_prefix_lengths[i] ids. */
   const char* const* target_prefix;
