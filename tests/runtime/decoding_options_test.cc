@@ -318,6 +318,118 @@ TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
   }
 }
 
+// min_decoding_length bans EOS before that many tokens, disable_unk bans the unknown token: greedy
+// search equals the reference with those logits banned; beam hypotheses keep the minimum too.
+TEST(DecodingOptions, MinDecodingLengthAndDisableUnkMatchTheReference) {
+  test::TinyModelOptions tiny;
+  tiny.unk_bias = 1.5f;  // the unknown token comes up in outputs
+  tiny.seed = 7;
+  auto model = model_named(tiny, "unk_bias");
+  const ModelConfig& config = model->config();
+  Translator translator(model, small_translator());
+  const auto sources = test::random_source_ids(24, config.source_vocab_size, 39, 10);
+  TranslateOptions options;
+  options.beam = 1;
+  std::vector<TokenTranslation> plain, results;
+  translator.translate_ids(sources, options, plain);
+  size_t short_outputs = 0, with_unk = 0;
+  for (const auto& r : plain) {
+    short_outputs += r.hypotheses[0].ids.size() < 6;
+    with_unk += std::count(r.hypotheses[0].ids.begin(), r.hypotheses[0].ids.end(), config.unk_id) > 0;
+  }
+  ASSERT_GT(short_outputs, 0u) << "some plain outputs should be shorter than the minimum";
+  ASSERT_GT(with_unk, 0u) << "some plain outputs should hold the unknown token";
+
+  options.min_decoding_length = 6;
+  options.disable_unk = true;
+  translator.translate_ids(sources, options, results);
+  expect_matches_reference(translator, *model, sources, results, options, {},
+                           [&](std::vector<float>& logits, const std::vector<int32_t>& so_far) {
+                             logits[config.unk_id] = -std::numeric_limits<float>::infinity();
+                             if (so_far.size() < 6) logits[config.eos_id] = -std::numeric_limits<float>::infinity();
+                           });
+  for (const auto& r : results) {
+    EXPECT_GE(r.hypotheses[0].ids.size(), 6u);
+    EXPECT_EQ(std::count(r.hypotheses[0].ids.begin(), r.hypotheses[0].ids.end(), config.unk_id), 0);
+  }
+  options.beam = 4;
+  options.n_best = 4;
+  translator.translate_ids(sources, options, results);
+  for (const auto& r : results)
+    for (const auto& h : r.hypotheses) {
+      EXPECT_GE(h.ids.size(), 6u);
+      EXPECT_EQ(std::count(h.ids.begin(), h.ids.end(), config.unk_id), 0);
+    }
+  options.max_decoding_length = 5;
+  EXPECT_THROW(translator.translate_ids(sources, options, results), Error) << "min above max";
+  options.max_decoding_length = 0;
+  options.min_decoding_length = -1;
+  EXPECT_THROW(translator.translate_ids(sources, options, results), Error);
+}
+
+// score_ids gives each target token's log-probability by teacher forcing, EOS last: the
+// reference's, in any batch; the greedy output scores its own log_prob.
+TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {
+  auto model = default_model();
+  const ModelConfig& config = model->config();
+  Translator translator(model, small_translator());
+  auto sources = test::random_source_ids(7, config.source_vocab_size, 43, 10);
+  auto targets = test::random_source_ids(7, config.target_vocab_size, 44, 12);
+  sources[2].clear();  // an empty source is scored too (EOS alone)
+  targets[4].clear();  // an empty target: EOS alone
+  std::vector<ScoringResult> scores;
+  TranslateOptions options;
+  options.max_batch_size = 3;
+  translator.score_ids(sources, targets, options, scores);
+  EXPECT_EQ(translator.last_call_batches(), 3);
+  ASSERT_EQ(scores.size(), sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    std::vector<int32_t> with_eos = targets[i];
+    with_eos.push_back(config.eos_id);
+    ASSERT_EQ(scores[i].ids, with_eos) << i;
+    ASSERT_EQ(scores[i].log_probs.size(), with_eos.size()) << i;
+    const auto steps = forced_log_probs(*model, translator.options(), sources[i], targets[i]);
+    ASSERT_EQ(steps.size(), with_eos.size());
+    double sum = 0.0;
+    for (size_t t = 0; t < with_eos.size(); ++t) {
+      EXPECT_NEAR(scores[i].log_probs[t], steps[t][with_eos[t]], 1e-4) << i << " " << t;
+      sum += steps[t][with_eos[t]];
+    }
+    EXPECT_NEAR(scores[i].log_prob(), sum, 1e-3) << i;
+  }
+
+  // The greedy translation's own score.
+  TranslateOptions greedy;
+  greedy.beam = 1;
+  std::vector<TokenTranslation> translations;
+  sources[2] = {5, 6};
+  translator.translate_ids(sources, greedy, translations);
+  std::vector<std::vector<int32_t>> outputs;
+  for (const auto& t : translations) outputs.push_back(t.hypotheses[0].ids);
+  translator.score_ids(sources, outputs, {}, scores);
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (static_cast<int64_t>(outputs[i].size()) < runtime::max_output_length(
+                                                      runtime::make_memory_plan(config, translator.options()),
+                                                      greedy, static_cast<int64_t>(sources[i].size()) + 1))
+      EXPECT_NEAR(scores[i].log_prob(), translations[i].hypotheses[0].log_prob, 1e-3) << i;
+
+  // Bad requests name what is wrong.
+  auto expect_error = [&](const std::vector<std::vector<int32_t>>& s, const std::vector<std::vector<int32_t>>& t,
+                          const std::string& message) {
+    try {
+      translator.score_ids(s, t, {}, scores);
+      ADD_FAILURE() << "no error, expected " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{5}}, {}, "targets has 0 entries for 1 sources");
+  expect_error({{5}}, {{config.eos_id}}, "sentence 1: target token id 3 is EOS");
+  expect_error({{5}, {6}}, {{5}, std::vector<int32_t>(translator.max_target_len(), 5)},
+               "sentence 2: a target of " + std::to_string(translator.max_target_len() + 1) + " tokens with EOS");
+  expect_error({{5}}, {{static_cast<int32_t>(config.target_vocab_size)}}, "outside the target vocabulary");
+}
+
 // A model's decoding.* metadata gives the defaults: the beam of a Translator left at 0, and the
 // length penalty, repetition penalty and n-gram size of every call that leaves them unset; an
 // option given explicitly wins. Compared with the same weights without metadata.

@@ -102,7 +102,7 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   config.norm_position = options.norm_position;
   config.shared_embeddings = options.shared_embeddings;
   config.tied_output = options.tied_output;
-  config.output_bias = options.eos_bias != 0.0f;
+  config.output_bias = options.eos_bias != 0.0f || options.unk_bias != 0.0f;
 
   ModelWriter writer(config);
   if (options.with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
@@ -127,7 +127,10 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
       std::uniform_real_distribution<float> uniform(-0.1f, 0.1f);
       for (float& v : values) v = uniform(rng);
     }
-    if (name == param::kOutputBias) values[config.eos_id] += options.eos_bias;
+    if (name == param::kOutputBias) {
+      values[config.eos_id] += options.eos_bias;
+      values[config.unk_id] += options.unk_bias;
+    }
     if (options.round_to_f16)
       for (float& v : values) v = half_to_float(float_to_half(v));
     DType dtype = options.matrix_dtype;

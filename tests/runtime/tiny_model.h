@@ -27,6 +27,8 @@ struct TinyModelOptions {
   // Added to the EOS logit through the output bias (the model then has one), so that outputs
   // end at varying lengths; 0 leaves the bias out.
   float eos_bias = 2.0f;
+  // Added to the unknown token's logit alike, so that outputs hold it (disable_unk tests).
+  float unk_bias = 0.0f;
   // Values rounded to f16 before writing, so an f32 file and an f16 file hold the same numbers.
   bool round_to_f16 = false;
   // Metadata entries written into the file (e.g. the decoding.* defaults).
