@@ -2,7 +2,8 @@
 // wraps the tuples returned here into TranslationResult objects.
 //
 // Sources are text (str) or SentencePiece pieces (a list of str); both become ids here, with the
-// GIL held; translation runs with the GIL released, one call at a time per Translator.
+// GIL held; translation runs with the GIL released, one call at a time per Translator. Of a text,
+// only the head the plan can use is copied and tokenized (memory does not grow with a text).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -22,28 +23,47 @@ namespace nb = nanobind;
 
 namespace {
 
-// One source or target prefix: text, or a list of pieces. Throws nb::type_error for anything else.
-struct Input {
-  bool is_text = true;
-  std::string text;
-  std::vector<std::string> pieces;
-};
-
-std::string utf8(nb::handle str, const char* what, size_t index) {
+// The UTF-8 bytes of a str, at most max_bytes of them (cut at a character boundary when
+// longer; *cut says so): of a huge text only the head the plan can use is copied. The first
+// max_bytes characters hold at least max_bytes bytes, so only those are encoded.
+std::string utf8(nb::handle str, const char* what, size_t index, size_t max_bytes, bool* cut) {
+  const Py_ssize_t characters = PyUnicode_GetLength(str.ptr());
+  nb::object head = nb::borrow(str);
+  *cut = false;
+  if (characters > 0 && static_cast<size_t>(characters) > max_bytes) {
+    head = nb::steal(PyUnicode_Substring(str.ptr(), 0, static_cast<Py_ssize_t>(max_bytes)));
+    if (!head.is_valid()) throw nb::python_error();
+    *cut = true;
+  }
   Py_ssize_t size = 0;
-  const char* data = PyUnicode_AsUTF8AndSize(str.ptr(), &size);
+  const char* data = PyUnicode_AsUTF8AndSize(head.ptr(), &size);
   if (data == nullptr) {
     PyErr_Clear();
     throw nb::value_error((std::string(what) + "[" + std::to_string(index) +
                            "] is not valid Unicode text (invalid UTF-8: a lone surrogate)").c_str());
   }
-  return std::string(data, static_cast<size_t>(size));
+  size_t bytes = static_cast<size_t>(size);
+  if (bytes > max_bytes) {
+    bytes = max_bytes;
+    while (bytes > 0 && (static_cast<unsigned char>(data[bytes]) & 0xC0) == 0x80) --bytes;
+    *cut = true;
+  }
+  return std::string(data, bytes);
 }
 
-Input read_input(nb::handle item, const char* what, size_t index) {
+// One source or target: text (its head, `cut` when longer), or a list of pieces. Throws
+// nb::type_error for anything else.
+struct Input {
+  bool is_text = true;
+  bool cut = false;
+  std::string text;
+  std::vector<std::string> pieces;
+};
+
+Input read_input(nb::handle item, const char* what, size_t index, size_t max_bytes) {
   Input input;
   if (nb::isinstance<nb::str>(item)) {
-    input.text = utf8(item, what, index);
+    input.text = utf8(item, what, index, max_bytes, &input.cut);
     return input;
   }
   if (nb::isinstance<nb::list>(item) || nb::isinstance<nb::tuple>(item)) {
@@ -53,7 +73,8 @@ Input read_input(nb::handle item, const char* what, size_t index) {
         throw nb::type_error((std::string(what) + "[" + std::to_string(index) +
                               "] must be a str or a list of str pieces, found a " +
                               nb::type_name(piece.type()).c_str() + " in the list").c_str());
-      input.pieces.push_back(utf8(piece, what, index));
+      bool cut = false;
+      input.pieces.push_back(utf8(piece, what, index, max_bytes, &cut));
     }
     return input;
   }
@@ -61,13 +82,13 @@ Input read_input(nb::handle item, const char* what, size_t index) {
                         nb::type_name(item.type()).c_str()).c_str());
 }
 
-std::vector<Input> read_inputs(nb::handle sequence, const char* what) {
+std::vector<Input> read_inputs(nb::handle sequence, const char* what, size_t max_bytes) {
   if (nb::isinstance<nb::str>(sequence) || !(nb::isinstance<nb::list>(sequence) || nb::isinstance<nb::tuple>(sequence)))
     throw nb::type_error((std::string(what) + " must be a list of str or of lists of str pieces, got " +
                           nb::type_name(sequence.type()).c_str()).c_str());
   std::vector<Input> inputs;
   size_t index = 0;
-  for (nb::handle item : sequence) inputs.push_back(read_input(item, what, index++));
+  for (nb::handle item : sequence) inputs.push_back(read_input(item, what, index++, max_bytes));
   return inputs;
 }
 
@@ -90,27 +111,28 @@ class PyTranslator {
     translator_ = std::make_unique<xf::Translator>(model_, options);
   }
 
-  // Returns, per source: (is_text, texts, pieces, ids, scores, log_probs) over its hypotheses.
-  nb::list translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& options) {
-    const std::vector<Input> sources = read_inputs(source, "source");
+  // Returns (results, truncated): per source (is_text, texts, pieces, ids, scores, log_probs)
+  // over its hypotheses; the indices of the sources cut to max_input_length tokens (0: none).
+  nb::tuple translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& options,
+                      int max_input_length) {
+    const std::vector<Input> sources = read_inputs(source, "source", source_bytes());
     std::vector<Input> prefixes;
     if (!target_prefix.is_none()) {
-      prefixes = read_inputs(target_prefix, "target_prefix");
+      prefixes = read_inputs(target_prefix, "target_prefix", target_bytes());
       if (prefixes.size() != sources.size())
         throw xf::Error("target_prefix has " + std::to_string(prefixes.size()) + " entries for " +
                         std::to_string(sources.size()) + " sources");
     }
     std::vector<xf::TokenTranslation> results;
+    std::vector<size_t> truncated;
     {
       nb::gil_scoped_release released;
       std::lock_guard<std::mutex> lock(mutex_);  // after releasing the GIL: no lock-order cycle
       std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(prefixes.size());
       for (size_t i = 0; i < sources.size(); ++i) {
         try {
-          ids[i] = sources[i].is_text ? model_->encode_source(sources[i].text) : model_->source_piece_ids(sources[i].pieces);
-          if (!prefixes.empty())
-            prefix_ids[i] = prefixes[i].is_text ? model_->encode_target(prefixes[i].text)
-                                                : model_->target_piece_ids(prefixes[i].pieces);
+          ids[i] = source_ids(sources[i], max_input_length, i, truncated);
+          if (!prefixes.empty()) prefix_ids[i] = target_ids(prefixes[i], "target prefix");
         } catch (const xf::Error& e) {
           throw xf::Error("sentence " + std::to_string(i + 1) + ": " + e.what());
         }
@@ -129,7 +151,39 @@ class PyTranslator {
       }
       out.append(nb::make_tuple(sources[i].is_text, texts, pieces, ids, scores, log_probs));
     }
-    return out;
+    return nb::make_tuple(out, nb::cast(truncated));
+  }
+
+  // Returns (results, truncated): per pair (pieces with "</s>" last, ids, log_probs).
+  nb::tuple score(nb::handle source, nb::handle target, const xf::TranslateOptions& options, int max_input_length) {
+    const std::vector<Input> sources = read_inputs(source, "source", source_bytes());
+    const std::vector<Input> targets = read_inputs(target, "target", target_bytes());
+    if (targets.size() != sources.size())
+      throw xf::Error("target has " + std::to_string(targets.size()) + " entries for " +
+                      std::to_string(sources.size()) + " sources");
+    std::vector<xf::ScoringResult> results;
+    std::vector<size_t> truncated;
+    {
+      nb::gil_scoped_release released;
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<std::vector<int32_t>> ids(sources.size()), target_ids_(targets.size());
+      for (size_t i = 0; i < sources.size(); ++i) {
+        try {
+          ids[i] = source_ids(sources[i], max_input_length, i, truncated);
+          target_ids_[i] = target_ids(targets[i], "target");
+        } catch (const xf::Error& e) {
+          throw xf::Error("sentence " + std::to_string(i + 1) + ": " + e.what());
+        }
+      }
+      translator_->score_ids(ids, target_ids_, options, results);
+    }
+    nb::list out;
+    for (const xf::ScoringResult& r : results) {
+      std::vector<std::string> pieces = model_->target_pieces(r.ids.data(), r.ids.size() - 1);
+      pieces.emplace_back("</s>");
+      out.append(nb::make_tuple(nb::cast(pieces), nb::cast(r.ids), nb::cast(r.log_probs)));
+    }
+    return nb::make_tuple(out, nb::cast(truncated));
   }
 
   // The model's SentencePiece pieces of a source text (what translate() accepts as a list).
@@ -138,9 +192,57 @@ class PyTranslator {
     return model_->source_pieces(ids.data(), ids.size());
   }
 
+  // The model's decoding settings (its decoding.* metadata, else xf's defaults) by name.
+  nb::dict decoding_defaults() const {
+    const xf::DecodingDefaults& d = model_->decoding_defaults();
+    nb::dict out;
+    out["beam_size"] = d.beam;
+    out["length_penalty"] = d.length_penalty;
+    out["repetition_penalty"] = d.repetition_penalty;
+    out["no_repeat_ngram_size"] = d.no_repeat_ngram_size;
+    return out;
+  }
+
   const xf::TranslatorOptions& options() const { return translator_->options(); }
+  int64_t max_target_len() const { return translator_->max_target_len(); }
 
  private:
+  size_t source_bytes() const { return model_->source_bytes_for(static_cast<size_t>(options().max_source_len)); }
+  size_t target_bytes() const { return model_->source_bytes_for(static_cast<size_t>(translator_->max_target_len())); }
+
+  // A source's ids: at most max_source_len - 1 of them are read (a longer source is an error),
+  // or max_input_length when that is smaller (0: no truncation), and then a longer one is cut
+  // to it, its index added to `truncated`.
+  std::vector<int32_t> source_ids(const Input& input, int max_input_length, size_t index,
+                                  std::vector<size_t>& truncated) const {
+    const size_t plan_limit = static_cast<size_t>(options().max_source_len - 1);
+    const bool truncating = max_input_length > 0 && static_cast<size_t>(max_input_length) <= plan_limit;
+    const size_t limit = truncating ? static_cast<size_t>(max_input_length) : plan_limit;
+    bool longer = false;
+    std::vector<int32_t> ids;
+    if (input.is_text) {
+      ids = model_->encode_source(input.text, limit, &longer);
+      longer |= input.cut;
+    } else {
+      ids = model_->source_piece_ids(input.pieces);
+      longer = ids.size() > limit;
+      if (longer) ids.resize(limit);
+    }
+    if (!longer) return ids;
+    if (!truncating)
+      throw xf::Error("more than the translator's max_source_len " + std::to_string(options().max_source_len) +
+                      " tokens with EOS");
+    truncated.push_back(index);
+    return ids;
+  }
+
+  std::vector<int32_t> target_ids(const Input& input, const char* what) const {
+    if (input.cut)
+      throw xf::Error(std::string("the ") + what + " is longer than the translator's longest output of " +
+                      std::to_string(max_target_len()) + " tokens");
+    return input.is_text ? model_->encode_target(input.text) : model_->target_piece_ids(input.pieces);
+  }
+
   std::shared_ptr<const xf::Model> model_;
   std::unique_ptr<xf::Translator> translator_;
   std::mutex mutex_;  // a Translator translates one call at a time
@@ -160,6 +262,8 @@ NB_MODULE(_xf, m) {
       .def_rw("max_len_a", &xf::TranslateOptions::max_len_a)
       .def_rw("max_len_b", &xf::TranslateOptions::max_len_b)
       .def_rw("max_decoding_length", &xf::TranslateOptions::max_decoding_length)
+      .def_rw("min_decoding_length", &xf::TranslateOptions::min_decoding_length)
+      .def_rw("disable_unk", &xf::TranslateOptions::disable_unk)
       .def_rw("max_batch_size", &xf::TranslateOptions::max_batch_size)
       .def_prop_rw(
           "batch_type", [](const xf::TranslateOptions& o) { return std::string(xf::batch_type_name(o.batch_type)); },
@@ -176,10 +280,14 @@ NB_MODULE(_xf, m) {
            nb::arg("model_path"), nb::arg("device"), nb::arg("max_batch"), nb::arg("max_beam"), nb::arg("threads"),
            nb::arg("max_source_len"), nb::arg("weight_dtype").none(), nb::arg("max_len_a"), nb::arg("max_len_b"))
       .def("translate", &PyTranslator::translate, nb::arg("source"), nb::arg("target_prefix").none(),
-           nb::arg("options"))
+           nb::arg("options"), nb::arg("max_input_length"))
+      .def("score", &PyTranslator::score, nb::arg("source"), nb::arg("target"), nb::arg("options"),
+           nb::arg("max_input_length"))
       .def("tokenize", &PyTranslator::tokenize, nb::arg("text"))
+      .def_prop_ro("decoding_defaults", &PyTranslator::decoding_defaults)
       .def_prop_ro("threads", [](const PyTranslator& t) { return t.options().threads; })
       .def_prop_ro("max_batch", [](const PyTranslator& t) { return t.options().max_batch; })
       .def_prop_ro("max_beam", [](const PyTranslator& t) { return t.options().beam; })
+      .def_prop_ro("max_source_len", [](const PyTranslator& t) { return t.options().max_source_len; })
       .def_prop_ro("device", [](const PyTranslator& t) { return std::string(xf::device_name(t.options().device)); });
 }

@@ -3,10 +3,14 @@
 XF_RUN names the xf-run executable the translations are compared with (scripts/test.sh sets it;
 default: build/bin/xf-run of this checkout).
 """
+import ast
 import os
 import subprocess
+import sys
 import threading
+import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -139,7 +143,7 @@ def test_bad_input_raises_with_the_runtime_message(translator):
         translator.translate_batch(["ok"], beam_size=9)
     with pytest.raises(xf.Error, match="needs greedy search"):
         translator.translate_batch(["ok"], sampling_topk=5)
-    with pytest.raises(xf.Error, match="unknown batch type 'words'"):
+    with pytest.raises(ValueError, match="batch_type must be one of 'examples', 'tokens', got 'words'"):
         translator.translate_batch(["ok"], batch_type="words")
     with pytest.raises(xf.Error, match="target_prefix has 1 entries for 2 sources"):
         translator.translate_batch(["a", "b"], target_prefix=["c"])
@@ -158,14 +162,14 @@ def test_missing_or_invalid_model_file(tmp_path):
         xf.Translator(bad)
     with pytest.raises(xf.Error, match="unknown device 'tpu'"):
         xf.Translator(MODEL, device="tpu")
-    with pytest.raises(xf.Error, match="threads must be 0"):
+    with pytest.raises(ValueError, match="threads must be from 0 to 1024, got -2"):
         xf.Translator(MODEL, threads=-2)
 
 
 def test_compute_type_takes_ctranslate2_names(translator):
     as_f32 = xf.Translator(MODEL, max_batch=8, threads=1, compute_type="float32")
     assert [r.ids for r in as_f32.translate_batch(SENTENCES)] == [r.ids for r in translator.translate_batch(SENTENCES)]
-    with pytest.raises(ValueError, match="compute_type 'bfloat16' is not one of"):
+    with pytest.raises(ValueError, match="compute_type must be one of .*, got 'bfloat16'"):
         xf.Translator(MODEL, compute_type="bfloat16")
     with pytest.raises(ValueError, match="not both"):
         xf.Translator(MODEL, compute_type="int8", weight_dtype="f32")
@@ -208,3 +212,213 @@ def test_concurrent_calls_on_one_translator(translator):
     for t in threads:
         t.join()
     assert outputs == [expected] * 4
+
+
+def test_the_models_decoding_settings_are_the_defaults(translator):
+    # The bundled model stores decoding.length_penalty 1.4 (chosen on dev).
+    assert translator.decoding_defaults == {"beam_size": 4, "length_penalty": pytest.approx(1.4),
+                                            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+    by_default = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2)
+    as_model = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2, length_penalty=1.4)
+    assert [r.scores for r in by_default] == [r.scores for r in as_model]
+    explicit = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2, length_penalty=0.6)
+    assert [r.scores for r in explicit] != [r.scores for r in by_default], "an explicit option wins"
+    assert xf.Translator(MODEL, max_batch=1, threads=1).max_beam == 4  # the model's beam, else 4
+    assert xf.Translator(MODEL, max_batch=1, threads=1, max_beam=2).max_beam == 2
+
+
+def test_intra_threads_inter_threads_and_device_index():
+    assert xf.Translator(MODEL, max_batch=1, intra_threads=1).threads == 1
+    with pytest.raises(ValueError, match="threads or intra_threads, not both"):
+        xf.Translator(MODEL, threads=1, intra_threads=1)
+    with pytest.raises(ValueError, match="inter_threads must be 1"):
+        xf.Translator(MODEL, inter_threads=2)
+    with pytest.raises(ValueError, match="device_index must be 0"):
+        xf.Translator(MODEL, device_index=1)
+    with pytest.raises(TypeError, match="intra_threads must be an int, got str"):
+        xf.Translator(MODEL, intra_threads="2")
+
+
+def test_min_decoding_length_and_disable_unk(translator):
+    sources = ["Hello.", "Yes.", "Thanks!"]
+    plain = translator.translate_batch(sources, beam_size=1)
+    assert any(len(r.ids[0]) < 8 for r in plain), "the plain outputs should be shorter than the minimum"
+    for beam in (1, 4):
+        longer = translator.translate_batch(sources, beam_size=beam, min_decoding_length=8)
+        assert all(len(r.ids[0]) >= 8 for r in longer)
+    # The unknown token (id 1) never comes out with disable_unk, also for text the model never saw.
+    odd = ["\u732b\u732b \u2603\u2603 \u2699", "I saw Zh\u014du and \u4e60\u8fd1\u5e73 in \u5317\u4eac."]
+    for result in translator.translate_batch(odd + SENTENCES, disable_unk=True, num_hypotheses=4):
+        assert all(1 not in ids for ids in result.ids)
+    with pytest.raises(xf.Error, match="min_decoding_length 9 is more than max_decoding_length 5"):
+        translator.translate_batch(sources, min_decoding_length=9, max_decoding_length=5)
+
+
+def test_translate_iterable_streams_in_order(translator):
+    sources = SENTENCES * 5
+    pulled = []
+
+    def lines():
+        for s in sources:
+            pulled.append(s)
+            yield s
+
+    stream = translator.translate_iterable(lines(), max_batch_size=2, beam_size=1)
+    first = next(stream)
+    assert len(pulled) == 32, "16 batches of 2 are read ahead, not the whole iterable"
+    results = [first] + list(stream)
+    expected = translator.translate_batch(sources, beam_size=1)
+    assert [r.hypotheses for r in results] == [r.hypotheses for r in expected]
+    prefixes = (p for p in ["Moi, "] * len(sources))
+    with_prefix = list(translator.translate_iterable(iter(sources), prefixes, max_batch_size=4))
+    assert all(r.hypotheses[0].startswith("Moi,") for r in with_prefix)
+    with pytest.raises(ValueError, match="target_prefix has fewer entries than source"):
+        list(translator.translate_iterable(sources, ["a"], max_batch_size=4))
+    with pytest.raises(ValueError, match="target_prefix has more entries than source"):
+        list(translator.translate_iterable(sources[:2], ["a"] * 3))
+    assert list(translator.translate_iterable([])) == []
+    by_tokens = list(translator.translate_iterable(iter(sources), max_batch_size=64, batch_type="tokens"))
+    assert [r.ids for r in by_tokens] == [r.ids for r in translator.translate_batch(sources)]
+
+
+def test_score_batch_gives_the_log_probabilities_of_given_targets(translator):
+    results = translator.translate_batch(SENTENCES, beam_size=1, return_scores=True)
+    scored = translator.score_batch(SENTENCES, [r.pieces[0] for r in results])
+    for result, score in zip(results, scored):
+        assert score.tokens == result.pieces[0] + ["</s>"]
+        assert len(score.log_probs) == len(score.tokens) == len(score.ids)
+        assert all(lp <= 0 for lp in score.log_probs)
+        assert sum(score.log_probs) == pytest.approx(result.log_probs[0], abs=1e-3)
+    # Text targets are tokenized; a better translation scores higher than a scrambled one.
+    [good, bad] = translator.score_batch(["I like cats."] * 2, ["J'aime les chats.", "chats les J'aime."])
+    assert sum(good.log_probs) > sum(bad.log_probs)
+    [shifted] = translator.score_batch(["I like cats."], ["J'aime les chats."], offset=2)
+    assert shifted.tokens == good.tokens[2:] and shifted.log_probs == good.log_probs[2:]
+    in_batches = translator.score_batch(SENTENCES, [r.pieces[0] for r in results], max_batch_size=2)
+    for a, b in zip(in_batches, scored):
+        assert a.tokens == b.tokens and a.log_probs == pytest.approx(b.log_probs, abs=1e-4)
+    streamed = list(translator.score_iterable(iter(SENTENCES), iter([r.pieces[0] for r in results])))
+    assert [s.tokens for s in streamed] == [s.tokens for s in scored]
+    assert "ScoringResult(tokens=" in repr(good)
+    with pytest.raises(xf.Error, match="target has 1 entries for 2 sources"):
+        translator.score_batch(["a", "b"], ["c"])
+    with pytest.raises(xf.Error, match="sentence 1: piece 'nope' is not in the target vocabulary"):
+        translator.score_batch(["a"], [["nope"]])
+    with pytest.raises(xf.Error, match="longer than the translator's longest output"):
+        translator.score_batch(["a"], ["mot " * 400])
+
+
+BAD_OPTIONS = [
+    (dict(beam_size=0), ValueError, "beam_size must be from 1"),
+    (dict(beam_size="4"), TypeError, "beam_size must be an int, got str"),
+    (dict(beam_size=2.0), TypeError, "beam_size must be an int, got float"),
+    (dict(num_hypotheses=0), ValueError, "num_hypotheses must be from 1"),
+    (dict(length_penalty="high"), TypeError, "length_penalty must be a number, got str"),
+    (dict(length_penalty=float("nan")), ValueError, "length_penalty must be a finite number"),
+    (dict(max_decoding_length=-1), ValueError, "max_decoding_length must be from 0"),
+    (dict(min_decoding_length=-1), ValueError, "min_decoding_length must be from 0"),
+    (dict(max_batch_size=-1), ValueError, "max_batch_size must be from 0"),
+    (dict(batch_type=3), TypeError, "batch_type must be a str, got int"),
+    (dict(sampling_topk=-1), ValueError, "sampling_topk must be from 0"),
+    (dict(sampling_topp=0.0), ValueError, "sampling_topp must be a finite number above 0"),
+    (dict(sampling_topp=1.5), ValueError, "sampling_topp must be a finite number above 0 and at most 1"),
+    (dict(sampling_temperature=0), ValueError, "sampling_temperature must be a finite number above 0"),
+    (dict(repetition_penalty=0.0), ValueError, "repetition_penalty must be a finite number above 0"),
+    (dict(no_repeat_ngram_size=-1), ValueError, "no_repeat_ngram_size must be from 0"),
+    (dict(seed=-1), ValueError, "seed must be from 0"),
+    (dict(seed=2**64), ValueError, "seed must be from 0"),
+    (dict(return_scores="yes"), TypeError, "return_scores must be a bool, got str"),
+    (dict(disable_unk=1), TypeError, "disable_unk must be a bool, got int"),
+    (dict(max_input_length=-5), ValueError, "max_input_length must be from 0"),
+    (dict(max_len_a=-1.0), ValueError, "max_len_a must be a finite number at least 0"),
+    (dict(max_len_b=None), TypeError, "max_len_b must be an int, got NoneType"),
+]
+
+
+@pytest.mark.parametrize("options,error,message", BAD_OPTIONS, ids=[str(o) for o, _, _ in BAD_OPTIONS])
+def test_every_bad_option_is_refused_naming_it(translator, options, error, message):
+    with pytest.raises(error, match=message) as raised:
+        translator.translate_batch(["ok"], **options)
+    assert "incompatible function arguments" not in str(raised.value)
+
+
+BAD_TRANSLATOR_OPTIONS = [
+    (dict(max_batch=0), ValueError, "max_batch must be from 1"),
+    (dict(max_beam=0), ValueError, "max_beam must be from 1"),
+    (dict(max_source_len="256"), TypeError, "max_source_len must be an int, got str"),
+    (dict(weight_dtype="f8"), ValueError, "weight_dtype must be one of 'f32', 'f16', 'int8', got 'f8'"),
+    (dict(device=0), TypeError, "device must be a str, got int"),
+    (dict(max_len_b=-1), ValueError, "max_len_b must be from 0"),
+]
+
+
+@pytest.mark.parametrize("options,error,message", BAD_TRANSLATOR_OPTIONS,
+                         ids=[str(o) for o, _, _ in BAD_TRANSLATOR_OPTIONS])
+def test_every_bad_translator_option_is_refused_naming_it(options, error, message):
+    with pytest.raises(error, match=message):
+        xf.Translator(MODEL, **options)
+
+
+def test_score_and_tokenize_options_are_checked(translator):
+    with pytest.raises(ValueError, match="offset must be from 0"):
+        translator.score_batch(["a"], ["b"], offset=-1)
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
+        translator.tokenize(b"bytes")
+    with pytest.raises(TypeError, match="translate_batch\\(\\) got an unexpected keyword argument 'beam'"):
+        translator.translate_batch(["ok"], beam=2)
+
+
+def test_long_sources_are_truncated_with_a_warning(translator):
+    long_source = "the cat sees the dog and the bird " * 40
+    with pytest.warns(UserWarning, match="1 source\\(s\\) longer than max_input_length 20 tokens truncated \\(index 1\\)"):
+        [short, cut] = translator.translate_batch(["Hello.", long_source], max_input_length=20)
+    pieces = translator.tokenize(long_source)[:20]
+    assert cut.ids == translator.translate_batch([pieces])[0].ids
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translator.translate_batch(["Hello."], max_input_length=20)
+    with pytest.raises(xf.Error, match="sentence 1: more than the translator's max_source_len 256 tokens"):
+        translator.translate_batch([long_source * 3], max_input_length=0)
+
+
+# A text of 20 MB (non-ASCII, so Python holds no UTF-8 copy of it) costs neither a copy nor its
+# tokenization: the process's peak RSS grows by less than 40 MB (tokenizing all of it took GBs).
+def test_a_huge_source_runs_in_bounded_memory():
+    script = textwrap.dedent(f"""
+        import resource, warnings, xf
+        translator = xf.Translator({str(MODEL)!r}, max_batch=1, threads=1)
+        huge = "caf\u00e9 au lait et croissants " * 700000
+        translator.translate_batch(["warm-up"])
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            translator.translate_batch([huge])
+            raise SystemExit("no error for a source longer than max_source_len")
+        except xf.Error as e:
+            assert "more than the translator's max_source_len 256 tokens" in str(e), e
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            [result] = translator.translate_batch([huge], max_input_length=100)
+        assert len(caught) == 1 and "truncated" in str(caught[0].message)
+        [scored] = translator.score_batch([huge], ["Caf\u00e9."], max_input_length=100)
+        growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        print(f"{{growth:.1f}}")
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 40.0, f"peak RSS grew by {done.stdout.strip()} MB"
+
+
+def test_type_information_is_installed():
+    package = Path(xf.__file__).parent
+    assert (package / "py.typed").is_file()
+    stub = ast.parse((package / "_xf.pyi").read_text())
+    stubbed = {node.name for node in stub.body if isinstance(node, ast.ClassDef)}
+    from xf import _xf
+    public = {name for name in dir(_xf) if not name.startswith("_")}
+    assert public == stubbed, f"_xf.pyi lacks {public - stubbed}, has extra {stubbed - public}"
+    for cls in stub.body:
+        if isinstance(cls, ast.ClassDef) and cls.name != "Error":
+            declared = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)} | \
+                {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+            actual = {name for name in dir(getattr(_xf, cls.name)) if not name.startswith("_")}
+            assert actual <= declared, f"{cls.name}: _xf.pyi lacks {actual - declared}"

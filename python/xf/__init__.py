@@ -7,16 +7,60 @@
 
 Names follow CTranslate2's Translator where the meaning is the same.
 """
+import itertools
+import math
+import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._xf import Error, TranslateOptions
 from ._xf import Translator as _Translator
 
-__all__ = ["Error", "Translator", "TranslationResult"]
+__all__ = ["Error", "ScoringResult", "Translator", "TranslationResult"]
 __version__ = "0.1.0"
 
 Source = Union[str, Sequence[str]]
+
+_UINT64_MAX = 2**64 - 1
+_INT_MAX = 2**31 - 1
+
+
+# Every option is checked here, so that a bad one raises TypeError or ValueError naming it
+# (never the binding's "incompatible function arguments").
+def _int(name: str, value: Any, minimum: int, maximum: int = _INT_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be from {minimum} to {maximum}, got {value}")
+    return value
+
+
+def _float(name: str, value: Any, minimum: float = -math.inf, maximum: float = math.inf,
+           above_minimum: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < minimum or value > maximum or (above_minimum and value == minimum):
+        bound = "above" if above_minimum else "at least"
+        described = f"a finite number {bound} {minimum:g}" if minimum > -math.inf else "a finite number"
+        if maximum < math.inf:
+            described += f" and at most {maximum:g}"
+        raise ValueError(f"{name} must be {described}, got {value!r}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    return value
 
 
 @dataclass
@@ -38,33 +82,69 @@ class TranslationResult:
         return f"TranslationResult(hypotheses={self.hypotheses!r}, scores={self.scores!r})"
 
 
+@dataclass
+class ScoringResult:
+    """A given translation scored by the model (CTranslate2's ScoringResult).
+
+    tokens: the target pieces, then "</s>"; ids: their ids; log_probs: each token's
+    log-probability given the source and the tokens before it (teacher forcing).
+    """
+
+    tokens: List[str]
+    ids: List[int]
+    log_probs: List[float]
+
+    def __repr__(self) -> str:
+        return f"ScoringResult(tokens={self.tokens!r}, log_probs={self.log_probs!r})"
+
+
 class Translator:
     """A model and the memory plan for the largest request: every working buffer is taken here.
 
-    model_path: a .xfm file. device: "cpu" or "cuda". max_batch: sentences decoded together.
-    max_beam: the widest beam_size a call may ask for. threads: CPU threads (0: every core).
-    max_source_len: source tokens with EOS. weight_dtype: None (as stored), "f32", "int8"
-    (CPU) or "f16" (CUDA); compute_type takes CTranslate2's names for the same ("default",
-    "float32", "int8", "float16"). max_len_a, max_len_b: the longest output is
+    model_path: a .xfm file. device: "cpu" or "cuda" (device_index 0: xf runs on one device).
+    max_batch: sentences decoded together. max_beam: the widest beam_size a call may ask for
+    (None: the model's decoding.beam, else 4). threads, or CTranslate2's intra_threads: CPU
+    threads (0: every core); inter_threads must be 1 (for parallel translation, one Translator
+    per thread). max_source_len: source tokens with EOS. weight_dtype: None (as stored), "f32",
+    "int8" (CPU) or "f16" (CUDA); compute_type takes CTranslate2's names for the same
+    ("default", "float32", "int8", "float16"). max_len_a, max_len_b: the longest output is
     max_len_a * source tokens + max_len_b (the plan's limit; per call too).
-    Raises xf.Error with the runtime's message (missing or invalid file, bad option).
+    Raises xf.Error with the runtime's message (missing or invalid file, bad option); TypeError
+    or ValueError naming an option of the wrong type or out of range.
     """
 
     # CTranslate2's compute_type names for the weight dtypes xf has.
     _COMPUTE_TYPES = {"default": None, "auto": None, "float32": "f32", "float16": "f16", "int8": "int8",
                       "int8_float32": "int8"}
 
-    def __init__(self, model_path: str, device: str = "cpu", max_batch: int = 32, max_beam: int = 4,
-                 threads: int = 0, max_source_len: int = 256, weight_dtype: Optional[str] = None,
-                 max_len_a: float = 1.0, max_len_b: int = 50, compute_type: str = "default"):
-        if compute_type not in self._COMPUTE_TYPES:
-            raise ValueError(f"compute_type {compute_type!r} is not one of {sorted(self._COMPUTE_TYPES)}")
+    def __init__(self, model_path: str, device: str = "cpu", max_batch: int = 32,
+                 max_beam: Optional[int] = None, threads: Optional[int] = None, max_source_len: int = 256,
+                 weight_dtype: Optional[str] = None, max_len_a: float = 1.0, max_len_b: int = 50,
+                 compute_type: str = "default", intra_threads: Optional[int] = None,
+                 inter_threads: int = 1, device_index: int = 0):
+        if not isinstance(device, str):  # the name itself is checked by the runtime
+            raise TypeError(f"device must be a str, got {type(device).__name__}")
+        _choice("compute_type", compute_type, list(self._COMPUTE_TYPES))
         if weight_dtype is None:
             weight_dtype = self._COMPUTE_TYPES[compute_type]
         elif compute_type != "default":
             raise ValueError("give weight_dtype or compute_type, not both")
-        self._translator = _Translator(str(model_path), device, max_batch, max_beam, threads,
-                                       max_source_len, weight_dtype, max_len_a, max_len_b)
+        else:
+            _choice("weight_dtype", weight_dtype, ["f32", "f16", "int8"])
+        if threads is not None and intra_threads is not None:
+            raise ValueError("give threads or intra_threads, not both")
+        threads = threads if threads is not None else intra_threads if intra_threads is not None else 0
+        _int("threads" if intra_threads is None else "intra_threads", threads, 0, 1024)
+        if _int("inter_threads", inter_threads, 1) != 1:
+            raise ValueError("inter_threads must be 1: a Translator translates one call at a time "
+                             "(create one Translator per thread for parallel translation)")
+        if _int("device_index", device_index, 0) != 0:
+            raise ValueError("device_index must be 0: xf runs on one device")
+        self._translator = _Translator(
+            str(model_path), device, _int("max_batch", max_batch, 1),
+            0 if max_beam is None else _int("max_beam", max_beam, 1, 1024), threads,
+            _int("max_source_len", max_source_len, 1), weight_dtype,
+            _float("max_len_a", max_len_a, 0.0), _int("max_len_b", max_len_b, 0))
 
     @property
     def device(self) -> str:
@@ -74,48 +154,141 @@ class Translator:
     def threads(self) -> int:
         return self._translator.threads
 
+    @property
+    def max_beam(self) -> int:
+        return self._translator.max_beam
+
+    @property
+    def decoding_defaults(self) -> Dict[str, float]:
+        """The model's own decoding settings (its decoding.* metadata, else xf's defaults):
+        beam_size, length_penalty, repetition_penalty, no_repeat_ngram_size; an option given to
+        translate_batch wins."""
+        return dict(self._translator.decoding_defaults)
+
     def tokenize(self, text: str) -> List[str]:
         """The model's SentencePiece pieces of a source text (a source translate_batch accepts)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._translator.tokenize(text)
 
     def translate_batch(self, source: Sequence[Source], max_batch_size: int = 0,
-                        batch_type: str = "examples", beam_size: int = 4, num_hypotheses: int = 1,
-                        length_penalty: float = 0.6, max_decoding_length: int = 0,
+                        batch_type: str = "examples", beam_size: Optional[int] = None,
+                        num_hypotheses: int = 1, length_penalty: Optional[float] = None,
+                        max_decoding_length: int = 0, min_decoding_length: int = 0,
                         return_scores: bool = False, sampling_topk: int = 1,
                         sampling_topp: float = 1.0, sampling_temperature: float = 1.0,
                         target_prefix: Optional[Sequence[Optional[Source]]] = None,
-                        repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0,
-                        seed: int = 0, max_len_a: float = 1.0,
+                        repetition_penalty: Optional[float] = None,
+                        no_repeat_ngram_size: Optional[int] = None, disable_unk: bool = False,
+                        max_input_length: int = 1024, seed: int = 0, max_len_a: float = 1.0,
                         max_len_b: int = 50) -> List[TranslationResult]:
         """Translates a list of sources (str, or lists of SentencePiece pieces).
 
-        The GIL is released while translating. Options as in CTranslate2; differences:
-        length_penalty is GNMT's alpha, max_decoding_length 0 leaves the max_len_a/b rule alone,
-        sampling needs beam_size 1 and is reproducible for a seed. target_prefix: None, or one
-        entry per source (str, pieces, or None/"" for none) that its translations start with.
+        The GIL is released while translating. Options as in CTranslate2; None (beam_size,
+        length_penalty, repetition_penalty, no_repeat_ngram_size) takes the model's own setting
+        (decoding_defaults). Differences: length_penalty is GNMT's alpha, max_decoding_length 0
+        leaves the max_len_a/b rule alone, min_decoding_length defaults to 0, sampling needs
+        beam_size 1 and is reproducible for a seed. max_input_length: a source longer than this
+        many tokens is truncated to it, with a warning (0: never; a source longer than the
+        translator's max_source_len - 1 tokens raises xf.Error). target_prefix: None, or one entry
+        per source (str, pieces, or None/"" for none) that its translations start with.
         """
-        options = TranslateOptions()
-        options.beam = beam_size
-        options.n_best = num_hypotheses
-        options.length_penalty = length_penalty
-        options.max_len_a = max_len_a
-        options.max_len_b = max_len_b
-        options.max_decoding_length = max_decoding_length
-        options.max_batch_size = max_batch_size
-        options.batch_type = batch_type
-        options.sampling_topk = sampling_topk
-        options.sampling_topp = sampling_topp
-        options.sampling_temperature = sampling_temperature
-        options.seed = seed
-        options.repetition_penalty = repetition_penalty
-        options.no_repeat_ngram_size = no_repeat_ngram_size
+        options = self._options(max_batch_size, batch_type)
+        if beam_size is not None:
+            options.beam = _int("beam_size", beam_size, 1, 1024)
+        options.n_best = _int("num_hypotheses", num_hypotheses, 1, 1024)
+        if length_penalty is not None:
+            options.length_penalty = _float("length_penalty", length_penalty)
+        options.max_len_a = _float("max_len_a", max_len_a, 0.0)
+        options.max_len_b = _int("max_len_b", max_len_b, 0)
+        options.max_decoding_length = _int("max_decoding_length", max_decoding_length, 0)
+        options.min_decoding_length = _int("min_decoding_length", min_decoding_length, 0)
+        options.disable_unk = _bool("disable_unk", disable_unk)
+        options.sampling_topk = _int("sampling_topk", sampling_topk, 0)
+        options.sampling_topp = _float("sampling_topp", sampling_topp, 0.0, 1.0, above_minimum=True)
+        options.sampling_temperature = _float("sampling_temperature", sampling_temperature, 0.0,
+                                              above_minimum=True)
+        options.seed = _int("seed", seed, 0, _UINT64_MAX)
+        if repetition_penalty is not None:
+            options.repetition_penalty = _float("repetition_penalty", repetition_penalty, 0.0,
+                                                above_minimum=True)
+        if no_repeat_ngram_size is not None:
+            options.no_repeat_ngram_size = _int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+        return_scores = _bool("return_scores", return_scores)
+        max_input_length = _int("max_input_length", max_input_length, 0)
         if target_prefix is not None and not isinstance(target_prefix, (str, bytes)):
             target_prefix = [[] if p is None else p for p in target_prefix]
-        results = []
-        for is_text, texts, pieces, ids, scores, log_probs in self._translator.translate(
-                source, target_prefix, options):
-            results.append(TranslationResult(
-                hypotheses=texts if is_text else pieces, pieces=pieces, ids=ids,
-                scores=scores if return_scores else [],
-                log_probs=log_probs if return_scores else []))
-        return results
+        results, truncated = self._translator.translate(source, target_prefix, options, max_input_length)
+        self._warn_truncated(truncated, max_input_length)
+        return [TranslationResult(hypotheses=texts if is_text else pieces, pieces=pieces, ids=ids,
+                                  scores=scores if return_scores else [],
+                                  log_probs=log_probs if return_scores else [])
+                for is_text, texts, pieces, ids, scores, log_probs in results]
+
+    def translate_iterable(self, source: Iterable[Source],
+                           target_prefix: Optional[Iterable[Optional[Source]]] = None,
+                           max_batch_size: int = 32, batch_type: str = "examples",
+                           **kwargs: Any) -> Iterator[TranslationResult]:
+        """Translates an iterable of sources (a file's lines, a generator), yielding the results
+        in order as they are done: it reads 16 batches ahead (16 * max_batch_size sources, or
+        16 * the translator's max_batch with batch_type "tokens") and translates them with
+        translate_batch (kwargs: its options), so memory does not grow with the iterable."""
+        yield from self._stream(self.translate_batch, source, target_prefix, "target_prefix",
+                                max_batch_size, batch_type, kwargs)
+
+    def score_batch(self, source: Sequence[Source], target: Sequence[Source], max_batch_size: int = 0,
+                    batch_type: str = "examples", max_input_length: int = 1024,
+                    offset: int = 0) -> List[ScoringResult]:
+        """The log-probabilities the model gives to each target (str or pieces) as the translation
+        of its source: one ScoringResult per pair, its tokens ending with "</s>". offset: leave
+        out the first offset target tokens from the result. max_input_length: as translate_batch
+        (sources only; a target longer than the translator's longest output raises xf.Error).
+        CPU only."""
+        options = self._options(max_batch_size, batch_type)
+        max_input_length = _int("max_input_length", max_input_length, 0)
+        offset = _int("offset", offset, 0)
+        results, truncated = self._translator.score(source, target, options, max_input_length)
+        self._warn_truncated(truncated, max_input_length)
+        return [ScoringResult(tokens=tokens[offset:], ids=ids[offset:], log_probs=log_probs[offset:])
+                for tokens, ids, log_probs in results]
+
+    def score_iterable(self, source: Iterable[Source], target: Iterable[Source], max_batch_size: int = 64,
+                       batch_type: str = "examples", **kwargs: Any) -> Iterator[ScoringResult]:
+        """score_batch over iterables, streamed as translate_iterable streams translations."""
+        yield from self._stream(self.score_batch, source, target, "target", max_batch_size, batch_type, kwargs)
+
+    def _options(self, max_batch_size: int, batch_type: str) -> TranslateOptions:
+        options = TranslateOptions()
+        options.max_batch_size = _int("max_batch_size", max_batch_size, 0)
+        options.batch_type = _choice("batch_type", batch_type, ["examples", "tokens"])
+        return options
+
+    def _stream(self, run, source, second, second_name, max_batch_size, batch_type, kwargs):
+        max_batch_size = _int("max_batch_size", max_batch_size, 0)
+        _choice("batch_type", batch_type, ["examples", "tokens"])
+        examples = max_batch_size if batch_type == "examples" and max_batch_size > 0 else self._translator.max_batch
+        chunk = 16 * examples
+        sources = iter(source)
+        seconds = iter(second) if second is not None else None
+        while True:
+            batch = list(itertools.islice(sources, chunk))
+            if not batch:
+                if seconds is not None and next(seconds, None) is not None:
+                    raise ValueError(f"{second_name} has more entries than source")
+                return
+            if seconds is None:
+                results = run(batch, max_batch_size=max_batch_size, batch_type=batch_type, **kwargs)
+            else:
+                paired = list(itertools.islice(seconds, len(batch)))
+                if len(paired) != len(batch):
+                    raise ValueError(f"{second_name} has fewer entries than source")
+                kwargs[second_name] = paired
+                results = run(batch, max_batch_size=max_batch_size, batch_type=batch_type, **kwargs)
+            yield from results
+
+    @staticmethod
+    def _warn_truncated(truncated: List[int], max_input_length: int) -> None:
+        if truncated:
+            shown = ", ".join(str(i) for i in truncated[:10]) + (", ..." if len(truncated) > 10 else "")
+            warnings.warn(f"{len(truncated)} source(s) longer than max_input_length {max_input_length} tokens "
+                          f"truncated (index {shown})", stacklevel=3)
