@@ -125,6 +125,8 @@ xf_translate_options translate_defaults() {
   c.max_len_a = cpp.max_len_a;
   c.max_len_b = cpp.max_len_b;
   c.max_decoding_length = cpp.max_decoding_length;
+  c.min_decoding_length = cpp.min_decoding_length;
+  c.disable_unk = cpp.disable_unk;
   c.max_batch_size = cpp.max_batch_size;
   c.batch_type = XF_BATCH_EXAMPLES;
   c.sampling_topk = cpp.sampling_topk;
@@ -155,6 +157,8 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.max_len_a = c.max_len_a;
   cpp.max_len_b = c.max_len_b;
   cpp.max_decoding_length = c.max_decoding_length;
+  cpp.min_decoding_length = c.min_decoding_length;
+  cpp.disable_unk = c.disable_unk != 0;
   cpp.max_batch_size = c.max_batch_size;
   cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
   cpp.sampling_topk = c.sampling_topk;

@@ -295,6 +295,8 @@ TEST_P(cuda_runtime_golden_search, HostLogitOptionsAreRefusedWithOneLine) {
       {"sampling (sampling_topk != 1)", [](TranslateOptions& o) { o.beam = 1, o.sampling_topk = 5; }},
       {"repetition_penalty", [](TranslateOptions& o) { o.repetition_penalty = 1.2f; }},
       {"no_repeat_ngram_size", [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }},
+      {"min_decoding_length", [](TranslateOptions& o) { o.min_decoding_length = 2; }},
+      {"disable_unk", [](TranslateOptions& o) { o.disable_unk = true; }},
   };
   std::vector<TokenTranslation> results;
   for (const auto& [name, set] : options) {
@@ -310,6 +312,13 @@ TEST_P(cuda_runtime_golden_search, HostLogitOptionsAreRefusedWithOneLine) {
   std::vector<std::vector<int32_t>> prefixes(sources_.size());
   prefixes[0] = {5};
   EXPECT_THROW(gpu.translate_ids(sources_, {}, results, prefixes), Error);
+  std::vector<ScoringResult> scores;
+  try {
+    gpu.score_ids(sources_, std::vector<std::vector<int32_t>>(sources_.size()), {}, scores);
+    ADD_FAILURE() << "scoring was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "device cuda: scoring is not implemented on this device (CPU only)");
+  }
   gpu.translate_ids(sources_, {}, results);  // still usable
   EXPECT_EQ(results.size(), sources_.size());
 }

@@ -126,6 +126,8 @@ TEST(CApi, DecodingOptionsMatchTheCppApi) {
   options.seed = 11;
   options.repetition_penalty = 1.2f;
   options.no_repeat_ngram_size = 2;
+  options.min_decoding_length = 3;
+  options.disable_unk = 1;
   options.target_prefix = prefix_pointers.data();
   xf::TranslateOptions same;
   same.beam = 1;
@@ -138,6 +140,8 @@ TEST(CApi, DecodingOptionsMatchTheCppApi) {
   same.seed = 11;
   same.repetition_penalty = 1.2f;
   same.no_repeat_ngram_size = 2;
+  same.min_decoding_length = 3;
+  same.disable_unk = true;
   const auto expected = cpp.translate(lines, same, prefixes);
   const auto plain = cpp.translate(lines, {});
 

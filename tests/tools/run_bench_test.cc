@@ -359,6 +359,8 @@ TEST(XfRun, DecodingOptionFlagsMatchTheLibrary) {
        [](xf::TranslateOptions& o) { o.beam = 1, o.sampling_topk = 0, o.sampling_topp = 0.9f, o.sampling_temperature = 1.5f, o.seed = 4; }},
       {"--repetition-penalty 1.5 --no-repeat-ngram-size 2",
        [](xf::TranslateOptions& o) { o.repetition_penalty = 1.5f, o.no_repeat_ngram_size = 2; }},
+      {"--min-decoding-length 6 --disable-unk",
+       [](xf::TranslateOptions& o) { o.min_decoding_length = 6, o.disable_unk = true; }},
       {"--max-decoding-length 3 --batch-type tokens --max-batch-size 20",
        [](xf::TranslateOptions& o) { o.max_decoding_length = 3, o.batch_type = xf::BatchType::tokens, o.max_batch_size = 20; }},
   };

@@ -93,6 +93,10 @@ struct TranslatorCli {
       translate.max_len_b = translator.max_len_b = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else if (arg == "--max-decoding-length") {
       translate.max_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--min-decoding-length") {
+      translate.min_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
+    } else if (arg == "--disable-unk") {
+      translate.disable_unk = true;
     } else if (arg == "--max-batch-size") {
       translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
     } else if (arg == "--batch-type") {
@@ -255,6 +259,9 @@ inline const char* translator_options_help() {
                         longest output: A * source tokens + B (default 1 * source + 50)
   --max-decoding-length N
                         at most N output tokens, EOS included (default 0: no cap)
+  --min-decoding-length N
+                        at least N output tokens before EOS (default 0)
+  --disable-unk         never output the unknown token
   --max-batch-size N, --batch-type examples|tokens
                         cut batches at N sentences, or at N padded source tokens (sentences x
                         longest); at most --max-batch sentences (default 0: --max-batch)

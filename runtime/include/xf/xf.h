@@ -95,6 +95,8 @@ typedef struct xf_translate_options {
   const char* const* target_prefix;
   const int32_t* const* target_prefix_ids;
   const size_t* target_prefix_lengths;
+  int min_decoding_length; /* 0: none */
+  int disable_unk;         /* 1: never generate the unknown token */
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
