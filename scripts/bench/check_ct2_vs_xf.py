@@ -75,7 +75,8 @@ def main():
 
     failed = False
     for beam in (1, 4):
-        xf_out = run([args.xf_run, "--model", args.model] + mode + ["--beam", str(beam),
+        # ct2_run.py's length penalty, not the model's own (xf-run's default).
+        xf_out = run([args.xf_run, "--model", args.model] + mode + ["--beam", str(beam), "--length-penalty", "0.6",
                       "--max-batch", "32", "--threads", threads], text)
         ct2_out = run([sys.executable, os.path.join(HERE, "ct2_run.py"), "--model", ct2_dir] + mode
                       + ["--beam", str(beam), "--max-batch", "32", "--threads", threads], text)

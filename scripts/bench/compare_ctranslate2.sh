@@ -95,8 +95,9 @@ run_config() {
   local label=$1 dtype=$2 beam=$3 batch=$4 in=$5 round json load
   for ((round = 1; round <= rounds; round++)); do
     load=$(cut -d' ' -f1 /proc/loadavg)
+    # --length-penalty 0.6: ct2_run.py's; without it xf-bench takes the model's own (1.4).
     timed json "$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
-      --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
+      --length-penalty 0.6 --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
     echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
     load=$(cut -d' ' -f1 /proc/loadavg)
     timed json "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
