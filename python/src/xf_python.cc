@@ -166,16 +166,16 @@ class PyTranslator {
     {
       nb::gil_scoped_release released;
       std::lock_guard<std::mutex> lock(mutex_);
-      std::vector<std::vector<int32_t>> ids(sources.size()), target_ids_(targets.size());
+      std::vector<std::vector<int32_t>> ids(sources.size()), target_lists(targets.size());
       for (size_t i = 0; i < sources.size(); ++i) {
         try {
           ids[i] = source_ids(sources[i], max_input_length, i, truncated);
-          target_ids_[i] = target_ids(targets[i], "target");
+          target_lists[i] = target_ids(targets[i], "target");
         } catch (const xf::Error& e) {
           throw xf::Error("sentence " + std::to_string(i + 1) + ": " + e.what());
         }
       }
-      translator_->score_ids(ids, target_ids_, options, results);
+      translator_->score_ids(ids, target_lists, options, results);
     }
     nb::list out;
     for (const xf::ScoringResult& r : results) {
