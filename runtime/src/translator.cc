@@ -255,24 +255,37 @@ void Translator::score_ids(const std::vector<std::vector<int32_t>>& sources,
   });
 }
 
-std::vector<ScoringResult> Translator::score(const std::vector<std::string>& sources,
-                                             const std::vector<std::string>& targets, const TranslateOptions& options) {
-  if (targets.size() != sources.size())
-    throw Error("targets has " + std::to_string(targets.size()) + " entries for " + std::to_string(sources.size()) +
-                " sources");
-  std::vector<std::vector<int32_t>> source_ids(sources.size()), target_ids(targets.size());
+void Translator::encode_texts(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                              const char* targets_name, std::vector<std::vector<int32_t>>& source_ids,
+                              std::vector<std::vector<int32_t>>& target_ids) const {
+  if (!targets.empty() && targets.size() != sources.size())
+    throw Error(std::string(targets_name) + " has " + std::to_string(targets.size()) + " entries for " +
+                std::to_string(sources.size()) + " sources");
+  source_ids.assign(sources.size(), {});
+  target_ids.assign(targets.size(), {});
   for (size_t i = 0; i < sources.size(); ++i) {
     try {
+      // Only the head of a source that the plan can take is tokenized: a huge text costs
+      // neither the memory nor the time of tokenizing all of it.
       bool longer = false;
       source_ids[i] = model_->encode_source(sources[i], static_cast<size_t>(plan_->max_source_len - 1), &longer);
       if (longer)
         throw Error("more than the translator's max_source_len " + std::to_string(plan_->max_source_len) +
                     " tokens with EOS");
-      target_ids[i] = model_->encode_target(targets[i]);
+      if (!targets.empty()) target_ids[i] = model_->encode_target(targets[i]);
     } catch (const Error& e) {
       throw Error("sentence " + std::to_string(i + 1) + ": " + e.what());
     }
   }
+}
+
+std::vector<ScoringResult> Translator::score(const std::vector<std::string>& sources,
+                                             const std::vector<std::string>& targets, const TranslateOptions& options) {
+  if (targets.size() != sources.size())
+    throw Error("targets has " + std::to_string(targets.size()) + " entries for " + std::to_string(sources.size()) +
+                " sources");
+  std::vector<std::vector<int32_t>> source_ids, target_ids;
+  encode_texts(sources, targets, "targets", source_ids, target_ids);
   std::vector<ScoringResult> results;
   score_ids(source_ids, target_ids, options, results);
   return results;
@@ -281,24 +294,8 @@ std::vector<ScoringResult> Translator::score(const std::vector<std::string>& sou
 std::vector<TranslationResult> Translator::translate(const std::vector<std::string>& sources,
                                                      const TranslateOptions& options,
                                                      const std::vector<std::string>& target_prefix) {
-  if (!target_prefix.empty() && target_prefix.size() != sources.size())
-    throw Error("target_prefix has " + std::to_string(target_prefix.size()) + " entries for " +
-                std::to_string(sources.size()) + " sources");
-  std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(target_prefix.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    try {
-      // Only the head of a source that the plan can take is tokenized: a huge text costs
-      // neither the memory nor the time of tokenizing all of it.
-      bool longer = false;
-      ids[i] = model_->encode_source(sources[i], static_cast<size_t>(plan_->max_source_len - 1), &longer);
-      if (longer)
-        throw Error("more than the translator's max_source_len " + std::to_string(plan_->max_source_len) +
-                    " tokens with EOS");
-      if (!target_prefix.empty()) prefix_ids[i] = model_->encode_target(target_prefix[i]);
-    } catch (const Error& e) {
-      throw Error("sentence " + std::to_string(i + 1) + ": " + e.what());
-    }
-  }
+  std::vector<std::vector<int32_t>> ids, prefix_ids;
+  encode_texts(sources, target_prefix, "target_prefix", ids, prefix_ids);
   std::vector<TokenTranslation> tokens;
   translate_ids(ids, options, tokens, prefix_ids);
   std::vector<TranslationResult> results(sources.size());

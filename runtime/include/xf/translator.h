@@ -207,6 +207,12 @@ class XF_API Translator {
   std::unique_ptr<runtime::Search> search_;
   std::mutex mutex_;  // one translation at a time: the plan's buffers are shared by all calls
   std::vector<int32_t> order_;  // sentence indices sorted by length; grows on the first call
+  // Text -> ids for translate() and score(): each source within the plan (only its head is
+  // tokenized; a longer one is an xf::Error), each target (none when `targets` is empty);
+  // errors name the sentence (or `targets_name` when the counts differ).
+  void encode_texts(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                    const char* targets_name, std::vector<std::vector<int32_t>>& source_ids,
+                    std::vector<std::vector<int32_t>>& target_ids) const;
   // Checks sources against the plan and the vocabulary (xf::Error naming the sentence).
   void check_sources(const std::vector<std::vector<int32_t>>& sources) const;
   // Sorts non-empty sources' indices into order_ (longest first) and cuts them into batches under
