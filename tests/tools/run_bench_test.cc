@@ -417,6 +417,18 @@ TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
   EXPECT_NE(n_best.err.find("--n-best 3 exceeds --beam 2"), std::string::npos) << n_best.err;
   EXPECT_EQ(run(XF_RUN, "--model " + path + " --n-best 3 --beam 3", input).status, 0);
 
+  // xf-convert records decoding settings (--metadata) and refuses a bad one before writing.
+  const std::string converted = work_dir() + "/converted.xfm";
+  const ProgramRun convert = run(XF_CONVERT, path + " -o " + converted + " --metadata decoding.no_repeat_ngram_size=3");
+  ASSERT_EQ(convert.status, 0) << convert.err;
+  EXPECT_EQ(xf::Model::open(converted)->decoding_defaults().no_repeat_ngram_size, 3);
+  EXPECT_EQ(xf::Model::open(converted)->decoding_defaults().beam, 2) << "the file's own settings are kept";
+  const ProgramRun bad_convert = run(XF_CONVERT, path + " -o " + work_dir() + "/not_written.xfm --metadata decoding.beam=0");
+  EXPECT_EQ(bad_convert.status, 1);
+  EXPECT_NE(bad_convert.err.find("metadata decoding.beam: expected an integer from 1 to 1024, got '0'"), std::string::npos)
+      << bad_convert.err;
+  EXPECT_FALSE(std::ifstream(work_dir() + "/not_written.xfm").good());
+
   const ProgramRun inspect = run(XF_INSPECT, path);
   ASSERT_EQ(inspect.status, 0) << inspect.err;
   EXPECT_NE(inspect.out.find("decoding defaults\n  beam                 2        (the model's decoding.beam)\n"

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "xf/error.h"
+#include "xf/model.h"
 #include "xf/trainer/checkpoint.h"
 
 namespace {
@@ -95,6 +96,9 @@ int main(int argc, char** argv) {
         checkpoints.push_back(arg);
       }
     }
+    // decoding.* entries become the defaults of every translation with the model: a bad one is
+    // refused here, not by the first program that opens the file.
+    xf::DecodingDefaults::from_metadata({extra.begin(), extra.end()});
     if (checkpoints.empty() || output.empty()) {
       std::cerr << kUsage;
       throw xf::Error("need at least one CHECKPOINT and -o MODEL.xfm");
