@@ -44,7 +44,7 @@ inline void axpy(float a, const float* x, int64_t n, float* y) {
 }
 
 // One query row: out = softmax(scale * q k_j^T, j < visible) v.     scores: [visible]
-XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_position_stride,
+XF_VECTORIZED_BODY void attend_one_query_body(const float* q, const float* k, int64_t k_position_stride,
                                     const float* v, int64_t v_position_stride, int64_t visible,
                                     int64_t head_dim, float scale, float* scores, float* out,
                                     float* probabilities, int64_t key_len) {
@@ -68,6 +68,7 @@ XF_VECTORIZED void attend_one_query(const float* q, const float* k, int64_t k_po
     std::fill(probabilities + visible, probabilities + key_len, 0.0f);
   }
 }
+XF_DISPATCH_BY_ISA(attend_one_query)
 
 // Up to kQueryBlock queries of one (batch, head) at once: each key and value row is loaded once
 // for all of them (the encoder's queries, or the beams of one sentence in cross-attention).
@@ -83,7 +84,7 @@ struct QueryBlock {
   int64_t visible[kQueryBlock];
 };
 
-XF_VECTORIZED void attend_query_block(const QueryBlock& block, const float* k,
+XF_VECTORIZED_BODY void attend_query_block_body(const QueryBlock& block, const float* k,
                                       int64_t k_position_stride, const float* v,
                                       int64_t v_position_stride, int64_t head_dim, float scale,
                                       int64_t key_len) {
@@ -146,6 +147,7 @@ XF_VECTORIZED void attend_query_block(const QueryBlock& block, const float* k,
     }
   }
 }
+XF_DISPATCH_BY_ISA(attend_query_block)
 
 }  // namespace
 

@@ -80,7 +80,8 @@ __attribute__((always_inline)) inline void attention_backward_head(const HeadArg
 }
 
 // float: compiled for several instruction sets (simd_cpu.h); double (the tests): plain.
-XF_VECTORIZED void run_head(const HeadArgs<float>& a) { attention_backward_head(a); }
+XF_VECTORIZED_BODY void run_head_body(const HeadArgs<float>& a) { attention_backward_head(a); }
+XF_DISPATCH_BY_ISA(run_head)
 void run_head(const HeadArgs<double>& a) { attention_backward_head(a); }
 
 }  // namespace

@@ -49,10 +49,11 @@ __attribute__((always_inline)) inline void cross_entropy_row(T* z, int64_t vocab
 }
 
 // float: compiled for several instruction sets (simd_cpu.h); double (the tests): plain.
-XF_VECTORIZED void run_row(float* z, int64_t vocab, int32_t target, float smoothing,
+XF_VECTORIZED_BODY void run_row_body(float* z, int64_t vocab, int32_t target, float smoothing,
                            bool write_gradient, double* loss, double* nll) {
   cross_entropy_row(z, vocab, target, smoothing, write_gradient, loss, nll);
 }
+XF_DISPATCH_BY_ISA(run_row)
 void run_row(double* z, int64_t vocab, int32_t target, double smoothing, bool write_gradient,
              double* loss, double* nll) {
   cross_entropy_row(z, vocab, target, smoothing, write_gradient, loss, nll);

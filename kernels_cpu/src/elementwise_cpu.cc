@@ -17,13 +17,14 @@ namespace {
 // threads costs a few microseconds, more than the loop itself.
 constexpr int64_t kMinSharedWork = 16384;
 
-XF_VECTORIZED void dequantize_int8_row(const int8_t* values, float scale, int64_t cols,
+XF_VECTORIZED_BODY void dequantize_int8_row_body(const int8_t* values, float scale, int64_t cols,
                                        float* out) {
 #pragma omp simd
   for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(values[c]) * scale;
 }
+XF_DISPATCH_BY_ISA(dequantize_int8_row)
 
-XF_VECTORIZED float absmax_of(const float* x, int64_t count) {
+XF_VECTORIZED_BODY float absmax_of_body(const float* x, int64_t count) {
   float absmax = 0.0f;
 #pragma omp simd reduction(max : absmax)
   for (int64_t i = 0; i < count; ++i) {
@@ -32,8 +33,9 @@ XF_VECTORIZED float absmax_of(const float* x, int64_t count) {
   }
   return absmax;
 }
+XF_DISPATCH_BY_ISA(absmax_of)
 
-XF_VECTORIZED void quantize_with_scale(const float* x, int64_t count, float scale,
+XF_VECTORIZED_BODY void quantize_with_scale_body(const float* x, int64_t count, float scale,
                                        int8_t* quantized) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
@@ -43,6 +45,7 @@ XF_VECTORIZED void quantize_with_scale(const float* x, int64_t count, float scal
     quantized[i] = static_cast<int8_t>(q);
   }
 }
+XF_DISPATCH_BY_ISA(quantize_with_scale)
 
 // Writes PE(position, :) for `dim` columns. Angles in double: position * frequency reaches
 // hundreds of radians, where a float angle would be off by ~1e-5.
@@ -56,14 +59,15 @@ void write_sinusoid(int64_t position, int64_t dim, float* out) {
   }
 }
 
-XF_VECTORIZED void scale_add(const float* row, float scale, int64_t dim, float* out) {
+XF_VECTORIZED_BODY void scale_add_body(const float* row, float scale, int64_t dim, float* out) {
 #pragma omp simd
   for (int64_t c = 0; c < dim; ++c) out[c] = scale * row[c] + out[c];
 }
+XF_DISPATCH_BY_ISA(scale_add)
 
 // One row of add_bias_residual_layer_norm. out may alias x or residual: every loop reads
 // element c of its inputs before writing element c of out.
-XF_VECTORIZED void layer_norm_row(const float* x, const float* bias, const float* residual,
+XF_VECTORIZED_BODY void layer_norm_row_body(const float* x, const float* bias, const float* residual,
                                   const float* gamma, const float* beta, float epsilon, int64_t dim,
                                   float* out, float* mean_out, float* rstd_out) {
   float sum = 0.0f;
@@ -110,8 +114,9 @@ XF_VECTORIZED void layer_norm_row(const float* x, const float* bias, const float
   if (mean_out != nullptr) *mean_out = mean;
   if (rstd_out != nullptr) *rstd_out = rstd;
 }
+XF_DISPATCH_BY_ISA(layer_norm_row)
 
-XF_VECTORIZED void add_bias_residual_row(float* x, const float* bias, const float* residual,
+XF_VECTORIZED_BODY void add_bias_residual_row_body(float* x, const float* bias, const float* residual,
                                          int64_t dim) {
   if (bias != nullptr && residual != nullptr) {
 #pragma omp simd
@@ -124,8 +129,9 @@ XF_VECTORIZED void add_bias_residual_row(float* x, const float* bias, const floa
     for (int64_t c = 0; c < dim; ++c) x[c] += residual[c];
   }
 }
+XF_DISPATCH_BY_ISA(add_bias_residual_row)
 
-XF_VECTORIZED void bias_relu_row(float* x, const float* bias, int64_t dim) {
+XF_VECTORIZED_BODY void bias_relu_row_body(float* x, const float* bias, int64_t dim) {
   if (bias != nullptr) {
 #pragma omp simd
     for (int64_t c = 0; c < dim; ++c) {
@@ -137,6 +143,7 @@ XF_VECTORIZED void bias_relu_row(float* x, const float* bias, int64_t dim) {
     for (int64_t c = 0; c < dim; ++c) x[c] = x[c] > 0.0f ? x[c] : 0.0f;
   }
 }
+XF_DISPATCH_BY_ISA(bias_relu_row)
 
 // out_row += scale * table[id, :], widening f16/bf16/int8 rows piece by piece on the stack.
 void add_scaled_row(const WeightMatrix& table, int64_t id, float scale, float* out_row) {
@@ -197,7 +204,7 @@ void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* q
 
 namespace {
 
-XF_VECTORIZED void scale_row_add(float* y, int64_t cols, float scale, const float* bias) {
+XF_VECTORIZED_BODY void scale_row_add_body(float* y, int64_t cols, float scale, const float* bias) {
   if (bias == nullptr) {
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) y[c] *= scale;
@@ -206,6 +213,7 @@ XF_VECTORIZED void scale_row_add(float* y, int64_t cols, float scale, const floa
     for (int64_t c = 0; c < cols; ++c) y[c] = y[c] * scale + bias[c];
   }
 }
+XF_DISPATCH_BY_ISA(scale_row_add)
 
 }  // namespace
 

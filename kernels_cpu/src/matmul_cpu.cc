@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -17,6 +19,7 @@
 #include "simd_cpu.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
+#include "xf/kernels_cpu/isa.h"
 #include "xf/kernels_cpu/matmul.h"
 
 namespace xf::cpu {
@@ -48,9 +51,10 @@ dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType type) {
 }
 
 // One row of f32 into bf16: an AVX-512 build of this loop where the CPU has it.
-XF_VECTORIZED void round_row_to_bf16(const float* from, int64_t count, uint16_t* to) {
+XF_VECTORIZED_BODY void round_row_to_bf16_body(const float* from, int64_t count, uint16_t* to) {
   for (int64_t i = 0; i < count; ++i) to[i] = float_to_bfloat16(from[i]);
 }
+XF_DISPATCH_BY_ISA(round_row_to_bf16)
 
 // rows x cols of a row-major f32 matrix (leading dimension ld) into a compact bf16 copy.
 void round_rows_to_bf16(const float* from, int64_t rows, int64_t cols, int64_t ld, uint16_t* to,
@@ -75,6 +79,42 @@ bool int8_products_saturate() {
 }
 
 bool bf16_products_in_hardware() { return has_isa(dnnl_cpu_isa_avx512_core_bf16); }
+
+const char* onednn_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+namespace {
+
+std::mutex g_implementations_mutex;
+std::map<std::string, int64_t>& implementations_made() {
+  static std::map<std::string, int64_t> made;
+  return made;
+}
+
+// Counts a StaticMatmul by implementation; oneDNN's names get the ISA oneDNN runs at ("gemm:jit"
+// does not say it).
+void record_implementation(const std::string& name, bool by_onednn) {
+  std::lock_guard<std::mutex> lock(g_implementations_mutex);
+  ++implementations_made()[by_onednn ? "onednn:" + name + " @" + onednn_isa_name() : name];
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int64_t>> matmul_implementations() {
+  std::lock_guard<std::mutex> lock(g_implementations_mutex);
+  return {implementations_made().begin(), implementations_made().end()};
+}
 
 namespace {
 
@@ -243,6 +283,148 @@ XF_VNNI_TARGET void int8_row_products_vnni(const uint8_t* x_shifted, int64_t m, 
   }
 }
 
+// The same kernel on 256-bit registers, for CPUs without AVX-512 VNNI: AVX2 and AVX-VNNI
+// (vpdpbusd on ymm: Alder Lake and later, Zen 5). 16 ymm registers instead of 32 zmm, so a tile
+// is 8 accumulators (4 x rows by 2 weight rows, 2 by 4, 1 by 8), summed across lanes by one
+// hadd tree. Plain AVX2 has no 4-byte dot product: pairs of u8 x s8 products are added in int16
+// (vpmaddubsw), then pairs of those in int32 (vpmaddwd by ones). vpmaddubsw saturates, so there
+// the kernel reads the 7-bit weight copy that oneDNN's AVX2 path reads (2 * 255 * 63 fits int16):
+// on both paths the int32 dot product of the same bytes is exact, and a row's result is bit for
+// bit the same whichever ran.
+#define XF_AVX2_TARGET __attribute__((target("avx2,fma")))
+#define XF_AVX2_INLINE XF_AVX2_TARGET inline __attribute__((always_inline))
+
+// acc + the dot products of 4-byte groups of u8 and s8 (|s8| <= 63: no int16 saturation).
+struct Avx2Dot {
+  XF_AVX2_INLINE static __m256i dot(__m256i acc, __m256i u8, __m256i s8) {
+    const __m256i pairs = _mm256_maddubs_epi16(u8, s8);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+// The same in one instruction (AVX-VNNI's VEX-encoded vpdpbusd), any s8. Inline asm for the
+// reason of the AVX-512 dpbusd above; being asm, it needs no "avxvnni" target, which would keep
+// GCC from inlining it into the AVX2 code around it.
+struct AvxVnniDot {
+  XF_AVX2_INLINE static __m256i dot(__m256i acc, __m256i u8, __m256i s8) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "xm"(s8));
+    return acc;
+  }
+};
+
+// Lane j of the result is the sum of the 8 lanes of acc[j].
+XF_AVX2_INLINE __m256i sum_each_of_8(const __m256i (&acc)[8]) {
+  const __m256i s01 = _mm256_hadd_epi32(acc[0], acc[1]), s23 = _mm256_hadd_epi32(acc[2], acc[3]);
+  const __m256i s45 = _mm256_hadd_epi32(acc[4], acc[5]), s67 = _mm256_hadd_epi32(acc[6], acc[7]);
+  // Per 128-bit half: the half-sums of acc 0..3 (t0) and 4..7 (t1).
+  const __m256i t0 = _mm256_hadd_epi32(s01, s23), t1 = _mm256_hadd_epi32(s45, s67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
+                          _mm256_permute2x128_si256(t0, t1, 0x31));
+}
+
+// kCols int32 or f32 values, repeated to fill 8 lanes.
+template <int kCols>
+XF_AVX2_INLINE __m256i repeat_to_8(const void* values) {
+  static_assert(kCols == 8 || kCols == 4 || kCols == 2, "a tile is 8, 4 or 2 columns");
+  if constexpr (kCols == 8) {
+    return _mm256_loadu_si256(static_cast<const __m256i*>(values));
+  } else if constexpr (kCols == 4) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(values)));
+  } else {
+    int64_t pair;
+    std::memcpy(&pair, values, sizeof pair);
+    return _mm256_set1_epi64x(pair);
+  }
+}
+
+// One register tile of kRows x rows by kCols weight rows (kRows * kCols = 8), as int8_tile_vnni;
+// the k % 32 bytes past the last full step are added in scalar code.
+template <typename Dot, int kRows, int kCols>
+XF_AVX2_INLINE void int8_tile_ymm(const uint8_t* x, const int8_t* w, int64_t k,
+                                  const int32_t* shift_sums, const float* row_scales, float* y,
+                                  int64_t ldy) {
+  static_assert(kRows * kCols == 8, "a tile is 8 accumulators");
+  __m256i acc[8];
+  for (auto& v : acc) v = _mm256_setzero_si256();
+  const int64_t full = k / 32 * 32;
+  for (int64_t c = 0; c < full; c += 32) {
+    __m256i xv[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      xv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * k + c));
+    }
+    for (int j = 0; j < kCols; ++j) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * k + c));
+      for (int i = 0; i < kRows; ++i) acc[i * kCols + j] = Dot::dot(acc[i * kCols + j], xv[i], wv);
+    }
+  }
+  alignas(32) int32_t dots[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(dots),
+                     _mm256_sub_epi32(sum_each_of_8(acc), repeat_to_8<kCols>(shift_sums)));
+  if (full < k) {
+    for (int i = 0; i < kRows; ++i) {
+      for (int j = 0; j < kCols; ++j) {
+        int32_t tail = 0;
+        for (int64_t c = full; c < k; ++c) tail += int32_t{x[i * k + c]} * w[j * k + c];
+        dots[i * kCols + j] += tail;
+      }
+    }
+  }
+  alignas(32) float results[8];
+  _mm256_store_ps(results,
+                  _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(dots))),
+                                _mm256_castsi256_ps(repeat_to_8<kCols>(row_scales))));
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kCols; ++j) y[i * ldy + j] = results[i * kCols + j];
+  }
+}
+
+// int8_row_products_vnni's loops on 256-bit tiles: weight rows in blocks of 8, x rows 4, 2 or 1
+// at a time, the last rows % 8 weight rows one at a time (a tile of one x row and one weight row
+// repeated would waste 7 accumulators; this is the rare case of N % 8).
+template <typename Dot, int64_t kFixedK>
+XF_AVX2_INLINE void int8_row_products_ymm(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                          int64_t run_time_k, int64_t rows,
+                                          const int32_t* shift_sums, const float* row_scales,
+                                          float* y, int64_t ldy) {
+  const int64_t k = kFixedK != 0 ? kFixedK : run_time_k;
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      for (int64_t j = 0; j < 8; j += 2) {
+        int8_tile_ymm<Dot, 4, 2>(x_shifted + i * k, w + (r + j) * k, k, shift_sums + r + j,
+                                 row_scales + r + j, y + i * ldy + r + j, ldy);
+      }
+    }
+    for (; i + 2 <= m; i += 2) {
+      for (int64_t j = 0; j < 8; j += 4) {
+        int8_tile_ymm<Dot, 2, 4>(x_shifted + i * k, w + (r + j) * k, k, shift_sums + r + j,
+                                 row_scales + r + j, y + i * ldy + r + j, ldy);
+      }
+    }
+    if (i < m) {
+      int8_tile_ymm<Dot, 1, 8>(x_shifted + i * k, w + r * k, k, shift_sums + r, row_scales + r,
+                               y + i * ldy + r, ldy);
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t dot = -shift_sums[r];
+      for (int64_t c = 0; c < k; ++c) dot += int32_t{x_shifted[i * k + c]} * w[r * k + c];
+      y[i * ldy + r] = static_cast<float>(dot) * row_scales[r];
+    }
+  }
+}
+
+// The kernel with the dot product of the CPU at hand (Avx2Dot or AvxVnniDot).
+template <typename Dot, int64_t kFixedK>
+XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                           int64_t k, int64_t rows, const int32_t* shift_sums,
+                                           const float* row_scales, float* y, int64_t ldy) {
+  int8_row_products_ymm<Dot, kFixedK>(x_shifted, m, w, k, rows, shift_sums, row_scales, y, ldy);
+}
+#undef XF_AVX2_INLINE
+#undef XF_AVX2_TARGET
+
 #pragma GCC diagnostic pop
 #undef XF_VNNI_INLINE
 #undef XF_VNNI_TARGET
@@ -250,38 +432,69 @@ XF_VNNI_TARGET void int8_row_products_vnni(const uint8_t* x_shifted, int64_t m, 
 
 }  // namespace
 
-bool int8_row_kernel_available() {
+const char* int8_row_kernel_name() {
 #if defined(XF_INT8_ROW_KERNEL)
-  return has_isa(dnnl_cpu_isa_avx512_core_vnni);
+  switch (cpu_isa()) {
+    case CpuIsa::avx512_vnni: return "xf:int8_row_avx512_vnni";
+    case CpuIsa::avx512:  // AVX-512 without VNNI (Skylake-X): the AVX2 kernel
+    case CpuIsa::avx2: return "xf:int8_row_avx2";
+    case CpuIsa::avx2_vnni: return "xf:int8_row_avx2_vnni";
+    default: return nullptr;
+  }
 #else
-  return false;
+  return nullptr;
 #endif
 }
+
+bool int8_row_kernel_available() { return int8_row_kernel_name() != nullptr; }
 
 namespace {
 
 // x + 128 in place, as u8: the VNNI kernel's x. A loop of its own, so that it vectorizes (inline
 // in StaticMatmul::run, byte stores that might alias the plan kept it one byte at a time: 5% of
 // a translation's time).
-XF_VECTORIZED uint8_t* shift_to_unsigned(int8_t* x, int64_t count) {
+XF_VECTORIZED_BODY uint8_t* shift_to_unsigned_body(int8_t* x, int64_t count) {
   auto* shifted = reinterpret_cast<uint8_t*>(x);
   for (int64_t c = 0; c < count; ++c) shifted[c] ^= 0x80;
   return shifted;
 }
+XF_DISPATCH_BY_ISA(shift_to_unsigned)
 
-// The few-row kernel for row length k (compiled for the Transformer's usual d_model and d_ff, or
-// generic), or null where the CPU cannot run it.
-Int8RowProducts int8_row_products_for(int64_t k) {
-  if (!int8_row_kernel_available()) return nullptr;
 #if defined(XF_INT8_ROW_KERNEL)
+// The kernel `Kernel` instantiated for row length k: compiled for the Transformer's usual d_model
+// and d_ff, or generic.
+template <template <int64_t> class Kernel>
+Int8RowProducts for_row_length(int64_t k) {
   switch (k) {
-    case 256: return int8_row_products_vnni<256>;
-    case 512: return int8_row_products_vnni<512>;
-    case 1024: return int8_row_products_vnni<1024>;
-    case 2048: return int8_row_products_vnni<2048>;
-    default: return int8_row_products_vnni<0>;
+    case 256: return Kernel<256>::run;
+    case 512: return Kernel<512>::run;
+    case 1024: return Kernel<1024>::run;
+    case 2048: return Kernel<2048>::run;
+    default: return Kernel<0>::run;
+  }
+}
+template <int64_t kFixedK>
+struct Vnni512 { static constexpr Int8RowProducts run = int8_row_products_vnni<kFixedK>; };
+template <int64_t kFixedK>
+struct Avx2 { static constexpr Int8RowProducts run = int8_row_products_avx2<Avx2Dot, kFixedK>; };
+template <int64_t kFixedK>
+struct AvxVnni {
+  static constexpr Int8RowProducts run = int8_row_products_avx2<AvxVnniDot, kFixedK>;
+};
+#endif
+
+// The few-row kernel for row length k at cpu_isa(), or null where there is none.
+Int8RowProducts int8_row_products_for(int64_t k) {
+#if defined(XF_INT8_ROW_KERNEL)
+  switch (cpu_isa()) {
+    case CpuIsa::avx512_vnni: return for_row_length<Vnni512>(k);
+    case CpuIsa::avx512:
+    case CpuIsa::avx2: return for_row_length<Avx2>(k);
+    case CpuIsa::avx2_vnni: return for_row_length<AvxVnni>(k);
+    default: return nullptr;
   }
 #else
+  (void)k;
   return nullptr;
 #endif
 }
@@ -490,14 +703,22 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.primitive = dnnl::matmul(pd);
   s.implementation = pd.impl_info_str();
-  if (s.int8 && m <= kMaxKernelRows && !s.packed) s.int8_row_products = int8_row_products_for(s.k);
+  if (s.int8 && m <= kMaxKernelRows) s.int8_row_products = int8_row_products_for(s.k);
   if (s.int8_row_products != nullptr) {
-    s.implementation = "xf:int8_row_avx512_vnni";
-    s.int8_weights = static_cast<const int8_t*>(weights.data);
-    s.int8_row_scales = weights.row_scales;
-    s.shift_sums_copy = engine.impl_->row_shift_sums(weights);
+    // The weights oneDNN reads (the 7-bit copy where its products saturate), so that a row's
+    // result is the same on either path.
+    WeightMatrix read = weights;
+    if (s.packed) {
+      read.data = s.packed->memory.get_data_handle();
+      read.row_scales = s.packed->row_scales.data();
+    }
+    s.implementation = int8_row_kernel_name();
+    s.int8_weights = static_cast<const int8_t*>(read.data);
+    s.int8_row_scales = read.row_scales;
+    s.shift_sums_copy = engine.impl_->row_shift_sums(read);
     s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
   }
+  record_implementation(s.implementation, s.int8_row_products == nullptr);
 
   size_t offset = 0;
   if (s.int8) {

@@ -6,17 +6,59 @@
 #include <cstdint>
 #include <cstring>
 
-// XF_VECTORIZED marks a hot function. On x86-64 with GCC or Clang it is compiled three times
-// (AVX-512, AVX2+FMA, baseline SSE2) and the loader picks the best for the CPU at hand, so the
-// library needs no -march flag. Elsewhere (aarch64: NEON is baseline) it is a plain function.
-// Not under ASan or TSan: their instrumented ifunc resolvers run before the sanitizer starts
-// (the TSan build of the threads test crashed at start).
+// A hot function is written as NAME_body marked XF_VECTORIZED_BODY, followed by
+// XF_DISPATCH_BY_ISA(NAME), which defines NAME. On x86-64 with GCC or Clang the body is then
+// compiled three times (x86-64-v4: AVX-512; x86-64-v3: AVX2 + FMA; baseline SSE2) and NAME calls
+// the build for cpu_isa() (xf/kernels_cpu/isa.h): the CPU's level capped by oneDNN's
+// ONEDNN_MAX_CPU_ISA, so one variable caps oneDNN and these loops alike. (GCC's target_clones,
+// used before, choose by the CPU alone, at load time.) So the library needs no -march flag.
+// Elsewhere (aarch64: NEON is baseline), or built with -march=native (XF_NO_MULTIVERSION), NAME
+// is the body itself.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(XF_NO_MULTIVERSION) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define XF_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+    !defined(XF_NO_MULTIVERSION) && !defined(__AVX512F__)
+#include <utility>
+
+#include "xf/kernels_cpu/isa.h"
+
+// Inlined into each build below, so that its loops are compiled for that build's instructions.
+#define XF_VECTORIZED_BODY inline __attribute__((always_inline))
+#define XF_TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define XF_TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
+
+namespace xf::cpu::detail {
+
+// The three builds of Body and the choice among them, made once.
+template <auto Body>
+struct ByIsa;
+template <typename R, typename... A, R (*Body)(A...)>
+struct ByIsa<Body> {
+  XF_TARGET_AVX512 static R avx512(A... a) { return Body(a...); }
+  XF_TARGET_AVX2 static R avx2(A... a) { return Body(a...); }
+  static R baseline(A... a) { return Body(a...); }
+  static R call(A... a) {
+    static R (*const chosen)(A...) = cpu_isa() >= CpuIsa::avx512 ? avx512
+                                     : cpu_isa() >= CpuIsa::avx2 ? avx2
+                                                                 : baseline;
+    return chosen(a...);
+  }
+};
+
+}  // namespace xf::cpu::detail
+
+#define XF_DISPATCH_BY_ISA(name)                                                   \
+  template <typename... Args>                                                      \
+  inline decltype(auto) name(Args&&... args) {                                     \
+    return ::xf::cpu::detail::ByIsa<name##_body>::call(std::forward<Args>(args)...); \
+  }
 #else
-#define XF_VECTORIZED
+#include <utility>
+
+#define XF_VECTORIZED_BODY inline
+#define XF_DISPATCH_BY_ISA(name)                          \
+  template <typename... Args>                             \
+  inline decltype(auto) name(Args&&... args) {            \
+    return name##_body(std::forward<Args>(args)...);      \
+  }
 #endif
 
 namespace xf::cpu::detail {

@@ -68,18 +68,20 @@ inline void top_k_of_row(const float* x, int64_t n, int64_t k, float* values, in
   }
 }
 
-XF_VECTORIZED void log_softmax_top_k_row(const float* row, float offset, int64_t vocab, int64_t k,
+XF_VECTORIZED_BODY void log_softmax_top_k_row_body(const float* row, float offset, int64_t vocab, int64_t k,
                                          float* values, int32_t* indices) {
   top_k_of_row(row, vocab, k, values, indices);
   const float max = values[0];  // the row's maximum
   const float log_sum = log_sum_exp_shifted(row, vocab, max);
   for (int64_t i = 0; i < k; ++i) values[i] = ((values[i] - max) - log_sum) + offset;
 }
+XF_DISPATCH_BY_ISA(log_softmax_top_k_row)
 
-XF_VECTORIZED void log_softmax_row(float* row, int64_t vocab) {
+XF_VECTORIZED_BODY void log_softmax_row_body(float* row, int64_t vocab) {
   const float max = max_of(row, vocab);
   subtract_two(row, vocab, max, log_sum_exp_shifted(row, vocab, max));
 }
+XF_DISPATCH_BY_ISA(log_softmax_row)
 
 }  // namespace
 

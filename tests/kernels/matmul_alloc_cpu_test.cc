@@ -63,7 +63,7 @@ void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
   });
   EXPECT_EQ(counts.xf, 0u) << "allocations by xf inside StaticMatmul::run";
   // oneDNN 2.6 allocates small bookkeeping inside every execute (DESIGN.md); seeing them here
-  // shows that inside_backend_call() is what attributes them. A few int8 rows on xf's VNNI
+  // shows that inside_backend_call() is what attributes them. A few int8 rows on xf's few-row
   // kernel call no oneDNN at all, so nothing allocates.
   if (dtype == DType::int8 && m <= 16 && int8_row_kernel_available()) {
     EXPECT_EQ(counts.backend, 0u);

@@ -9,7 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "xf/kernels_cpu/kernels.h"
 
@@ -126,10 +129,22 @@ bool int8_products_saturate();
 int8_t to_seven_bits(int8_t value);
 
 // True where an int8 StaticMatmul of at most 16 rows (translating one sentence: the decoder's
-// step, the encoder) runs xf's AVX-512 VNNI kernel instead of oneDNN (implementation()
-// "xf:int8_row_avx512_vnni"): oneDNN 2.6 repacks the weights on every such call. Its results
-// are bit for bit oneDNN's.
+// step, the encoder) runs xf's own kernel instead of oneDNN: oneDNN 2.6 repacks the weights on
+// every such call. Its results are bit for bit oneDNN's. int8_row_kernel_name() is its
+// implementation() at cpu_isa() (xf/kernels_cpu/isa.h): "xf:int8_row_avx512_vnni",
+// "xf:int8_row_avx2_vnni" (AVX-VNNI) or "xf:int8_row_avx2" (AVX2, and AVX-512 without VNNI),
+// null where there is none.
 bool int8_row_kernel_available();
+const char* int8_row_kernel_name();
+
+// The ISA oneDNN runs at ("avx2", "avx512_core_vnni", ...): the CPU's, capped by
+// ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA.
+const char* onednn_isa_name();
+
+// How many StaticMatmuls this process made, by implementation: xf's kernels by their names
+// ("xf:int8_row_avx2"), oneDNN's as "onednn:NAME @ISA" ("onednn:gemm:jit @avx2"). For benchmarks
+// and logs: shows what the ISA cap chose for every product.
+std::vector<std::pair<std::string, int64_t>> matmul_implementations();
 
 // Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
 // allocation counter can attribute what happens inside it to oneDNN. args: prepared at plan
