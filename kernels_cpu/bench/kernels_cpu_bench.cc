@@ -68,7 +68,7 @@ BENCHMARK(BM_StaticMatmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond);
 // 8,446 output pieces): the decoder's step (1 row) and the encoder of a short source (10, 16).
 void bundled_int8_shapes(benchmark::internal::Benchmark* b) {
   for (auto [n, k] : {std::pair{768, 256}, {256, 1024}, {1024, 256}, {8446, 256}}) {
-    for (int m : {1, 10, 16}) b->Args({m, n, k, 2});
+    for (int m : {1, 10, 16, 32, 128}) b->Args({m, n, k, 2});
   }
 }
 BENCHMARK(BM_StaticMatmul)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -126,7 +127,6 @@ namespace {
 // AVX-512 VNNI multiplies u8 by s8, so x comes shifted by 128 and each row's 128 * sum(w) is
 // subtracted: the int32 dot product is exact, as oneDNN's, and y = float(dot) * row_scale is
 // the same f32 operation it does, so a row's result does not depend on which path ran.
-constexpr int64_t kMaxKernelRows = 16;  // x rows; above, oneDNN's repacking pays for itself
 using Int8RowProducts = void (*)(const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k,
                                  int64_t rows, const int32_t* shift_sums, const float* row_scales,
                                  float* y, int64_t ldy);
@@ -448,6 +448,16 @@ const char* int8_row_kernel_name() {
 
 bool int8_row_kernel_available() { return int8_row_kernel_name() != nullptr; }
 
+// The most x rows the kernel is used for. With AVX-512 VNNI, 16: above, oneDNN's repacking pays
+// for itself. Below it (AVX2, AVX-VNNI, AVX-512 without VNNI) every row count: there oneDNN 2.6's
+// s8 x s8 product also adds up each weight column in a scalar byte loop on every call (15% of a
+// batch-32 translation's time at AVX2), and at 32 and 128 rows of the bundled model's shapes the
+// kernel took 0.55-0.7 and 0.9-1.1 (AVX2), 0.5-0.55 and 0.8-0.95 (AVX-VNNI) of oneDNN's CPU time
+// (xf-kernels-bench BM_StaticMatmulBundledInt8, docs/KERNELS_CPU.md).
+int64_t int8_row_kernel_max_rows() {
+  return cpu_isa() == CpuIsa::avx512_vnni ? 16 : std::numeric_limits<int64_t>::max();
+}
+
 namespace {
 
 // x + 128 in place, as u8: the VNNI kernel's x. A loop of its own, so that it vectorizes (inline
@@ -614,8 +624,9 @@ struct StaticMatmul::Impl {
   dnnl::matmul primitive;
   std::string implementation;
   std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
-  // Int8 products of at most kMaxKernelRows rows by int8_row_products_vnni instead of oneDNN:
-  // the stored weights, their row scales and each row's 128 * sum of weights (plan time).
+  // Int8 products of at most int8_row_kernel_max_rows() rows by xf's kernel instead of oneDNN:
+  // the weights it reads (stored, or their 7-bit copy), their row scales and each row's
+  // 128 * sum of weights (plan time).
   Int8RowProducts int8_row_products = nullptr;
   const int8_t* int8_weights = nullptr;
   const float* int8_row_scales = nullptr;
@@ -703,10 +714,10 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.primitive = dnnl::matmul(pd);
   s.implementation = pd.impl_info_str();
-  if (s.int8 && m <= kMaxKernelRows) s.int8_row_products = int8_row_products_for(s.k);
+  if (s.int8 && m <= int8_row_kernel_max_rows()) s.int8_row_products = int8_row_products_for(s.k);
   if (s.int8_row_products != nullptr) {
-    // The weights oneDNN reads (the 7-bit copy where its products saturate), so that a row's
-    // result is the same on either path.
+    // The weights oneDNN reads (the 7-bit copy where its products saturate, as the AVX2
+    // kernel's vpmaddubsw does too), so that a row's result is the same on either path.
     WeightMatrix read = weights;
     if (s.packed) {
       read.data = s.packed->memory.get_data_handle();
@@ -727,7 +738,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     offset += align_up(static_cast<size_t>(m) * sizeof(float));  // its row scales
   }
   s.scratchpad_offset = offset;
-  s.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  // xf's kernel needs no scratchpad (the oneDNN primitive above is made all the same, unused).
+  s.scratchpad_bytes = s.int8_row_products != nullptr ? 0 : pd.scratchpad_desc().get_size();
   s.workspace_bytes = offset + align_up(s.scratchpad_bytes);
 
   // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.

@@ -17,6 +17,8 @@
 #include "xf/alloc_counter.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
+#include "xf/kernels_cpu/isa.h"
+#include "xf/kernels_cpu/matmul.h"
 #include "xf/translator.h"
 
 namespace {
@@ -38,13 +40,17 @@ lines, in file order, after one warm-up request, and prints:
   device          (--device cuda) device memory in use after the run (cudaMemGetInfo, the
                   CUDA context included; xf allocates nothing on the device after loading) and
                   the device/pinned allocation calls xf made during the timed decoding
+  kernels         the instruction set of xf's own CPU loops (avx512_vnni, avx2, baseline, ...)
+  products        the CPU matrix products planned, by implementation: xf's kernels by name
+                  (xf:int8_row_avx2), oneDNN's as onednn:NAME @ISA
+ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) caps both, e.g. ONEDNN_MAX_CPU_ISA=AVX2.
 
 %s  --input FILE          the sentences (required)
   --ids                 the input holds space-separated token ids (no tokenizer needed)
   --repeat N            translate the file N times (default 1)
   --json                print one JSON object: tokens_per_s, sentences_per_s, latency_p50_ms,
                         latency_p90_ms, peak_rss_mb, allocations_xf, allocations_backend, and
-                        the run's parameters
+                        the run's parameters, kernels_isa and products (below)
   --help                print this help
 
 Exit status: 0 on success, 1 on bad input, 2 on a bad command line.
@@ -169,6 +175,17 @@ int run(Options options) {
   const double step_p50 = percentile(step_ms, 0.5), step_p90 = percentile(step_ms, 0.9);
   const auto& t = options.cli.translator;
   const std::string dtype = xf::dtype_name(model->file().tensors().front().dtype);
+  // What ran: xf's kernels' instruction set and each matrix product's implementation (both
+  // capped by ONEDNN_MAX_CPU_ISA). CPU only: a CUDA run makes no StaticMatmul.
+  const char* kernels_isa = xf::cpu::cpu_isa_name(xf::cpu::cpu_isa());
+  std::string products;
+  for (const auto& [name, count] : xf::cpu::matmul_implementations()) {
+    if (options.json) {
+      products += (products.empty() ? "" : ", ") + std::string("\"") + name + "\": " + std::to_string(count);
+    } else {
+      products += (products.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+    }
+  }
   if (options.json) {
     std::printf(
         "{\"tokens_per_s\": %.3f, \"sentences_per_s\": %.3f, \"latency_p50_ms\": %.3f, "
@@ -177,13 +194,13 @@ int run(Options options) {
         "\"allocations_backend\": %llu, \"sentences\": %llu, \"tokens\": %llu, \"seconds\": %.4f, "
         "\"beam\": %d, \"batch\": %d, \"threads\": %d, \"device\": \"%s\", \"model_dtype\": \"%s\", "
         "\"model_mb\": %.1f, \"arena_mb\": %.1f, \"device_memory_mb\": %.1f, "
-        "\"device_allocations\": %llu}\n",
+        "\"device_allocations\": %llu, \"kernels_isa\": \"%s\", \"products\": {%s}}\n",
         tokens / seconds, sentences / seconds, p50, p90, step_p50, step_p90, peak_rss_mb,
         static_cast<unsigned long long>(allocations.xf), static_cast<unsigned long long>(allocations.backend),
         static_cast<unsigned long long>(sentences), static_cast<unsigned long long>(tokens), seconds, t.beam,
         t.max_batch, t.threads, xf::device_name(t.device), dtype.c_str(),
         model->file().file_size() / 1048576.0, translator.arena_bytes() / 1048576.0, device_mb,
-        device_allocations);
+        device_allocations, kernels_isa, products.c_str());
   } else {
     std::printf("model        %s (%s, %.1f MB)\n", options.cli.model_path.c_str(), dtype.c_str(),
                 model->file().file_size() / 1048576.0);
@@ -202,6 +219,8 @@ int run(Options options) {
     if (device_after)
       std::printf("device       %.1f MB in use, %llu device allocations during translation\n",
                   device_mb, device_allocations);
+    std::printf("kernels      %s (xf's own loops)\n", kernels_isa);
+    if (!products.empty()) std::printf("products     %s\n", products.c_str());
   }
   return 0;
 }

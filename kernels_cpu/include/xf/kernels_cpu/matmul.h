@@ -128,7 +128,7 @@ class Bf16Gemm {
 bool int8_products_saturate();
 int8_t to_seven_bits(int8_t value);
 
-// True where an int8 StaticMatmul of at most 16 rows (translating one sentence: the decoder's
+// True where an int8 StaticMatmul of few rows (translating one sentence: the decoder's
 // step, the encoder) runs xf's own kernel instead of oneDNN: oneDNN 2.6 repacks the weights on
 // every such call. Its results are bit for bit oneDNN's. int8_row_kernel_name() is its
 // implementation() at cpu_isa() (xf/kernels_cpu/isa.h): "xf:int8_row_avx512_vnni",
@@ -136,6 +136,9 @@ int8_t to_seven_bits(int8_t value);
 // null where there is none.
 bool int8_row_kernel_available();
 const char* int8_row_kernel_name();
+// The most rows of an int8 product it serves: 16 with AVX-512 VNNI, every count below it (there
+// oneDNN 2.6 is slower at every count the runtime plans, docs/KERNELS_CPU.md).
+int64_t int8_row_kernel_max_rows();
 
 // The ISA oneDNN runs at ("avx2", "avx512_core_vnni", ...): the CPU's, capped by
 // ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA.
