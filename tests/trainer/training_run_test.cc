@@ -8,7 +8,7 @@
 // 24 Adam steps on random reverse-task batches drawn from a fixed seed, as xf-train's loop steps.
 //
 // The bits depend on the CPU's kernel path too (oneDNN picks its sgemm by instruction set, and
-// kernels_cpu's target_clones pick x86-64-v4 or v3 code): the golden file's kind line names the
+// kernels_cpu's hot loops run x86-64-v4 or v3 code): the golden file's kind line names the
 // kind it was written on, and on a machine of another kind the test skips, saying both kinds
 // (regenerate there, before the refactor, to compare refactors).
 //
@@ -37,6 +37,7 @@
 #include "golden.h"
 #include "xf/error.h"
 #include "xf/format/config.h"
+#include "xf/kernels_cpu/isa.h"
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
@@ -54,14 +55,15 @@ std::string golden_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/
 std::string kind_file() { return std::string(XF_SOURCE_DIR) + "/tests/trainer/golden/training_run.kind"; }
 
 // What the bits depend on besides the code: oneDNN's version and effective instruction set, and
-// which target_clones variant of kernels_cpu this CPU runs.
+// which build of kernels_cpu's hot loops runs (xf::cpu::cpu_isa(): the CPU's level, capped by
+// ONEDNN_MAX_CPU_ISA).
 std::string machine_kind() {
   const dnnl_version_t* version = dnnl_version();
   const char* clones = "default";
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("x86-64-v4")) {
+  if (xf::cpu::cpu_isa() >= xf::cpu::CpuIsa::avx512) {
     clones = "x86-64-v4";
-  } else if (__builtin_cpu_supports("x86-64-v3")) {
+  } else if (xf::cpu::cpu_isa() >= xf::cpu::CpuIsa::avx2) {
     clones = "x86-64-v3";
   }
 #endif
