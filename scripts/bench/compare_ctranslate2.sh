@@ -14,7 +14,9 @@
 # best tokens/s of each engine (the machine is shared; the best round is the least disturbed).
 # Columns: allocs = heap allocations during decoding by xf + by oneDNN (xf-bench only); cpu =
 # the run's CPU share, (user + sys) / wall over the whole process (2.0 = both cores: anything
-# lower means other processes took CPU); load = 1-minute load average when the run started.
+# lower means other processes took CPU); load = 1-minute load average when the run started;
+# wall s, cpu s = the whole process's wall and CPU (user + sys) seconds, model loading and (for
+# CTranslate2) Python's start included: on a loaded machine cpu s is the steadier figure.
 #
 # Environment (defaults in brackets):
 #   XF_BIN      directory with xf-bench              [REPO/build/bin]
@@ -24,10 +26,16 @@
 #   REPEAT      passes over the input per run [1]   ROUNDS    runs per configuration [2]
 #   THREADS     [2]
 #   NICE        run the measured processes at this nice level (e.g. -15 on a shared machine)
+#   ISA         cap both engines at one instruction-set level: AVX2, AVX512_CORE or
+#               AVX512_CORE_VNNI [no cap]. xf: ONEDNN_MAX_CPU_ISA (caps oneDNN and xf's own
+#               kernels; xf-bench's "products" show what ran). CTranslate2: CT2_FORCE_CPU_ISA
+#               (its own kernels: AVX2 or AVX512), MKL_ENABLE_INSTRUCTIONS (its GEMMs: Intel MKL
+#               on Intel CPUs, which CT2_FORCE_CPU_ISA does not cap: AVX2, AVX512 or AVX512_E1,
+#               MKL's AVX-512 with VNNI) and ONEDNN_MAX_CPU_ISA (its oneDNN, where MKL is off).
 #   CT2_EXTRA   environment of a second CTranslate2 run per configuration, "" for none
-#               [CT2_FORCE_CPU_ISA=AVX512: CTranslate2 picks its AVX2 kernels on AMD CPUs by
-#               default; forcing AVX-512 was faster here]. WORK_DIR/stderr.log shows the
-#               ISA and GEMM backends each CTranslate2 run chose.
+#               [CT2_FORCE_CPU_ISA=AVX512 without ISA, none with it: CTranslate2 picks its AVX2
+#               kernels on AMD CPUs by default; forcing AVX-512 was faster there].
+#               WORK_DIR/stderr.log shows the ISA and GEMM backends each CTranslate2 run chose.
 set -euo pipefail
 
 usage() { echo "usage: $0 MODEL.xfm INPUT.txt   (see the comments at the top)" >&2; exit 2; }
@@ -47,7 +55,23 @@ lines_b1=${LINES_B1:-200}
 repeat=${REPEAT:-1}
 rounds=${ROUNDS:-2}
 threads=${THREADS:-2}
-ct2_extra=${CT2_EXTRA-CT2_FORCE_CPU_ISA=AVX512}
+isa=${ISA:-}
+xf_env=()
+ct2_env=()
+case $isa in
+  "") ;;
+  AVX2) ct2_env=(CT2_FORCE_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) ;;
+  AVX512_CORE) ct2_env=(CT2_FORCE_CPU_ISA=AVX512 MKL_ENABLE_INSTRUCTIONS=AVX512) ;;
+  AVX512_CORE_VNNI) ct2_env=(CT2_FORCE_CPU_ISA=AVX512 MKL_ENABLE_INSTRUCTIONS=AVX512_E1) ;;
+  *) echo "$0: ISA=$isa: expected AVX2, AVX512_CORE or AVX512_CORE_VNNI" >&2; exit 2 ;;
+esac
+if [[ -n $isa ]]; then
+  xf_env=(ONEDNN_MAX_CPU_ISA="$isa")
+  ct2_env+=(ONEDNN_MAX_CPU_ISA="$isa")
+  ct2_extra=${CT2_EXTRA-}
+else
+  ct2_extra=${CT2_EXTRA-CT2_FORCE_CPU_ISA=AVX512}
+fi
 ct2_extra_label=$(sed -E 's/CT2_FORCE_CPU_ISA=/isa=/g; s/CT2_USE_MKL=/mkl=/g' <<< "$ct2_extra")
 
 [[ -x $xf_bin/xf-bench ]] || { echo "$0: $xf_bin/xf-bench not found (set XF_BIN)" >&2; exit 1; }
@@ -77,7 +101,8 @@ for dtype in f32 int8; do
 done
 
 # timed OUTPUT_VAR COMMAND...: runs COMMAND (at NICE when set) under /usr/bin/time; sets
-# OUTPUT_VAR to its stdout and `cpu` to its CPU share (user + sys over wall: 2.0 = both cores).
+# OUTPUT_VAR to its stdout, `cpu` to its CPU share (user + sys over wall: 2.0 = both cores),
+# `wall` and `cpu_s` to the whole process's wall and CPU (user + sys) seconds, start included.
 # stderr (CTranslate2's ISA and backend lines among it) goes to WORK_DIR/stderr.log.
 timed() {
   local -n output=$1
@@ -88,6 +113,8 @@ timed() {
   output=$(/usr/bin/time -f '%e %U %S' -o "$work/time.txt" "${prefix[@]}" "$@" 2>> "$work/stderr.log") ||
     { tail -5 "$work/stderr.log" >&2; exit 1; }
   cpu=$(awk '{ printf "%.2f", ($2 + $3) / ($1 > 0 ? $1 : 1) }' "$work/time.txt")
+  wall=$(awk '{ printf "%.2f", $1 }' "$work/time.txt")
+  cpu_s=$(awk '{ printf "%.2f", $2 + $3 }' "$work/time.txt")
 }
 
 # run_config LABEL DTYPE BEAM BATCH INPUT
@@ -96,18 +123,18 @@ run_config() {
   for ((round = 1; round <= rounds; round++)); do
     load=$(cut -d' ' -f1 /proc/loadavg)
     # --length-penalty 0.6: ct2_run.py's; without it xf-bench takes the model's own (1.4).
-    timed json "$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
+    timed json env "${xf_env[@]}" "$xf_bin/xf-bench" --model "$work/model_$dtype.xfm" --input "$in" --beam "$beam" \
       --length-penalty 0.6 --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
-    echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    echo "{\"config\": \"$label\", \"engine_name\": \"xf\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"wall_s\": $wall, \"cpu_s\": $cpu_s, \"isa\": \"${isa:-none}\", \"result\": $json}" >> "$results"
     load=$(cut -d' ' -f1 /proc/loadavg)
-    timed json "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
+    timed json env "${ct2_env[@]}" "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench --input "$in" \
       --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
-    echo "{\"config\": \"$label\", \"engine_name\": \"ct2\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+    echo "{\"config\": \"$label\", \"engine_name\": \"ct2\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"wall_s\": $wall, \"cpu_s\": $cpu_s, \"isa\": \"${isa:-none}\", \"result\": $json}" >> "$results"
     if [[ -n $ct2_extra ]]; then
       load=$(cut -d' ' -f1 /proc/loadavg)
-      timed json env $ct2_extra "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench \
+      timed json env "${ct2_env[@]}" $ct2_extra "$python" "$here/ct2_run.py" --model "$work/ct2_$dtype" --bench \
         --input "$in" --beam "$beam" --max-batch "$batch" --threads "$threads" --repeat "$repeat" --json
-      echo "{\"config\": \"$label\", \"engine_name\": \"ct2 $ct2_extra_label\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"result\": $json}" >> "$results"
+      echo "{\"config\": \"$label\", \"engine_name\": \"ct2 $ct2_extra_label\", \"round\": $round, \"load1\": $load, \"cpu_share\": $cpu, \"wall_s\": $wall, \"cpu_s\": $cpu_s, \"isa\": \"${isa:-none}\", \"result\": $json}" >> "$results"
     fi
   done
 }
@@ -125,16 +152,21 @@ for r in rows:
     key = (r["config"], r["engine_name"])
     if key not in best or r["result"]["tokens_per_s"] > best[key]["result"]["tokens_per_s"]:
         best[key] = r
-print("%-22s %-14s %10s %9s %10s %10s %8s %7s %9s %5s %5s" % (
+print("ISA cap: %s" % (rows[0].get("isa", "none") if rows else "none"))
+print("%-22s %-14s %10s %9s %10s %10s %8s %7s %9s %5s %5s %7s %7s" % (
     "configuration", "engine", "tokens/s", "sent/s", "p50 ms", "p90 ms", "RSS MB", "tokens",
-    "allocs", "cpu", "load"))
+    "allocs", "cpu", "load", "wall s", "cpu s"))
 for (config, engine), r in best.items():
     x = r["result"]
     allocs = ("%d+%d" % (x["allocations_xf"], x["allocations_backend"])
               if "allocations_xf" in x else "-")
-    print("%-22s %-14s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f" % (
+    print("%-22s %-14s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f %7.2f %7.2f" % (
         config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
-        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"]))
+        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"],
+        r["wall_s"], r["cpu_s"]))
+    if "products" in x:
+        print("%-22s %-14s kernels %s; products %s" % ("", "", x.get("kernels_isa", "?"),
+              ", ".join("%s x%d" % kv for kv in x["products"].items())))
 print()
 print("xf peak RSS against issue 3's budget (model file + arena + 20 MB):")
 for (config, engine), r in best.items():
