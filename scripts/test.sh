@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest (which must
 # leave no file in TMPDIR: scripts/ctest_leaves_no_files.sh), tests the
-# Python package (scripts/test_python.sh), compiles the CPU sources for aarch64, runs the format
+# Python package (scripts/test_python.sh), compiles the CPU sources for aarch64 and runs the kernel
+# tests under qemu-user (scripts/test_aarch64.sh), runs the format
 # tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
 # libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
 # ctest includes the data-parallel runs under mpirun.
@@ -20,8 +21,10 @@ scripts/ctest_leaves_no_files.sh build --output-on-failure -j "$jobs" --timeout 
 # The Python package, built against the libraries just built, and its pytest tests.
 scripts/test_python.sh build
 
-# The CPU side must build on aarch64 (Jetson): compile it with the cross compiler.
+# The CPU side must build on aarch64 (Jetson): compile it with the cross compiler, then run the
+# kernel tests under qemu-user, without and with the dot-product instructions.
 scripts/check_aarch64.sh build
+scripts/test_aarch64.sh build
 
 # The reader must survive hostile files with no sanitizer report (issue 2).
 cmake --preset asan >/dev/null

@@ -14,6 +14,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 #include "parallel_cpu.h"
@@ -76,7 +78,11 @@ bool has_isa(dnnl_cpu_isa_t level) {
 // aligned large values came out 32640 instead of 4129024 (oneDNN 2.6.3, AMD EPYC with AVX2).
 // Weights of 7 bits (|w| <= 63) keep every pair inside int16 (2 * 255 * 63 = 32130).
 bool int8_products_saturate() {
+#if defined(__aarch64__)
+  return false;  // every int8 product runs xf's NEON kernel, which is exact on full-range weights
+#else
   return !has_isa(dnnl_cpu_isa_avx512_core_vnni) && !has_isa(dnnl_cpu_isa_avx2_vnni);
+#endif
 }
 
 bool bf16_products_in_hardware() { return has_isa(dnnl_cpu_isa_avx512_core_bf16); }
@@ -430,6 +436,108 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
 #undef XF_VNNI_TARGET
 #endif
 
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define XF_INT8_ROW_KERNEL 1
+#define XF_NEON_INLINE inline __attribute__((always_inline))
+
+// The kernel on aarch64 (Jetson, Graviton, Apple): NEON, 4 x rows by 4 weight rows in 16
+// accumulators of 4 int32 lanes (32 registers). NEON multiplies s8 by s8, so x is shifted back
+// to s8 as it is loaded (one eor per x load, shared by 4 weight rows) and the dot product needs
+// no shift sums. With the dot-product instructions (ARMv8.2 dotprod: Jetson Xavier and Orin)
+// sdot adds 4-byte groups into int32 lanes; without them, pairs of s8 products are added in
+// int16 (smull, smlal2: 2 * 127 * 128 fits, x being in [-127, 127]) and then into int32
+// (sadalp). Both exact, so every row count runs here: oneDNN 2.6 has no int8 GEMM of its own
+// on aarch64 worth calling, and no weight copy is made.
+struct NeonDot {
+  XF_NEON_INLINE static int32x4_t dot(int32x4_t acc, int8x16_t x, int8x16_t w) {
+    int16x8_t pairs = vmull_s8(vget_low_s8(x), vget_low_s8(w));
+    pairs = vmlal_high_s8(pairs, x, w);
+    return vpadalq_s16(acc, pairs);
+  }
+};
+// sdot as inline asm: the vdotq_s32 intrinsic needs a "+dotprod" target on every function it is
+// inlined into (GCC refuses otherwise), and the tile code is shared with the plain build.
+struct NeonDotprod {
+  XF_NEON_INLINE static int32x4_t dot(int32x4_t acc, int8x16_t x, int8x16_t w) {
+    asm(".arch armv8.2-a+dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(x), "w"(w));
+    return acc;
+  }
+};
+
+// x row i . weight row j for kRows x rows (shifted u8, back to s8 here) and 4 weight rows, into
+// y[i * ldy + j] as float(dot) * row_scales[j]; the k % 16 bytes past the last step in scalar code.
+template <typename Dot, int kRows>
+XF_NEON_INLINE void int8_tile_neon(const uint8_t* x, const int8_t* w, int64_t k,
+                                   const float* row_scales, float* y, int64_t ldy) {
+  int32x4_t acc[kRows][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_s32(0);
+  const uint8x16_t sign = vdupq_n_u8(0x80);
+  const int64_t full = k / 16 * 16;
+  for (int64_t c = 0; c < full; c += 16) {
+    int8x16_t xv[kRows];
+    for (int i = 0; i < kRows; ++i) xv[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(x + i * k + c), sign));
+    for (int j = 0; j < 4; ++j) {
+      const int8x16_t wv = vld1q_s8(w + j * k + c);
+      for (int i = 0; i < kRows; ++i) acc[i][j] = Dot::dot(acc[i][j], xv[i], wv);
+    }
+  }
+  const float32x4_t scales = vld1q_f32(row_scales);
+  for (int i = 0; i < kRows; ++i) {
+    int32x4_t dots = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
+    if (full < k) {
+      int32_t tails[4];
+      for (int j = 0; j < 4; ++j) {
+        tails[j] = 0;
+        for (int64_t c = full; c < k; ++c) {
+          tails[j] += int32_t{static_cast<int8_t>(x[i * k + c] ^ 0x80)} * w[j * k + c];
+        }
+      }
+      dots = vaddq_s32(dots, vld1q_s32(tails));
+    }
+    vst1q_f32(y + i * ldy, vmulq_f32(vcvtq_f32_s32(dots), scales));
+  }
+}
+
+template <typename Dot>
+XF_NEON_INLINE void int8_row_products_neon(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                           int64_t k, int64_t rows, const float* row_scales,
+                                           float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      int8_tile_neon<Dot, 4>(x_shifted + i * k, w + r * k, k, row_scales + r, y + i * ldy + r, ldy);
+    }
+    for (; i < m; ++i) {
+      int8_tile_neon<Dot, 1>(x_shifted + i * k, w + r * k, k, row_scales + r, y + i * ldy + r, ldy);
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t dot = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        dot += int32_t{static_cast<int8_t>(x_shifted[i * k + c] ^ 0x80)} * w[r * k + c];
+      }
+      y[i * ldy + r] = static_cast<float>(dot) * row_scales[r];
+    }
+  }
+}
+
+// The shift sums are not used: x goes back to s8.
+void int8_row_products_neon_plain(const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k,
+                                  int64_t rows, const int32_t*, const float* row_scales, float* y,
+                                  int64_t ldy) {
+  int8_row_products_neon<NeonDot>(x_shifted, m, w, k, rows, row_scales, y, ldy);
+}
+void int8_row_products_neon_dotprod(
+    const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k, int64_t rows, const int32_t*,
+    const float* row_scales, float* y, int64_t ldy) {
+  int8_row_products_neon<NeonDotprod>(x_shifted, m, w, k, rows, row_scales, y, ldy);
+}
+#undef XF_NEON_INLINE
+#endif
+
 }  // namespace
 
 const char* int8_row_kernel_name() {
@@ -439,6 +547,8 @@ const char* int8_row_kernel_name() {
     case CpuIsa::avx512:  // AVX-512 without VNNI (Skylake-X): the AVX2 kernel
     case CpuIsa::avx2: return "xf:int8_row_avx2";
     case CpuIsa::avx2_vnni: return "xf:int8_row_avx2_vnni";
+    case CpuIsa::neon: return "xf:int8_row_neon";
+    case CpuIsa::neon_dotprod: return "xf:int8_row_neon_dotprod";
     default: return nullptr;
   }
 #else
@@ -448,14 +558,18 @@ const char* int8_row_kernel_name() {
 
 bool int8_row_kernel_available() { return int8_row_kernel_name() != nullptr; }
 
-// The most x rows the kernel is used for. With AVX-512 VNNI, 16: above, oneDNN's repacking pays
-// for itself. Below it (AVX2, AVX-VNNI, AVX-512 without VNNI) every row count: there oneDNN 2.6's
-// s8 x s8 product also adds up each weight column in a scalar byte loop on every call (15% of a
-// batch-32 translation's time at AVX2), and at 32 and 128 rows of the bundled model's shapes the
-// kernel took 0.55-0.7 and 0.9-1.1 (AVX2), 0.5-0.55 and 0.8-0.95 (AVX-VNNI) of oneDNN's CPU time
-// (xf-kernels-bench BM_StaticMatmulBundledInt8, docs/KERNELS_CPU.md).
+// The most x rows the kernel is used for. With AVX-512 (VNNI or not), 16: above, oneDNN's
+// repacking pays for itself (and without VNNI its 512-bit kernels beat the 256-bit one here: at
+// every row count, batch 32 beam 4 took 1.9 times CTranslate2's time, docs/BENCHMARKS.md). At
+// AVX2 and AVX-VNNI every row count: there oneDNN 2.6's s8 x s8 product also adds up each weight
+// column in a scalar byte loop on every call (15% of a batch-32 translation's time at AVX2), and
+// at 32 and 128 rows of the bundled model's shapes the kernel took 0.55-0.7 and 0.9-1.1 (AVX2),
+// 0.5-0.55 and 0.8-0.95 (AVX-VNNI) of oneDNN's CPU time (docs/KERNELS_CPU.md). On aarch64 every
+// row count (oneDNN 2.6 has no fast int8 product there).
 int64_t int8_row_kernel_max_rows() {
-  return cpu_isa() == CpuIsa::avx512_vnni ? 16 : std::numeric_limits<int64_t>::max();
+  const CpuIsa isa = cpu_isa();
+  return isa == CpuIsa::avx512_vnni || isa == CpuIsa::avx512 ? 16
+                                                              : std::numeric_limits<int64_t>::max();
 }
 
 namespace {
@@ -470,7 +584,7 @@ XF_VECTORIZED_BODY uint8_t* shift_to_unsigned_body(int8_t* x, int64_t count) {
 }
 XF_DISPATCH_BY_ISA(shift_to_unsigned)
 
-#if defined(XF_INT8_ROW_KERNEL)
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
 // The kernel `Kernel` instantiated for row length k: compiled for the Transformer's usual d_model
 // and d_ff, or generic.
 template <template <int64_t> class Kernel>
@@ -495,7 +609,7 @@ struct AvxVnni {
 
 // The few-row kernel for row length k at cpu_isa(), or null where there is none.
 Int8RowProducts int8_row_products_for(int64_t k) {
-#if defined(XF_INT8_ROW_KERNEL)
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
   switch (cpu_isa()) {
     case CpuIsa::avx512_vnni: return for_row_length<Vnni512>(k);
     case CpuIsa::avx512:
@@ -503,6 +617,10 @@ Int8RowProducts int8_row_products_for(int64_t k) {
     case CpuIsa::avx2_vnni: return for_row_length<AvxVnni>(k);
     default: return nullptr;
   }
+#elif defined(XF_INT8_ROW_KERNEL) && defined(__aarch64__)
+  (void)k;
+  return cpu_isa() == CpuIsa::neon_dotprod ? int8_row_products_neon_dotprod
+                                           : int8_row_products_neon_plain;
 #else
   (void)k;
   return nullptr;

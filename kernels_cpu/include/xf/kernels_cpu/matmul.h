@@ -136,8 +136,8 @@ int8_t to_seven_bits(int8_t value);
 // null where there is none.
 bool int8_row_kernel_available();
 const char* int8_row_kernel_name();
-// The most rows of an int8 product it serves: 16 with AVX-512 VNNI, every count below it (there
-// oneDNN 2.6 is slower at every count the runtime plans, docs/KERNELS_CPU.md).
+// The most rows of an int8 product it serves: 16 with AVX-512, every count at AVX2, AVX-VNNI and
+// on aarch64 (there oneDNN 2.6 is slower at every count the runtime plans, docs/KERNELS_CPU.md).
 int64_t int8_row_kernel_max_rows();
 
 // The ISA oneDNN runs at ("avx2", "avx512_core_vnni", ...): the CPU's, capped by
