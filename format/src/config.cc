@@ -2,7 +2,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -17,6 +19,16 @@ void require(bool ok, const std::string& what) {
 
 std::string field_text(NormPosition value) { return value == NormPosition::pre ? "pre" : "post"; }
 std::string field_text(bool value) { return value ? "1" : "0"; }
+constexpr const char* kActivationNames[] = {"relu", "swish", "gelu"};
+constexpr const char* kPositionEncodingNames[] = {"interleaved", "sin_then_cos", "marian_sin_then_cos"};
+// An enum's name, or its number when it is out of range (validate_config refuses it then).
+template <typename Enum, size_t N>
+std::string enum_text(Enum value, const char* const (&names)[N]) {
+  const auto index = static_cast<size_t>(value);
+  return index < N ? names[index] : std::to_string(index);
+}
+std::string field_text(Activation value) { return enum_text(value, kActivationNames); }
+std::string field_text(PositionEncoding value) { return enum_text(value, kPositionEncodingNames); }
 std::string field_text(float value) {
   char buffer[32];
   const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
@@ -31,6 +43,24 @@ std::string field_text(Int value) {
 void parse_field(const std::string& name, const std::string& text, NormPosition& value) {
   if (text != "pre" && text != "post") throw Error(name + " must be pre or post");
   value = text == "pre" ? NormPosition::pre : NormPosition::post;
+}
+template <typename Enum, size_t N>
+void parse_enum(const std::string& name, const std::string& text, const char* const (&names)[N], Enum& value) {
+  std::string choices;
+  for (size_t i = 0; i < N; ++i) {
+    if (text == names[i]) {
+      value = static_cast<Enum>(i);
+      return;
+    }
+    choices += (i ? "|" : "") + std::string(names[i]);
+  }
+  throw Error(name + " must be one of " + choices);
+}
+void parse_field(const std::string& name, const std::string& text, Activation& value) {
+  parse_enum(name, text, kActivationNames, value);
+}
+void parse_field(const std::string& name, const std::string& text, PositionEncoding& value) {
+  parse_enum(name, text, kPositionEncodingNames, value);
 }
 void parse_field(const std::string& name, const std::string& text, bool& value) {
   if (text != "0" && text != "1") throw Error(name + " must be 0 or 1");
@@ -61,13 +91,28 @@ std::vector<std::pair<std::string, std::string>> config_to_text(const ModelConfi
   return fields;
 }
 
-ModelConfig config_from_text(const std::function<std::string(const std::string& name)>& text_of) {
+ModelConfig config_from_text(
+    const std::function<std::optional<std::string>(const std::string& name)>& text_of) {
   ModelConfig config;
+  bool version_2_field = false;  // the fields from `activation` on came with format version 2
   for_each_config_field(config, [&](const char* name, auto& value) {
-    parse_field(name, text_of(name), value);
+    version_2_field = version_2_field || std::string(name) == "activation";
+    const std::optional<std::string> text = text_of(name);
+    if (text) {
+      parse_field(name, *text, value);
+    } else if (!version_2_field) {
+      throw Error("missing key '" + std::string(name) + "'");
+    }
   });
   validate_config(config);
   return config;
+}
+
+bool config_needs_version_2(const ModelConfig& c) {
+  const ModelConfig defaults;
+  return c.activation != defaults.activation || c.scale_embeddings != defaults.scale_embeddings ||
+         c.position_encoding != defaults.position_encoding ||
+         c.zero_start_embedding != defaults.zero_start_embedding;
 }
 
 void validate_config(const ModelConfig& c) {
@@ -105,6 +150,14 @@ void validate_config(const ModelConfig& c) {
   require(id_ok(c.pad_id) && id_ok(c.unk_id) && id_ok(c.bos_id) && id_ok(c.eos_id),
           "special token ids must lie inside both vocabularies");
   require(c.bos_id != c.eos_id && c.pad_id != c.eos_id, "pad, bos and eos ids must differ");
+  require(static_cast<size_t>(c.activation) < std::size(kActivationNames),
+          "unknown activation " + std::to_string(static_cast<int>(c.activation)));
+  require(static_cast<size_t>(c.position_encoding) < std::size(kPositionEncodingNames),
+          "unknown position_encoding " + std::to_string(static_cast<int>(c.position_encoding)));
+  require(c.position_encoding == PositionEncoding::interleaved || c.d_model % 2 == 0,
+          "position_encoding " + field_text(c.position_encoding) + " needs an even d_model");
+  require(c.position_encoding != PositionEncoding::marian_sin_then_cos || c.d_model >= 4,
+          "position_encoding marian_sin_then_cos needs d_model >= 4");
 }
 
 }  // namespace xf

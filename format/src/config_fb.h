@@ -14,6 +14,10 @@ T to_fb_value(T value) {
 inline fb::NormPosition to_fb_value(NormPosition value) {
   return static_cast<fb::NormPosition>(value);
 }
+inline fb::Activation to_fb_value(Activation value) { return static_cast<fb::Activation>(value); }
+inline fb::PositionEncoding to_fb_value(PositionEncoding value) {
+  return static_cast<fb::PositionEncoding>(value);
+}
 }  // namespace detail
 
 // The arguments of fb::CreateModelConfig are the table's fields in schema order, as is the list.

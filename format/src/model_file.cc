@@ -249,6 +249,27 @@ void ModelFile::parse_and_validate() {
   source_tokenizer_ = byte_view(model->source_tokenizer());
   target_tokenizer_ = byte_view(model->target_tokenizer());
 
+  // Vocabulary lists: one piece per id of their side.
+  auto read_vocabulary = [&](const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* pieces,
+                             uint32_t size, const char* side, std::vector<std::string_view>& out) {
+    out.clear();
+    if (!pieces) return;
+    if (pieces->size() != size)
+      fail(std::string(side) + " vocabulary has " + std::to_string(pieces->size()) +
+           " pieces, the config needs " + std::to_string(size));
+    out.reserve(size);
+    for (const flatbuffers::String* piece : *pieces) out.emplace_back(piece->c_str(), piece->size());
+  };
+  read_vocabulary(model->source_vocabulary(), config_.source_vocab_size, "source", source_vocabulary_);
+  read_vocabulary(model->target_vocabulary(), config_.target_vocab_size, "target", target_vocabulary_);
+  if (!source_vocabulary_.empty() && target_vocabulary_.empty() &&
+      config_.source_vocab_size != config_.target_vocab_size)
+    fail("target vocabulary is missing (the source one has " +
+         std::to_string(config_.source_vocab_size) + " pieces, the target side " +
+         std::to_string(config_.target_vocab_size) + ")");
+  if (source_vocabulary_.empty() && !target_vocabulary_.empty())
+    fail("target vocabulary without a source vocabulary");
+
   metadata_.clear();
   if (model->metadata()) {
     for (const fb::KeyValue* kv : *model->metadata()) {

@@ -67,7 +67,7 @@ std::vector<uint8_t> assemble_model_file(const uint8_t* header, size_t header_si
 }
 
 ModelWriter::ModelWriter(const ModelConfig& config)
-    : config_(config), format_version_(kFormatVersion) {
+    : config_(config) {
   validate_config(config_);
 }
 
@@ -77,6 +77,21 @@ void ModelWriter::set_source_tokenizer(std::string model_proto) {
 void ModelWriter::set_target_tokenizer(std::string model_proto) {
   target_tokenizer_ = std::move(model_proto);
 }
+void ModelWriter::set_source_vocabulary(std::vector<std::string> pieces) {
+  source_vocabulary_ = std::move(pieces);
+}
+void ModelWriter::set_target_vocabulary(std::vector<std::string> pieces) {
+  target_vocabulary_ = std::move(pieces);
+}
+uint32_t ModelWriter::format_version() const {
+  if (format_version_) return *format_version_;
+  // The lowest version that holds the file: version 1 readers take a file without version 2's
+  // fields (format/README.md, version rules).
+  const bool needs_version_2 = config_needs_version_2(config_) || !source_vocabulary_.empty() ||
+                               !target_vocabulary_.empty();
+  return needs_version_2 ? 2 : 1;
+}
+
 void ModelWriter::set_metadata(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }
@@ -181,10 +196,25 @@ std::vector<uint8_t> ModelWriter::serialize() const {
   };
   const auto source_tokenizer = bytes_vector(source_tokenizer_);
   const auto target_tokenizer = bytes_vector(target_tokenizer_);
+  // A vocabulary list must name every id of its side (the reader checks the same).
+  auto check_vocabulary = [](const std::vector<std::string>& pieces, uint32_t size, const char* side) {
+    if (!pieces.empty() && pieces.size() != size)
+      throw Error(std::string(side) + " vocabulary has " + std::to_string(pieces.size()) +
+                  " pieces, the config needs " + std::to_string(size));
+  };
+  check_vocabulary(source_vocabulary_, config_.source_vocab_size, "source");
+  check_vocabulary(target_vocabulary_.empty() ? source_vocabulary_ : target_vocabulary_,
+                   config_.target_vocab_size, "target");
+  auto strings_vector = [&](const std::vector<std::string>& pieces) {
+    return pieces.empty() ? 0 : fbb.CreateVectorOfStrings(pieces);
+  };
+  const auto source_vocabulary = strings_vector(source_vocabulary_);
+  const auto target_vocabulary = strings_vector(target_vocabulary_);
   const auto model = fb::CreateModel(
-      fbb, format_version_, config, source_tokenizer, target_tokenizer,
+      fbb, format_version(), config, source_tokenizer, target_tokenizer,
       fbb.CreateVectorOfSortedTables(&metadata_offsets),
-      fbb.CreateVectorOfSortedTables(&tensor_offsets), blob.size());
+      fbb.CreateVectorOfSortedTables(&tensor_offsets), blob.size(), source_vocabulary,
+      target_vocabulary);
   fbb.Finish(model, fb::ModelIdentifier());
   return assemble_model_file(fbb.GetBufferPointer(), fbb.GetSize(), blob.data(), blob.size());
 }

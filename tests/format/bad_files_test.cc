@@ -136,7 +136,7 @@ std::vector<BadFileCase> bad_file_cases() {
     ModelWriter writer(tiny_config());
     add_parameters(writer, random_parameters(tiny_config(), DType::f32, 1));
     writer.set_format_version_for_testing(kFormatVersion + 1);
-    return BadFile{writer.serialize(), "format version 2 is newer than this reader supports (1); "
+    return BadFile{writer.serialize(), "format version 3 is newer than this reader supports (2); "
                                        "upgrade xf"};
   });
   add("version_zero", [] {
@@ -367,6 +367,19 @@ std::vector<BadFileCase> bad_file_cases() {
                                   [](const TensorEntry& t) { return t.name > schema::kOutputBias; }),
                      bias);
     return BadFile{m.build(), "unexpected tensor '" + std::string(schema::kOutputBias) + "'"};
+  });
+
+  // ---- Vocabulary lists (format version 2) ----
+  add("source_vocabulary_too_short", [] {
+    HandMadeModel m = hand_made_f32();
+    m.source_vocabulary = {"<pad>", "<unk>", "<s>"};
+    return BadFile{m.build(), "source vocabulary has 3 pieces, the config needs " +
+                                  std::to_string(m.config.source_vocab_size)};
+  });
+  add("target_vocabulary_without_source", [] {
+    HandMadeModel m = hand_made_f32();
+    m.target_vocabulary.assign(m.config.target_vocab_size, "piece");
+    return BadFile{m.build(), "target vocabulary without a source vocabulary"};
   });
   return cases;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "format_test_support.h"
@@ -13,7 +14,11 @@ namespace xf::test {
 namespace {
 
 ModelConfig config_of(const std::map<std::string, std::string>& values) {
-  return config_from_text([&](const std::string& name) { return values.at(name); });
+  return config_from_text([&](const std::string& name) -> std::optional<std::string> {
+    const auto it = values.find(name);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  });
 }
 
 std::string error_of(const std::map<std::string, std::string>& values) {
@@ -45,6 +50,10 @@ ModelConfig unusual_config() {
   c.unk_id = 8;
   c.bos_id = 7;
   c.eos_id = 6;
+  c.activation = Activation::gelu;
+  c.scale_embeddings = false;
+  c.position_encoding = PositionEncoding::marian_sin_then_cos;
+  c.zero_start_embedding = true;
   return c;
 }
 
@@ -66,10 +75,17 @@ TEST(FormatConfigText, EveryFieldRoundTrips) {
   EXPECT_EQ(back.norm_position, NormPosition::pre);
   EXPECT_FALSE(back.tied_output);
   EXPECT_EQ(back.pad_id, 9);
+  EXPECT_EQ(values.at("activation"), "gelu");
+  EXPECT_EQ(values.at("position_encoding"), "marian_sin_then_cos");
+  EXPECT_EQ(back.activation, Activation::gelu);
+  EXPECT_FALSE(back.scale_embeddings);
+  EXPECT_EQ(back.position_encoding, PositionEncoding::marian_sin_then_cos);
+  EXPECT_TRUE(back.zero_start_embedding);
+  EXPECT_TRUE(config_needs_version_2(back));
   // The names are the schema's, in its order.
   EXPECT_EQ(text.front().first, "source_vocab_size");
-  EXPECT_EQ(text.back().first, "eos_id");
-  EXPECT_EQ(text.size(), 17u);
+  EXPECT_EQ(text.back().first, "zero_start_embedding");
+  EXPECT_EQ(text.size(), 21u);
 }
 
 // config.txt as checkpoints wrote it before the field table (epsilon printed with %.9g): the
@@ -89,6 +105,16 @@ TEST(FormatConfigText, ReadsTheFormWrittenBefore) {
   EXPECT_EQ(c.norm_position, NormPosition::pre);
   EXPECT_TRUE(c.shared_embeddings);
   EXPECT_EQ(c.source_vocab_size, 8000u);
+  // Fields of format version 2 take their defaults; the model needs only version 1.
+  EXPECT_EQ(c.activation, Activation::relu);
+  EXPECT_TRUE(c.scale_embeddings);
+  EXPECT_EQ(c.position_encoding, PositionEncoding::interleaved);
+  EXPECT_FALSE(c.zero_start_embedding);
+  EXPECT_FALSE(config_needs_version_2(c));
+  // A field of version 1 stays required.
+  auto without_d_ff = old_form;
+  without_d_ff.erase("d_ff");
+  EXPECT_EQ(error_of(without_d_ff), "missing key 'd_ff'");
 }
 
 TEST(FormatConfigText, BadValuesAreOneLineErrors) {
@@ -106,6 +132,9 @@ TEST(FormatConfigText, BadValuesAreOneLineErrors) {
   EXPECT_EQ(with("pad_id", ""), "pad_id: '' is not an integer");
   EXPECT_EQ(with("tied_output", "true"), "tied_output must be 0 or 1");
   EXPECT_EQ(with("norm_position", "middle"), "norm_position must be pre or post");
+  EXPECT_EQ(with("activation", "tanh"), "activation must be one of relu|swish|gelu");
+  EXPECT_EQ(with("position_encoding", "learned"),
+            "position_encoding must be one of interleaved|sin_then_cos|marian_sin_then_cos");
   EXPECT_EQ(with("layer_norm_epsilon", "1e-6 "), "layer_norm_epsilon: '1e-6 ' is not a number");
   EXPECT_EQ(with("num_heads", "3"),
             "invalid model config: num_heads 3 does not divide d_model 8");

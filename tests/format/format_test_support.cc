@@ -112,6 +112,9 @@ HandMadeModel HandMadeModel::describe(const std::vector<uint8_t>& file_bytes) {
     m.target_tokenizer = std::string(file->target_tokenizer());
   }
   m.metadata = file->metadata();
+  m.source_vocabulary.assign(file->source_vocabulary().begin(), file->source_vocabulary().end());
+  if (file->target_vocabulary().data() != file->source_vocabulary().data())
+    m.target_vocabulary.assign(file->target_vocabulary().begin(), file->target_vocabulary().end());
   for (const TensorView& v : file->tensors()) {
     TensorEntry e;
     e.name = std::string(v.name);
@@ -150,8 +153,13 @@ std::vector<uint8_t> HandMadeModel::build() const {
   const auto target = bytes_vector(target_tokenizer);
   const auto meta = fbb.CreateVector(metadata_offsets);
   const auto table = fbb.CreateVector(tensor_offsets);
+  auto strings = [&](const std::vector<std::string>& pieces) {
+    return pieces.empty() ? 0 : fbb.CreateVectorOfStrings(pieces);
+  };
+  const auto source_pieces = strings(source_vocabulary);
+  const auto target_pieces = strings(target_vocabulary);
   fbb.Finish(fb::CreateModel(fbb, format_version, fb_config, source, target, meta, table,
-                             blob_size),
+                             blob_size, source_pieces, target_pieces),
              fb::ModelIdentifier());
   return assemble_model_file(fbb.GetBufferPointer(), fbb.GetSize(), blob.data(), blob.size());
 }

@@ -51,6 +51,7 @@ struct HandMadeModel {
   ModelConfig config;
   std::string source_tokenizer, target_tokenizer;
   std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<std::string> source_vocabulary, target_vocabulary;  // absent when empty
   std::vector<TensorEntry> tensors;  // written in this order (not re-sorted)
   uint64_t blob_size = 0;            // the header's blob_size field
   std::vector<uint8_t> blob;         // the bytes after the padded header

@@ -96,7 +96,9 @@ TEST_P(FormatRoundTrip, BitExactThroughAFile) {
 
   const auto file = ModelFile::open(dir.file("model.xfm"));
   EXPECT_EQ(file->path(), dir.file("model.xfm"));
-  EXPECT_EQ(file->format_version(), kFormatVersion);
+  // Nothing of version 2: written as version 1, which older readers take.
+  EXPECT_EQ(file->format_version(), 1u);
+  EXPECT_TRUE(file->source_vocabulary().empty());
   expect_same_config(file->config(), config);
   EXPECT_EQ(file->source_tokenizer(), source_tokenizer);
   EXPECT_EQ(file->target_tokenizer(), target_tokenizer);
@@ -168,6 +170,64 @@ TEST(FormatRoundTripTokenizer, SharedAndAbsentTokenizers) {
     ADD_FAILURE() << "tensor() found a tensor that is not there";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), dir.file("none.xfm") + ": no tensor 'no.such.tensor'");
+  }
+}
+
+// A model that needs format version 2 (an imported Marian model): its config fields and its
+// vocabulary lists round trip, and the file says version 2 so that version 1 readers refuse it.
+TEST(FormatRoundTripVersion2, FieldsAndVocabulariesRoundTrip) {
+  ModelConfig config = tiny_config();
+  config.shared_embeddings = false;
+  config.target_vocab_size = config.source_vocab_size + 2;
+  config.activation = Activation::swish;
+  config.scale_embeddings = false;
+  config.position_encoding = PositionEncoding::sin_then_cos;
+  config.zero_start_embedding = true;
+  std::vector<std::string> source, target;
+  for (uint32_t i = 0; i < config.source_vocab_size; ++i) source.push_back("s" + std::to_string(i));
+  for (uint32_t i = 0; i < config.target_vocab_size; ++i) target.push_back("\xe2\x96\x81t" + std::to_string(i));
+  const auto parameters = random_parameters(config, DType::f32, 4);
+  TempDir dir;
+  ModelWriter writer(config);
+  writer.set_source_vocabulary(source);
+  writer.set_target_vocabulary(target);
+  add_parameters(writer, parameters);
+  EXPECT_EQ(writer.format_version(), 2u);
+  writer.write(dir.file("v2.xfm"));
+  const auto file = ModelFile::open(dir.file("v2.xfm"));
+  EXPECT_EQ(file->format_version(), 2u);
+  expect_same_config(file->config(), config);
+  EXPECT_EQ(std::vector<std::string>(file->source_vocabulary().begin(), file->source_vocabulary().end()),
+            source);
+  EXPECT_EQ(std::vector<std::string>(file->target_vocabulary().begin(), file->target_vocabulary().end()),
+            target);
+  expect_tensors(*file, parameters);
+
+  // One list serves both sides when the vocabularies are equal; any version 2 field alone
+  // makes a version 2 file.
+  ModelConfig shared = tiny_config();
+  std::vector<std::string> pieces(source.begin(), source.end());
+  ModelWriter shared_writer(shared);
+  shared_writer.set_source_vocabulary(pieces);
+  add_parameters(shared_writer, random_parameters(shared, DType::f32, 5));
+  shared_writer.write(dir.file("shared.xfm"));
+  const auto shared_file = ModelFile::open(dir.file("shared.xfm"));
+  EXPECT_EQ(shared_file->format_version(), 2u);
+  EXPECT_EQ(shared_file->target_vocabulary().size(), pieces.size());
+  EXPECT_EQ(shared_file->target_vocabulary()[5], "s5");
+  shared.activation = Activation::gelu;
+  EXPECT_EQ(ModelWriter(shared).format_version(), 2u);
+
+  // A list that does not name every id is refused by the writer.
+  ModelWriter short_writer(tiny_config());
+  short_writer.set_source_vocabulary({"a", "b"});
+  add_parameters(short_writer, random_parameters(tiny_config(), DType::f32, 6));
+  try {
+    short_writer.serialize();
+    ADD_FAILURE() << "a short vocabulary was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "source vocabulary has 2 pieces, the config needs " +
+                                         std::to_string(tiny_config().source_vocab_size));
   }
 }
 

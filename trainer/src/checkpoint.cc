@@ -246,9 +246,9 @@ std::map<std::string, std::string> config_to_key_values(const ModelConfig& confi
 ModelConfig config_from_key_values(const std::map<std::string, std::string>& values,
                                    const std::string& label) {
   try {
-    return config_from_text([&](const std::string& key) {
+    return config_from_text([&](const std::string& key) -> std::optional<std::string> {
       const auto it = values.find(key);
-      if (it == values.end()) throw Error("missing key '" + key + "'");
+      if (it == values.end()) return std::nullopt;
       return it->second;
     });
   } catch (const Error& e) {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,13 @@
 namespace xf {
 
 enum class NormPosition : uint8_t { post = 0, pre = 1 };
+// The feed-forward inner layer's activation: max(0, x); x * sigmoid(x); x * Phi(x) (erf).
+enum class Activation : uint8_t { relu = 0, swish = 1, gelu = 2 };
+// The sinusoid added to the embeddings at position p, column c of d (frequencies f_i):
+//   interleaved       f_i = 10000^(-2i/d); column 2i sin(p f_i), column 2i+1 cos(p f_i) (the paper)
+//   sin_then_cos      the same f_i; columns [0, d/2) sin(p f_i), [d/2, d) cos(p f_i) (Hugging Face Marian)
+//   marian_sin_then_cos  f_i = exp(-i ln(10000) / (d/2 - 1)) in float; sin then cos (Marian)
+enum class PositionEncoding : uint8_t { interleaved = 0, sin_then_cos = 1, marian_sin_then_cos = 2 };
 
 // Every field of ModelConfig, in the schema's order (ModelConfig in format/xf_model.fbs), with
 // the paper's base model as defaults: X(type, name, default). This is the one list of the
@@ -34,7 +42,11 @@ enum class NormPosition : uint8_t { post = 0, pre = 1 };
   X(int32_t, pad_id, 0)                          \
   X(int32_t, unk_id, 1)                          \
   X(int32_t, bos_id, 2)                          \
-  X(int32_t, eos_id, 3)
+  X(int32_t, eos_id, 3)                          \
+  X(Activation, activation, Activation::relu)    \
+  X(bool, scale_embeddings, true)                \
+  X(PositionEncoding, position_encoding, PositionEncoding::interleaved) \
+  X(bool, zero_start_embedding, false)
 
 // Every field is stored in the file.
 struct ModelConfig {
@@ -44,6 +56,10 @@ struct ModelConfig {
 
   uint32_t head_dim() const { return d_model / num_heads; }
 };
+
+// Whether the config uses a field of format version 2 (a value other than its default there):
+// a file that does not is written as version 1, which older readers take.
+bool config_needs_version_2(const ModelConfig& config);
 
 // Calls visit(name, field) for every field of `config` in the schema's order; `field` is a
 // reference to the member (const when `config` is).
@@ -59,9 +75,12 @@ void for_each_config_field(Config& config, Visit&& visit) {
 // Checkpoints store it as key=value lines; xf-inspect prints it.
 std::vector<std::pair<std::string, std::string>> config_to_text(const ModelConfig& config);
 
-// The inverse: each field's text comes from text_of(name) (which may throw for a missing one);
-// a malformed value throws xf::Error "<name>: ..." and the result is validated (validate_config).
-ModelConfig config_from_text(const std::function<std::string(const std::string& name)>& text_of);
+// The inverse: each field's text comes from text_of(name), nullopt when absent: a field of
+// format version 2 then keeps its default (a text written before it existed), any other throws
+// xf::Error "missing key '<name>'"; a malformed value throws xf::Error "<name>: ..." and the
+// result is validated (validate_config).
+ModelConfig config_from_text(
+    const std::function<std::optional<std::string>(const std::string& name)>& text_of);
 
 // Throws xf::Error naming the first field that is out of range or inconsistent.
 void validate_config(const ModelConfig& config);

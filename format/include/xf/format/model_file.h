@@ -14,7 +14,9 @@
 
 namespace xf {
 
-inline constexpr uint32_t kFormatVersion = 1;       // what this code writes and reads
+// The newest version this code reads and writes; it writes version 1 where a file needs nothing
+// of version 2 (format/README.md, version rules).
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr size_t kBlobAlignment = 256;       // tensor offsets are multiples of this
 inline constexpr size_t kMaxTensorRank = 4;
 inline constexpr const char* kFileIdentifier = "XFM1";
@@ -67,6 +69,13 @@ class ModelFile {
   std::string_view source_tokenizer() const { return source_tokenizer_; }
   std::string_view target_tokenizer() const;
 
+  // The model's own vocabulary, the piece of each id (empty when the file has none: then the
+  // tokenizer's ids are the model's). target_vocabulary() falls back to the source one.
+  const std::vector<std::string_view>& source_vocabulary() const { return source_vocabulary_; }
+  const std::vector<std::string_view>& target_vocabulary() const {
+    return target_vocabulary_.empty() ? source_vocabulary_ : target_vocabulary_;
+  }
+
   const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key, const std::string& fallback = "") const;
 
@@ -100,6 +109,7 @@ class ModelFile {
   size_t blob_offset_ = 0;
   ModelConfig config_;
   std::string_view source_tokenizer_, target_tokenizer_;
+  std::vector<std::string_view> source_vocabulary_, target_vocabulary_;
   std::vector<std::pair<std::string, std::string>> metadata_;
   std::vector<TensorView> tensors_;
 };

@@ -3,6 +3,7 @@
 // 256-byte aligned blob and replaces the destination atomically (temporary file, fsync, rename).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ class ModelWriter {
   void set_source_tokenizer(std::string model_proto);
   void set_target_tokenizer(std::string model_proto);  // only when it differs from the source
   void set_metadata(const std::string& key, const std::string& value);
+  // The model's own vocabulary, the piece of each id (format version 2): for a model whose ids
+  // are not its SentencePiece model's (an imported Marian model). The target one only when it
+  // differs from the source one.
+  void set_source_vocabulary(std::vector<std::string> pieces);
+  void set_target_vocabulary(std::vector<std::string> pieces);
 
   // Raw bytes in the given dtype; for INT8 also one f32 scale per row (shape[0] of them).
   void add_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
@@ -30,8 +36,11 @@ class ModelWriter {
   // The file's bytes (for tests that corrupt them, and for the trainer's validation, which
   // opens the model it trains from memory: ModelFile::copy_from_memory).
   std::vector<uint8_t> serialize() const;
-  // For tests of the version rules only: files are written with kFormatVersion otherwise.
+  // For tests of the version rules only: files are written with the lowest version that holds
+  // them otherwise (1 unless the config or a vocabulary list needs version 2).
   void set_format_version_for_testing(uint32_t version) { format_version_ = version; }
+  // The version write() and serialize() give the file.
+  uint32_t format_version() const;
 
  private:
   struct PendingTensor {
@@ -41,8 +50,9 @@ class ModelWriter {
     std::vector<float> scales;
   };
   ModelConfig config_;
-  uint32_t format_version_;
+  std::optional<uint32_t> format_version_;  // unset: the lowest that holds the file
   std::string source_tokenizer_, target_tokenizer_;
+  std::vector<std::string> source_vocabulary_, target_vocabulary_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, PendingTensor> tensors_;
 };
