@@ -47,15 +47,34 @@ XF_VECTORIZED_BODY void quantize_with_scale_body(const float* x, int64_t count, 
 }
 XF_DISPATCH_BY_ISA(quantize_with_scale)
 
-// Writes PE(position, :) for `dim` columns. Angles in double: position * frequency reaches
-// hundreds of radians, where a float angle would be off by ~1e-5.
-void write_sinusoid(int64_t position, int64_t dim, float* out) {
+// PE(position, :) for `dim` columns. Angles in double: position * frequency reaches hundreds of
+// radians, where a float angle would be off by ~1e-5; Marian's own layout is computed in float,
+// as Marian computes it, so that imported models see the values they were trained with.
+void write_sinusoid_row(PositionEncoding encoding, int64_t position, int64_t dim, float* out) {
   const double log_base = std::log(10000.0);
-  for (int64_t even = 0; even < dim; even += 2) {
-    const double frequency = std::exp(-log_base * static_cast<double>(even) / dim);
-    const double angle = static_cast<double>(position) * frequency;
-    out[even] = static_cast<float>(std::sin(angle));
-    if (even + 1 < dim) out[even + 1] = static_cast<float>(std::cos(angle));
+  if (encoding == PositionEncoding::interleaved) {
+    for (int64_t even = 0; even < dim; even += 2) {
+      const double frequency = std::exp(-log_base * static_cast<double>(even) / dim);
+      const double angle = static_cast<double>(position) * frequency;
+      out[even] = static_cast<float>(std::sin(angle));
+      if (even + 1 < dim) out[even + 1] = static_cast<float>(std::cos(angle));
+    }
+    return;
+  }
+  const int64_t half = dim / 2;
+  if (encoding == PositionEncoding::sin_then_cos) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(position) / std::pow(10000.0, 2.0 * i / dim);
+      out[i] = static_cast<float>(std::sin(angle));
+      out[half + i] = static_cast<float>(std::cos(angle));
+    }
+    return;
+  }
+  const float increment = std::log(10000.0f) / (static_cast<float>(half) - 1.0f);
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(position) * std::exp(static_cast<float>(i) * -increment);
+    out[i] = std::sin(angle);
+    out[half + i] = std::cos(angle);
   }
 }
 
@@ -130,6 +149,27 @@ XF_VECTORIZED_BODY void add_bias_residual_row_body(float* x, const float* bias, 
   }
 }
 XF_DISPATCH_BY_ISA(add_bias_residual_row)
+
+// x * sigmoid(x), as x / (1 + exp(-x)): exp overflowing to inf gives -0 or 0, never NaN.
+XF_VECTORIZED_BODY void bias_swish_row_body(float* x, const float* bias, int64_t dim) {
+#pragma omp simd
+  for (int64_t c = 0; c < dim; ++c) {
+    const float v = x[c] + (bias != nullptr ? bias[c] : 0.0f);
+    x[c] = v / (1.0f + std::exp(-v));
+  }
+}
+XF_DISPATCH_BY_ISA(bias_swish_row)
+
+// x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default).
+XF_VECTORIZED_BODY void bias_gelu_row_body(float* x, const float* bias, int64_t dim) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+#pragma omp simd
+  for (int64_t c = 0; c < dim; ++c) {
+    const float v = x[c] + (bias != nullptr ? bias[c] : 0.0f);
+    x[c] = 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
+  }
+}
+XF_DISPATCH_BY_ISA(bias_gelu_row)
 
 XF_VECTORIZED_BODY void bias_relu_row_body(float* x, const float* bias, int64_t dim) {
   if (bias != nullptr) {
@@ -223,8 +263,12 @@ void scale_rows_add_bias(float* y, int64_t rows, int64_t cols, const float* row_
                        [&](int64_t r) { scale_row_add(y + r * cols, cols, row_scales[r], bias); });
 }
 
+void write_sinusoid(PositionEncoding encoding, int64_t position, int64_t dim, float* out) {
+  write_sinusoid_row(encoding, position, dim, out);
+}
+
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
-           float scale, float* out, int threads) {
+           float scale, float* out, int threads, PositionEncoding encoding) {
   // Checked here, before the parallel loop: an exception cannot leave an OpenMP region.
   for (int64_t i = 0; i < count; ++i) {
     if (ids[i] < 0 || ids[i] >= table.rows) {
@@ -245,12 +289,12 @@ void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positio
       float* out_row = out + i * dim;
       if (dim <= kCachedDim) {
         if (positions[i] != cached_position) {
-          write_sinusoid(positions[i], dim, sinusoid);
+          write_sinusoid_row(encoding, positions[i], dim, sinusoid);
           cached_position = positions[i];
         }
         std::memcpy(out_row, sinusoid, dim * sizeof(float));
       } else {
-        write_sinusoid(positions[i], dim, out_row);
+        write_sinusoid_row(encoding, positions[i], dim, out_row);
       }
       add_scaled_row(table, ids[i], scale, out_row);
     }
@@ -284,6 +328,15 @@ void add_bias_residual(float* x, const float* bias, const float* residual, int64
 void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, int threads) {
   detail::parallel_for(rows, threads, rows * dim > kMinSharedWork,
                        [&](int64_t r) { bias_relu_row(x + r * dim, bias, dim); });
+}
+
+void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim, Activation activation,
+                     int threads) {
+  if (activation == Activation::relu) return bias_relu(x, bias, rows, dim, threads);
+  const bool swish = activation == Activation::swish;
+  detail::parallel_for(rows, threads, rows * dim > kMinSharedWork, [&](int64_t r) {
+    swish ? bias_swish_row(x + r * dim, bias, dim) : bias_gelu_row(x + r * dim, bias, dim);
+  });
 }
 
 void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count,

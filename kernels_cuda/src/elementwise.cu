@@ -19,20 +19,34 @@ using detail::to_float;
 
 // ---- embed ------------------------------------------------------------------------------------
 
+// The sinusoid of PositionEncoding `encoding` at column c (config.h gives the formulas), as the
+// CPU kernel computes it: in double, except Marian's layout, which Marian computes in float.
+__device__ float sinusoid_at(int encoding, int64_t position, int64_t c, int64_t dim) {
+  const double log_base = 9.210340371976184;  // ln(10000)
+  if (encoding == static_cast<int>(PositionEncoding::interleaved)) {
+    const int64_t even = c - (c % 2);
+    const double angle = static_cast<double>(position) * exp(-log_base * static_cast<double>(even) / dim);
+    return static_cast<float>(c % 2 == 0 ? sin(angle) : cos(angle));
+  }
+  const int64_t half = dim / 2;
+  const int64_t i = c < half ? c : c - half;
+  if (encoding == static_cast<int>(PositionEncoding::sin_then_cos)) {
+    const double angle = static_cast<double>(position) / pow(10000.0, 2.0 * static_cast<double>(i) / dim);
+    return static_cast<float>(c < half ? sin(angle) : cos(angle));
+  }
+  const float increment = logf(10000.0f) / (static_cast<float>(half) - 1.0f);
+  const float angle = static_cast<float>(position) * expf(static_cast<float>(i) * -increment);
+  return c < half ? sinf(angle) : cosf(angle);
+}
+
 template <typename TableT, typename OutT>
 __global__ void embed_kernel(const TableT* table, int64_t vocab, int64_t dim, const int32_t* ids,
-                             const int32_t* positions, float scale, OutT* out) {
+                             const int32_t* positions, float scale, int encoding, OutT* out) {
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   const bool valid_id = id >= 0 && id < vocab;
-  const double position = static_cast<double>(positions[i]);
-  // ln(10000): PE(p, 2j) = sin(p * exp(-ln(10000) * 2j / dim)), as the CPU kernel computes it
-  // in double (f32 angles lose ~1e-4 at positions in the hundreds).
-  const double log_base = 9.210340371976184;
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-    const int64_t even = c - (c % 2);
-    const double angle = position * exp(-log_base * static_cast<double>(even) / dim);
-    const float sinusoid = static_cast<float>(c % 2 == 0 ? sin(angle) : cos(angle));
+    const float sinusoid = sinusoid_at(encoding, positions[i], c, dim);
     const float value = valid_id ? scale * to_float(table[id * dim + c]) : 0.0f;
     out[i * dim + c] = from_float<OutT>(value + sinusoid);
   }
@@ -41,11 +55,11 @@ __global__ void embed_kernel(const TableT* table, int64_t vocab, int64_t dim, co
 template <typename TableT, typename OutT>
 void embed_impl(const TableT* table, int64_t vocab, int64_t dim, const int32_t* ids,
                 const int32_t* positions, int64_t count, float scale, OutT* out,
-                cudaStream_t stream) {
+                cudaStream_t stream, PositionEncoding encoding) {
   require(vocab > 0 && dim > 0 && count >= 0, "embed", "vocab and dim must be positive");
   if (count == 0) return;
   embed_kernel<<<grid_dim(count, "embed"), row_threads(dim), 0, stream>>>(
-      table, vocab, dim, ids, positions, scale, out);
+      table, vocab, dim, ids, positions, scale, static_cast<int>(encoding), out);
   XF_CUDA_CHECK_LAUNCH("embed_kernel");
 }
 
@@ -150,6 +164,31 @@ void bias_relu_impl(T* x, const T* bias, int64_t rows, int64_t dim, cudaStream_t
   XF_CUDA_CHECK_LAUNCH("bias_relu_kernel");
 }
 
+// Activation as an int: 1 swish x * sigmoid(x), 2 gelu x * Phi(x) (erf); relu has its own kernel.
+template <typename T>
+__global__ void bias_activation_kernel(T* x, const T* bias, int64_t count, int64_t dim, int activation) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float value = to_float(x[i]);
+    if (bias != nullptr) value += to_float(bias[i % dim]);
+    value = activation == static_cast<int>(Activation::swish)
+                ? value / (1.0f + expf(-value))
+                : 0.5f * value * (1.0f + erff(value * 0.70710678118654752f));
+    x[i] = from_float<T>(value);
+  }
+}
+
+template <typename T>
+void bias_activation_impl(T* x, const T* bias, int64_t rows, int64_t dim, Activation activation,
+                          cudaStream_t stream) {
+  if (activation == Activation::relu) return bias_relu_impl(x, bias, rows, dim, stream);
+  require(rows >= 0 && dim > 0, "bias_activation", "bad shape");
+  if (rows == 0) return;
+  bias_activation_kernel<<<elementwise_blocks(rows * dim), kThreads, 0, stream>>>(
+      x, bias, rows * dim, dim, static_cast<int>(activation));
+  XF_CUDA_CHECK_LAUNCH("bias_activation_kernel");
+}
+
 // ---- head split -------------------------------------------------------------------------------
 
 template <typename T>
@@ -241,20 +280,24 @@ void convert_impl(const InT* in, int64_t count, OutT* out, cudaStream_t stream) 
 }  // namespace
 
 void embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream) {
-  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream);
+           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream,
+           PositionEncoding encoding) {
+  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream, encoding);
 }
 void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream) {
-  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream);
+           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream,
+           PositionEncoding encoding) {
+  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream, encoding);
 }
 void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream) {
-  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream);
+           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream,
+           PositionEncoding encoding) {
+  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream, encoding);
 }
 void embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream) {
-  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream);
+           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream,
+           PositionEncoding encoding) {
+  embed_impl(table, vocab, dim, ids, positions, count, scale, out, stream, encoding);
 }
 
 void add_bias_residual_layer_norm(const float* x, const float* bias, const float* residual,
@@ -286,6 +329,15 @@ void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, cudaStrea
 }
 void bias_relu(half* x, const half* bias, int64_t rows, int64_t dim, cudaStream_t stream) {
   bias_relu_impl(x, bias, rows, dim, stream);
+}
+
+void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t stream) {
+  bias_activation_impl(x, bias, rows, dim, activation, stream);
+}
+void bias_activation(half* x, const half* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t stream) {
+  bias_activation_impl(x, bias, rows, dim, activation, stream);
 }
 
 void add_bias_split_heads(const float* packed, int64_t packed_stride, const float* bias,

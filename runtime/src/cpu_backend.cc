@@ -210,7 +210,7 @@ class CpuOps {
   void logits(const Logits& l, const float* x, float* y, int64_t rows) { project(l, x, y, rows); }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,
              float* out) {
-    cpu::embed(table, ids, positions, rows, scale, out, threads_);
+    cpu::embed(table, ids, positions, rows, scale, out, threads_, config_.position_encoding);
   }
   void layer_norm(const float* x, const float* bias, const float* residual, const Norm& n, float epsilon,
                   int64_t rows, int64_t dim, float* out) {
@@ -220,8 +220,8 @@ class CpuOps {
   void add_bias_residual(float* x, const float* bias, const float* residual, int64_t rows, int64_t dim) {
     cpu::add_bias_residual(x, bias, residual, rows, dim, threads_);
   }
-  void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim) {
-    cpu::bias_relu(x, bias, rows, dim, threads_);
+  void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim) {
+    cpu::bias_activation(x, bias, rows, dim, config_.activation, threads_);
   }
   void attention(const float* q, HeadStrides qs, const float* k, HeadStrides ks, const float* v,
                  HeadStrides vs, float* out, HeadStrides os, const AttentionShape& shape,

@@ -218,7 +218,8 @@ class CudaOps {
       cuda::add_bias_residual(y, l.bias, nullptr, rows, config_.target_vocab_size, stream());
   }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale, T* out) {
-    cuda::embed(table.data, table.vocab, config_.d_model, ids, positions, rows, scale, out, stream());
+    cuda::embed(table.data, table.vocab, config_.d_model, ids, positions, rows, scale, out, stream(),
+                config_.position_encoding);
   }
   void layer_norm(const T* x, const T* bias, const T* residual, const Norm& n, float epsilon, int64_t rows,
                   int64_t dim, T* out) {
@@ -228,7 +229,9 @@ class CudaOps {
   void add_bias_residual(T* x, const T* bias, const T* residual, int64_t rows, int64_t dim) {
     cuda::add_bias_residual(x, bias, residual, rows, dim, stream());
   }
-  void bias_relu(T* x, const T* bias, int64_t rows, int64_t dim) { cuda::bias_relu(x, bias, rows, dim, stream()); }
+  void bias_activation(T* x, const T* bias, int64_t rows, int64_t dim) {
+    cuda::bias_activation(x, bias, rows, dim, config_.activation, stream());
+  }
   void attention(const T* q, HeadStrides qs, const T* k, HeadStrides ks, const T* v, HeadStrides vs, T* out,
                  HeadStrides os, const AttentionShape& shape, const int32_t* key_lengths) {
     cuda::attention(q, qs, k, ks, v, vs, out, os, shape, key_lengths, -1, nullptr, stream());

@@ -9,60 +9,106 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <unordered_map>
 
 #include "xf/format/model_file.h"
 #include "xf/metrics.h"
 
 namespace xf {
-namespace {
 
-std::unique_ptr<sentencepiece::SentencePieceProcessor> load_tokenizer(std::string_view proto,
-                                                                      uint32_t vocab_size,
-                                                                      const std::string& label) {
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = processor->LoadFromSerializedProto(proto);
-  if (!status.ok()) throw Error(label + ": cannot load the SentencePiece model: " + status.ToString());
-  // Ids the model can produce must be pieces the tokenizer knows, and the reverse.
-  if (static_cast<uint32_t>(processor->GetPieceSize()) != vocab_size)
-    throw Error(label + ": the SentencePiece model has " + std::to_string(processor->GetPieceSize()) +
-                " pieces but the vocabulary has " + std::to_string(vocab_size));
-  return processor;
-}
-
-std::vector<int32_t> encode(const sentencepiece::SentencePieceProcessor& tokenizer, std::string_view text,
-                            const char* label) {
-  metrics::check_utf8(text, label);
-  std::vector<int> pieces;
-  const auto status = tokenizer.Encode(text, &pieces);
-  if (!status.ok()) throw Error("tokenization failed: " + status.ToString());
-  return std::vector<int32_t>(pieces.begin(), pieces.end());
-}
-
-std::vector<int32_t> piece_ids(const sentencepiece::SentencePieceProcessor& tokenizer,
-                               const std::vector<std::string>& pieces, const char* side) {
-  std::vector<int32_t> ids(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const int id = tokenizer.PieceToId(pieces[i]);
-    // PieceToId answers unk_id for an unknown piece: only the unknown piece itself may map there.
-    if (id == tokenizer.unk_id() && pieces[i] != tokenizer.IdToPiece(id))
-      throw Error("piece '" + pieces[i] + "' is not in the " + side + " vocabulary");
-    ids[i] = id;
+class Model::Side {
+ public:
+  // `vocabulary`: the model's piece of each id, empty when the tokenizer's ids are the model's.
+  Side(std::string_view proto, const std::vector<std::string_view>& vocabulary, uint32_t vocab_size,
+       int32_t unk_id, const std::string& label, const char* side)
+      : pieces_(vocabulary), unk_id_(unk_id), side_(side) {
+    const auto status = tokenizer_.LoadFromSerializedProto(proto);
+    if (!status.ok()) throw Error(label + ": cannot load the SentencePiece model: " + status.ToString());
+    if (pieces_.empty()) {
+      // Ids the model can produce must be pieces the tokenizer knows, and the reverse.
+      if (static_cast<uint32_t>(tokenizer_.GetPieceSize()) != vocab_size)
+        throw Error(label + ": the SentencePiece model has " + std::to_string(tokenizer_.GetPieceSize()) +
+                    " pieces but the vocabulary has " + std::to_string(vocab_size));
+      return;
+    }
+    ids_.reserve(pieces_.size());
+    for (size_t id = 0; id < pieces_.size(); ++id) ids_.emplace(pieces_[id], static_cast<int32_t>(id));
   }
-  return ids;
-}
 
-std::vector<std::string> pieces_of(const sentencepiece::SentencePieceProcessor& tokenizer, const int32_t* ids,
-                                   size_t count, const char* side) {
-  std::vector<std::string> pieces(count);
-  for (size_t i = 0; i < count; ++i) {
-    if (ids[i] < 0 || ids[i] >= tokenizer.GetPieceSize())
-      throw Error("token id " + std::to_string(ids[i]) + " is outside the " + side + " vocabulary");
-    pieces[i] = tokenizer.IdToPiece(ids[i]);
+  // The longest piece's bytes (what one id can take of the text).
+  size_t longest_piece() const {
+    size_t longest = 0;
+    for (int id = 0; id < tokenizer_.GetPieceSize(); ++id) longest = std::max(longest, tokenizer_.IdToPiece(id).size());
+    return longest;
   }
-  return pieces;
-}
 
-}  // namespace
+  std::vector<int32_t> encode(std::string_view text, const char* label) const {
+    metrics::check_utf8(text, label);
+    std::vector<int32_t> out;
+    if (pieces_.empty()) {
+      std::vector<int> ids;
+      const auto status = tokenizer_.Encode(text, &ids);
+      if (!status.ok()) throw Error("tokenization failed: " + status.ToString());
+      out.assign(ids.begin(), ids.end());
+      return out;
+    }
+    std::vector<std::string> pieces;
+    const auto status = tokenizer_.Encode(text, &pieces);
+    if (!status.ok()) throw Error("tokenization failed: " + status.ToString());
+    out.reserve(pieces.size());
+    for (const std::string& piece : pieces) {
+      const auto it = ids_.find(piece);
+      out.push_back(it == ids_.end() ? unk_id_ : it->second);
+    }
+    return out;
+  }
+
+  std::vector<int32_t> piece_ids(const std::vector<std::string>& pieces) const {
+    std::vector<int32_t> ids(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!pieces_.empty()) {
+        const auto it = ids_.find(pieces[i]);
+        if (it == ids_.end()) throw Error("piece '" + pieces[i] + "' is not in the " + side_ + " vocabulary");
+        ids[i] = it->second;
+        continue;
+      }
+      const int id = tokenizer_.PieceToId(pieces[i]);
+      // PieceToId answers unk_id for an unknown piece: only the unknown piece itself may map there.
+      if (id == tokenizer_.unk_id() && pieces[i] != tokenizer_.IdToPiece(id))
+        throw Error("piece '" + pieces[i] + "' is not in the " + side_ + " vocabulary");
+      ids[i] = id;
+    }
+    return ids;
+  }
+
+  std::vector<std::string> pieces_of(const int32_t* ids, size_t count) const {
+    const int64_t size = pieces_.empty() ? tokenizer_.GetPieceSize() : static_cast<int64_t>(pieces_.size());
+    std::vector<std::string> pieces(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (ids[i] < 0 || ids[i] >= size)
+        throw Error("token id " + std::to_string(ids[i]) + " is outside the " + side_ + " vocabulary");
+      pieces[i] = pieces_.empty() ? tokenizer_.IdToPiece(ids[i]) : std::string(pieces_[ids[i]]);
+    }
+    return pieces;
+  }
+
+  // The model's own pieces go through SentencePiece's DecodePieces, as Marian and Hugging Face
+  // decode them.
+  std::string decode(const int32_t* ids, size_t count) const {
+    std::string text;
+    const auto status = pieces_.empty() ? tokenizer_.Decode(std::vector<int>(ids, ids + count), &text)
+                                        : tokenizer_.Decode(pieces_of(ids, count), &text);
+    if (!status.ok()) throw Error("detokenization failed: " + status.ToString());
+    return text;
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor tokenizer_;
+  std::vector<std::string_view> pieces_;  // views into the model file, which outlives the Model
+  std::unordered_map<std::string_view, int32_t> ids_;
+  int32_t unk_id_;
+  const char* side_;
+};
 
 namespace {
 
@@ -140,12 +186,11 @@ Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
     throw Error(file_->path() + ": " + e.what());
   }
   if (!file_->source_tokenizer().empty()) {
-    source_tokenizer_ = load_tokenizer(file_->source_tokenizer(), c.source_vocab_size,
-                                       file_->path() + ": source tokenizer");
-    target_tokenizer_ = load_tokenizer(file_->target_tokenizer(), c.target_vocab_size,
-                                       file_->path() + ": target tokenizer");
-    for (int id = 0; id < source_tokenizer_->GetPieceSize(); ++id)
-      longest_source_piece_ = std::max(longest_source_piece_, source_tokenizer_->IdToPiece(id).size());
+    source_ = std::make_unique<Side>(file_->source_tokenizer(), file_->source_vocabulary(), c.source_vocab_size,
+                                     c.unk_id, file_->path() + ": source tokenizer", "source");
+    target_ = std::make_unique<Side>(file_->target_tokenizer(), file_->target_vocabulary(), c.target_vocab_size,
+                                     c.unk_id, file_->path() + ": target tokenizer", "target");
+    longest_source_piece_ = source_->longest_piece();
   }
 }
 
@@ -166,13 +211,13 @@ std::shared_ptr<const Model> Model::from_file(std::shared_ptr<const ModelFile> f
 
 const ModelConfig& Model::config() const { return file_->config(); }
 
-const sentencepiece::SentencePieceProcessor& Model::tokenizer(bool source) const {
-  if (!source_tokenizer_) throw Error(file_->path() + ": the model has no tokenizer (use token ids)");
-  return source ? *source_tokenizer_ : *target_tokenizer_;
+const Model::Side& Model::side(bool source) const {
+  if (!source_) throw Error(file_->path() + ": the model has no tokenizer (use token ids)");
+  return source ? *source_ : *target_;
 }
 
 std::vector<int32_t> Model::encode_source(std::string_view text) const {
-  return encode(tokenizer(true), text, "source text");
+  return side(true).encode(text, "source text");
 }
 
 size_t Model::source_bytes_for(size_t max_tokens) const {
@@ -196,31 +241,27 @@ std::vector<int32_t> Model::encode_source(std::string_view text, size_t max_toke
 }
 
 std::vector<int32_t> Model::encode_target(std::string_view text) const {
-  return encode(tokenizer(false), text, "target text");
+  return side(false).encode(text, "target text");
 }
 
 std::vector<int32_t> Model::source_piece_ids(const std::vector<std::string>& pieces) const {
-  return piece_ids(tokenizer(true), pieces, "source");
+  return side(true).piece_ids(pieces);
 }
 
 std::vector<int32_t> Model::target_piece_ids(const std::vector<std::string>& pieces) const {
-  return piece_ids(tokenizer(false), pieces, "target");
+  return side(false).piece_ids(pieces);
 }
 
 std::vector<std::string> Model::source_pieces(const int32_t* ids, size_t count) const {
-  return pieces_of(tokenizer(true), ids, count, "source");
+  return side(true).pieces_of(ids, count);
 }
 
 std::vector<std::string> Model::target_pieces(const int32_t* ids, size_t count) const {
-  return pieces_of(tokenizer(false), ids, count, "target");
+  return side(false).pieces_of(ids, count);
 }
 
 std::string Model::decode_target(const int32_t* ids, size_t count) const {
-  std::vector<int> pieces(ids, ids + count);
-  std::string text;
-  const auto status = tokenizer(false).Decode(pieces, &text);
-  if (!status.ok()) throw Error("detokenization failed: " + status.ToString());
-  return text;
+  return side(false).decode(ids, count);
 }
 
 }  // namespace xf

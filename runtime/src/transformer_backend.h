@@ -14,7 +14,8 @@
 //   memory    padded_rows(rows); reserve(layout) for its own buffers; input(layout, bytes) for a
 //             host input that upload(input, values, count) brings to the device;
 //             allocate(layout) -> base of the working memory; arena_bytes(); device_usage()
-//   kernels   project, logits, embed, layer_norm, add_bias_residual, bias_relu, attention,
+//   kernels   project, logits, embed (with the config's position encoding), layer_norm,
+//             add_bias_residual, bias_activation (the config's activation), attention,
 //             self_attention_step (the cache write and the cached attention, fused or not),
 //             top_k, copy_blocks, download (tests), and the beam reorder of the caches: either
 //             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
@@ -49,6 +50,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
       : config_(model.config()), plan_(plan), ops_(model, plan, std::forward<OpsArgs>(ops_args)...),
         d_(config_.d_model), heads_(config_.num_heads), head_dim_(config_.head_dim()), d_ff_(config_.d_ff),
         vocab_(config_.target_vocab_size), pre_norm_(config_.norm_position == NormPosition::pre),
+        embedding_scale_(config_.scale_embeddings ? std::sqrt(static_cast<float>(d_)) : 1.0f),
         host_lengths_(plan.max_sentences),
         host_positions_(std::max(plan.encoder_group_rows, plan.max_rows)) {
     bind_weights();
@@ -109,7 +111,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   void feed_forward(const Layer& layer, T* x, int64_t rows, T* normed, T* hidden, T* sublayer) {
     const T* in = sublayer_input(x, layer.ffn_norm, rows, normed);
     ops_.project(layer.ffn_inner, in, hidden, rows);
-    ops_.bias_relu(hidden, layer.ffn_inner.bias, rows, d_ff_);
+    ops_.bias_activation(hidden, layer.ffn_inner.bias, rows, d_ff_);
     ops_.project(layer.ffn_outer, hidden, sublayer, rows);
     residual(x, sublayer, layer.ffn_outer, layer.ffn_norm, rows);
   }
@@ -122,6 +124,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   Ops ops_;
   int64_t d_, heads_, head_dim_, d_ff_, vocab_;
   bool pre_norm_;
+  float embedding_scale_;  // sqrt(d_model), or 1 for a model that does not scale its embeddings
 
   std::vector<EncoderLayer> encoder_;
   std::vector<DecoderLayer> decoder_;
@@ -307,7 +310,7 @@ void TransformerBackend<Ops>::encode_group(const int32_t* source_ids, const int3
                                            const int32_t* positions, int64_t sentences, int64_t source_len,
                                            T* x) {
   const int64_t rows = sentences * source_len;
-  ops_.embed(source_table_, source_ids, positions, rows, std::sqrt(static_cast<float>(d_)), x);
+  ops_.embed(source_table_, source_ids, positions, rows, embedding_scale_, x);
   // The fused QKV output [sentences, source_len, 3d] seen as [sentences, heads, source_len, head_dim].
   const HeadStrides qkv_strides{source_len * 3 * d_, head_dim_, 3 * d_};
   const HeadStrides context_strides{source_len * d_, head_dim_, d_};
@@ -335,7 +338,10 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
   std::fill(host_positions_.begin(), host_positions_.begin() + rows, static_cast<int32_t>(step));
   const int32_t* positions = ops_.upload(positions_input_, host_positions_.data(), rows);
   T* x = dec_x_;
-  ops_.embed(target_table_, device_tokens, positions, rows, std::sqrt(static_cast<float>(d_)), x);
+  // A model that starts from a zero embedding (Marian) sees only the position at step 0: the
+  // start tokens' rows are scaled by 0.
+  const bool zero_start = step == 0 && config_.zero_start_embedding;
+  ops_.embed(target_table_, device_tokens, positions, rows, zero_start ? 0.0f : embedding_scale_, x);
 
   // Self-attention over the cache [rows, max_target_len, d] seen as [rows, heads, positions, head_dim].
   const HeadStrides cache_strides{cache_row_stride_, head_dim_, d_};

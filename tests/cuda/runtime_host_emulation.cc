@@ -216,7 +216,7 @@ void emulated_matmul(const In* x, const In* w, Out* y, int64_t m, int64_t n, int
 
 template <typename T>
 void emulated_embed(const T* table, int64_t vocab, int64_t dim, const int32_t* ids, const int32_t* positions,
-                    int64_t count, float scale, T* out) {
+                    int64_t count, float scale, T* out, PositionEncoding encoding) {
   check_span(table, sizeof(T) * vocab * dim, "embed table");
   check_span(ids, sizeof(int32_t) * count, "embed ids");
   check_span(positions, sizeof(int32_t) * count, "embed positions");
@@ -227,7 +227,7 @@ void emulated_embed(const T* table, int64_t vocab, int64_t dim, const int32_t* i
   matrix.rows = vocab;
   matrix.cols = dim;
   std::vector<float> result(count * dim);
-  cpu::embed(matrix, ids, positions, count, scale, result.data(), 1);
+  cpu::embed(matrix, ids, positions, count, scale, result.data(), 1, encoding);
   narrow(result, out);
 }
 
@@ -273,6 +273,16 @@ void emulated_bias_relu(T* x, const T* bias, int64_t rows, int64_t dim) {
     if (bias != nullptr) value += to_float(bias[i % dim]);
     x[i] = from_float<T>(std::max(value, 0.0f));
   }
+}
+
+template <typename T>
+void emulated_bias_activation(T* x, const T* bias, int64_t rows, int64_t dim, Activation activation) {
+  check_span(x, sizeof(T) * rows * dim, "bias_activation x");
+  if (bias != nullptr) check_span(bias, sizeof(T) * dim, "bias_activation bias");
+  std::vector<float> wide = widen(x, rows * dim);
+  const std::vector<float> wide_bias = widen(bias, dim);
+  cpu::bias_activation(wide.data(), bias ? wide_bias.data() : nullptr, rows, dim, activation, 1);
+  narrow(wide, x);
 }
 
 template <typename T>
@@ -380,12 +390,12 @@ void matmul(cublasHandle_t, const __half* x, const __half* w, float* y, int64_t 
 }
 
 void embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids, const int32_t* positions,
-           int64_t count, float scale, float* out, cudaStream_t) {
-  emulated_embed(table, vocab, dim, ids, positions, count, scale, out);
+           int64_t count, float scale, float* out, cudaStream_t, PositionEncoding encoding) {
+  emulated_embed(table, vocab, dim, ids, positions, count, scale, out, encoding);
 }
 void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids, const int32_t* positions,
-           int64_t count, float scale, half* out, cudaStream_t) {
-  emulated_embed(table, vocab, dim, ids, positions, count, scale, out);
+           int64_t count, float scale, half* out, cudaStream_t, PositionEncoding encoding) {
+  emulated_embed(table, vocab, dim, ids, positions, count, scale, out, encoding);
 }
 
 void add_bias_residual_layer_norm(const float* x, const float* bias, const float* residual, const float* gamma,
@@ -411,6 +421,14 @@ void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, cudaStrea
 }
 void bias_relu(half* x, const half* bias, int64_t rows, int64_t dim, cudaStream_t) {
   emulated_bias_relu(x, bias, rows, dim);
+}
+void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t) {
+  emulated_bias_activation(x, bias, rows, dim, activation);
+}
+void bias_activation(half* x, const half* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t) {
+  emulated_bias_activation(x, bias, rows, dim, activation);
 }
 
 void add_bias_split_heads(const float* packed, int64_t packed_stride, const float* bias, int parts, int64_t batch,

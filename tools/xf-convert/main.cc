@@ -5,11 +5,14 @@
 // with the SentencePiece model and a training summary in its metadata; or rewrites one model
 // file (another dtype, a pruned target vocabulary, fewer layers, the vocabulary shared again)
 // keeping its metadata.
+// xf-convert --from marian|hf PATH -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...
+// Imports a model made by Marian or Hugging Face transformers (importers/).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 
 #include "xf/error.h"
+#include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/trainer/checkpoint.h"
 
@@ -28,7 +31,13 @@ constexpr const char* kUsage =
     "(ascending indices, \"0,1,3\") keep only those layers of a stack, renumbered from 0.\n"
     "--shared-vocabulary (a model file pruned by --target-vocabulary-from) makes its source\n"
     "vocabulary the shared one again, as before pruning, so that xf-train --init-from can\n"
-    "continue it.\n";
+    "continue it.\n"
+    "       xf-convert --from marian DIR_OR_NPZ -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
+    "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
+    "imports a Marian transformer (the .npz, or its folder with decoder.yml, the vocabulary .yml\n"
+    "and source.spm/target.spm, as OPUS-MT publishes them) or a Hugging Face MarianMTModel folder\n"
+    "(config.json, model.safetensors, vocab.json, source.spm, target.spm): one .xfm that xf-run\n"
+    "translates from text. What xf cannot compute is refused with one line naming the key.\n";
 
 // "0,1,3" -> {0, 1, 3}; `option` names the flag in errors.
 std::vector<int> parse_layer_list(const std::string& option, const std::string& text) {
@@ -58,6 +67,7 @@ int main(int argc, char** argv) {
     std::string target_corpus;
     std::vector<int> encoder_layers, decoder_layers;
     bool shared_vocabulary = false;
+    std::string import_from;
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
       auto value = [&]() -> std::string {
@@ -81,6 +91,10 @@ int main(int argc, char** argv) {
         encoder_layers = parse_layer_list(arg, value());
       } else if (arg == "--keep-decoder-layers") {
         decoder_layers = parse_layer_list(arg, value());
+      } else if (arg == "--from") {
+        import_from = value();
+        if (import_from != "marian" && import_from != "hf")
+          throw xf::Error("--from: '" + import_from + "' is not one of marian|hf");
       } else if (arg == "--shared-vocabulary") {
         shared_vocabulary = true;
       } else if (arg == "--metadata") {
@@ -102,6 +116,21 @@ int main(int argc, char** argv) {
     if (checkpoints.empty() || output.empty()) {
       std::cerr << kUsage;
       throw xf::Error("need at least one CHECKPOINT and -o MODEL.xfm");
+    }
+    if (!import_from.empty()) {
+      if (checkpoints.size() != 1)
+        throw xf::Error("--from " + import_from + ": give one model (a folder or .npz), not " +
+                        std::to_string(checkpoints.size()));
+      if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty())
+        throw xf::Error("--from takes only -o, --dtype and --metadata");
+      const xf::importers::ImportOptions options{dtype, extra};
+      std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
+      if (import_from == "hf")
+        xf::importers::import_hugging_face(checkpoints[0], output, options);
+      else
+        xf::importers::import_marian(checkpoints[0], output, options);
+      std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ")\n";
+      return 0;
     }
     xf::trainer::Checkpoint checkpoint;
     std::map<std::string, std::string> metadata;

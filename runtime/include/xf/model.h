@@ -58,9 +58,10 @@ class XF_API Model {
   const ModelFile& file() const { return *file_; }
 
   // True when the file stores a SentencePiece model (the text API needs one).
-  bool has_tokenizer() const { return source_tokenizer_ != nullptr; }
+  bool has_tokenizer() const { return source_ != nullptr; }
 
-  // Text -> SentencePiece piece ids, without the EOS the translator appends.
+  // Text -> the model's ids of its SentencePiece pieces, without the EOS the translator appends
+  // (a piece the model's own vocabulary lacks is its unk_id, as Marian and Hugging Face do).
   // Throws xf::Error when the text is not valid UTF-8 or the model has no tokenizer.
   std::vector<int32_t> encode_source(std::string_view text) const;
   // The first max_tokens ids of a source text, reading no more of it than max_tokens pieces
@@ -86,12 +87,15 @@ class XF_API Model {
 
  private:
   explicit Model(std::shared_ptr<const ModelFile> file);
-  // The source or target tokenizer; throws xf::Error when the file has none.
-  const sentencepiece::SentencePieceProcessor& tokenizer(bool source) const;
+  // One side's text <-> model ids (model.cc): its SentencePiece model, and the model's own
+  // vocabulary where the file has one (an imported model's ids are not the tokenizer's).
+  class Side;
+  // The source or target side; throws xf::Error when the file has no tokenizer.
+  const Side& side(bool source) const;
 
   std::shared_ptr<const ModelFile> file_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> source_tokenizer_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> target_tokenizer_;
+  std::unique_ptr<Side> source_;
+  std::unique_ptr<Side> target_;
   DecodingDefaults decoding_defaults_;
   size_t longest_source_piece_ = 0;  // bytes; 0 without a tokenizer
 };

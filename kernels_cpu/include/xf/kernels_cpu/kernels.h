@@ -37,10 +37,15 @@ void scale_rows_add_bias(float* y, int64_t rows, int64_t cols, const float* row_
                          int threads);
 
 // out[i, :] = scale * table[ids[i], :] + sinusoid(positions[i])      out: [count, dim]
-// Sinusoid as in the paper: PE(p, 2j) = sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(...).
+// The sinusoid's layout and frequencies are `encoding`'s (config.h); interleaved is the paper's:
+// PE(p, 2j) = sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(...).
 // Throws xf::Error when an id is outside the table or a position is negative.
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
-           float scale, float* out, int threads);
+           float scale, float* out, int threads,
+           PositionEncoding encoding = PositionEncoding::interleaved);
+
+// The sinusoid of `encoding` at `position`, `dim` columns (embed() adds it).    out: [dim]
+void write_sinusoid(PositionEncoding encoding, int64_t position, int64_t dim, float* out);
 
 // out = LayerNorm(x + bias + residual) * gamma + beta, row by row.     x, residual, out: [rows, dim]
 // bias and residual may be null; out may alias x or residual. mean and rstd ([rows]) may be null;
@@ -56,6 +61,11 @@ void add_bias_residual(float* x, const float* bias, const float* residual, int64
 
 // x = max(0, x + bias), in place.                                       x: [rows, dim]
 void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, int threads);
+
+// x = activation(x + bias), in place (relu as bias_relu; swish x * sigmoid(x); gelu
+// x * Phi(x) with erf); bias may be null.                                x: [rows, dim]
+void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim, Activation activation,
+                     int threads);
 
 // Element strides of a [batch, heads, positions, head_dim] view whose last dimension is
 // contiguous. The fused QKV projection output [batch, len, 3*d_model] is such a view with

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xf/format/config.h"
+
 namespace xf::cuda {
 
 using half = __half;
@@ -40,17 +42,22 @@ struct AttentionShape {
 };
 
 // out[i, :] = scale * table[ids[i], :] + sinusoid(positions[i])      table: [vocab, dim]
-// PE(p, 2j) = sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(p / 10000^(2j/dim)).  out: [count, dim]
+// The sinusoid of `encoding` (config.h); interleaved is the paper's: PE(p, 2j) =
+// sin(p / 10000^(2j/dim)), PE(p, 2j+1) = cos(p / 10000^(2j/dim)).    out: [count, dim]
 // ids and positions: [count] on the device. The caller validates them on the host (as the CPU
 // kernel does); an id outside [0, vocab) gives a zero row, never an out-of-bounds read.
 void embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream);
+           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream,
+           PositionEncoding encoding = PositionEncoding::interleaved);
 void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream);
+           const int32_t* positions, int64_t count, float scale, float* out, cudaStream_t stream,
+           PositionEncoding encoding = PositionEncoding::interleaved);
 void embed(const half* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream);
+           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream,
+           PositionEncoding encoding = PositionEncoding::interleaved);
 void embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids,
-           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream);
+           const int32_t* positions, int64_t count, float scale, half* out, cudaStream_t stream,
+           PositionEncoding encoding = PositionEncoding::interleaved);
 
 // out = LayerNorm(x + bias + residual) * gamma + beta, row by row, f32 statistics.
 // x, residual, out: [rows, dim]; bias, gamma, beta: [dim]. bias and residual may be null; out
@@ -73,6 +80,13 @@ void add_bias_residual(half* x, const half* bias, const half* residual, int64_t 
 // x = max(0, x + bias), in place; bias may be null.                    x: [rows, dim]
 void bias_relu(float* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream);
 void bias_relu(half* x, const half* bias, int64_t rows, int64_t dim, cudaStream_t stream);
+
+// x = activation(x + bias), in place (relu as bias_relu; swish x * sigmoid(x); gelu x * Phi(x)
+// with erf), f32 math; bias may be null.                                x: [rows, dim]
+void bias_activation(float* x, const float* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t stream);
+void bias_activation(half* x, const half* bias, int64_t rows, int64_t dim, Activation activation,
+                     cudaStream_t stream);
 
 // Where add_bias_split_heads writes each part: a [batch, heads, positions, head_dim] view.
 template <typename T>

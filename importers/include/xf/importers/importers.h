@@ -1,0 +1,31 @@
+#pragma once
+// Importers of models made by other software: each reads the original files, maps the weights
+// onto xf's parameter list (format/parameters.h) and the model's behaviour onto ModelConfig, and
+// writes one .xfm that xf-run translates from text with no other file. Whatever a model needs that
+// xf cannot compute is refused with one line naming the config key or file at fault, before
+// anything is written.
+#include <map>
+#include <string>
+
+#include "xf/dtype.h"
+
+namespace xf::importers {
+
+struct ImportOptions {
+  DType dtype = DType::f32;                     // matrices; biases and norms stay f32
+  std::map<std::string, std::string> metadata;  // added to (and winning over) the importer's
+};
+
+// A Hugging Face MarianMTModel directory: config.json, model.safetensors, source.spm, target.spm,
+// vocab.json (optional: generation_config.json, whose single-token bad_words_ids become an output
+// bias of -inf, as generate() masks them). Read without PyTorch.
+void import_hugging_face(const std::string& directory, const std::string& output,
+                         const ImportOptions& options);
+
+// A Marian transformer: a directory with decoder.yml (naming the model and vocabularies) or the
+// .npz itself (its embedded special:model.yml, vocabularies from decoder.yml beside it or the
+// usual names: vocab.yml or vocab.src.yml/vocab.trg.yml, source.spm and target.spm).
+void import_marian(const std::string& directory_or_npz, const std::string& output,
+                   const ImportOptions& options);
+
+}  // namespace xf::importers

@@ -1,0 +1,209 @@
+#include "foreign_tensors.h"
+
+#include <zip.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+
+namespace xf::importers {
+namespace {
+
+uint64_t element_count(const std::vector<uint64_t>& shape) {
+  uint64_t count = 1;
+  for (uint64_t d : shape) {
+    if (d != 0 && count > (uint64_t{1} << 40) / d) throw Error("shape too large");
+    count *= d;
+  }
+  return count;
+}
+
+// Little-endian f32 / f16 / bf16 bytes widened to f32.
+std::vector<float> widen(const uint8_t* data, uint64_t count, const std::string& type) {
+  std::vector<float> values(count);
+  if (type == "f32") {
+    std::memcpy(values.data(), data, count * 4);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, data + 2 * i, 2);
+      values[i] = type == "f16" ? half_to_float(bits) : bfloat16_to_float(bits);
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+std::string read_whole_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read " + what + " (" + std::strerror(errno) + ")");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read " + what);
+  return bytes.str();
+}
+
+ForeignTensors read_safetensors(const std::string& path) {
+  const std::string file = read_whole_file(path, "the safetensors weights");
+  auto fail = [&](const std::string& problem) { throw Error(path + ": " + problem); };
+  if (file.size() < 8) fail("truncated safetensors file (" + std::to_string(file.size()) + " bytes)");
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, file.data(), 8);
+  if (header_size > file.size() - 8) fail("truncated safetensors file: the header needs " +
+                                          std::to_string(header_size) + " bytes");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + static_cast<int64_t>(header_size));
+  } catch (const std::exception& e) {
+    fail(std::string("the safetensors header is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail("the safetensors header is not a JSON object");
+  const uint64_t data_size = file.size() - 8 - header_size;
+  const auto* data = reinterpret_cast<const uint8_t*>(file.data()) + 8 + header_size;
+  ForeignTensors tensors;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    try {
+      const std::string dtype = entry.at("dtype").get<std::string>();
+      const std::string type = dtype == "F32" ? "f32" : dtype == "F16" ? "f16" : dtype == "BF16" ? "bf16" : "";
+      if (type.empty()) fail("tensor '" + name + "' has dtype " + dtype + " (F32, F16 or BF16 only)");
+      ForeignTensor t;
+      t.shape = entry.at("shape").get<std::vector<uint64_t>>();
+      const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+      const uint64_t count = element_count(t.shape), bytes = count * (type == "f32" ? 4 : 2);
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size ||
+          offsets[1] - offsets[0] != bytes)
+        fail("tensor '" + name + "': its data_offsets do not hold its shape (truncated file?)");
+      t.values = widen(data + offsets[0], count, type);
+      tensors.emplace(name, std::move(t));
+    } catch (const nlohmann::json::exception& e) {
+      fail("tensor '" + name + "': malformed header entry (" + e.what() + ")");
+    }
+  }
+  return tensors;
+}
+
+namespace {
+
+// The .npy header's dictionary: {'descr': '<f4', 'fortran_order': False, 'shape': (94, 32), }
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<uint64_t> shape;
+};
+
+NpyHeader parse_npy_header(const std::string& text, const std::string& name) {
+  auto fail = [&](const std::string& problem) { throw Error("array '" + name + "': " + problem); };
+  NpyHeader h;
+  auto value_after = [&](const std::string& key) -> size_t {
+    const size_t at = text.find("'" + key + "'");
+    if (at == std::string::npos) fail("its .npy header has no '" + key + "'");
+    const size_t colon = text.find(':', at);
+    if (colon == std::string::npos) fail("malformed .npy header");
+    return text.find_first_not_of(' ', colon + 1);
+  };
+  size_t at = value_after("descr");
+  if (at == std::string::npos || text[at] != '\'') fail("malformed .npy descr");
+  const size_t end = text.find('\'', at + 1);
+  if (end == std::string::npos) fail("malformed .npy descr");
+  h.descr = text.substr(at + 1, end - at - 1);
+  at = value_after("fortran_order");
+  h.fortran_order = text.compare(at, 4, "True") == 0;
+  at = value_after("shape");
+  if (at == std::string::npos || text[at] != '(') fail("malformed .npy shape");
+  const size_t close = text.find(')', at);
+  if (close == std::string::npos) fail("malformed .npy shape");
+  std::stringstream dims(text.substr(at + 1, close - at - 1));
+  std::string dim;
+  while (std::getline(dims, dim, ',')) {
+    const size_t first = dim.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    try {
+      h.shape.push_back(std::stoull(dim.substr(first)));
+    } catch (const std::exception&) {
+      fail("malformed .npy shape");
+    }
+  }
+  return h;
+}
+
+ForeignTensor parse_npy(const std::string& bytes, const std::string& name) {
+  auto fail = [&](const std::string& problem) { throw Error("array '" + name + "': " + problem); };
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) fail("not a .npy array");
+  const int major = static_cast<uint8_t>(bytes[6]);
+  size_t header_len = 0, start = 0;
+  if (major == 1) {
+    header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+    start = 10;
+  } else {
+    if (bytes.size() < 12) fail("truncated .npy header");
+    uint32_t len;
+    std::memcpy(&len, bytes.data() + 8, 4);
+    header_len = len;
+    start = 12;
+  }
+  if (header_len > bytes.size() - start) fail("truncated .npy header");
+  const NpyHeader h = parse_npy_header(bytes.substr(start, header_len), name);
+  if (h.fortran_order) fail("Fortran-ordered arrays are not supported");
+  ForeignTensor t;
+  t.shape = h.shape;
+  const uint64_t count = element_count(h.shape);
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + start + header_len;
+  const uint64_t available = bytes.size() - start - header_len;
+  const bool one_byte = h.descr == "|i1" || h.descr == "|u1" || h.descr == "|S1" || h.descr == "|b1";
+  const uint64_t width = one_byte ? 1 : h.descr == "<f4" ? 4 : h.descr == "<f2" ? 2 : 0;
+  if (width == 0) fail("element type " + h.descr + " (float32, float16 or bytes only)");
+  if (available < count * width) fail("truncated data (" + std::to_string(available) + " of " +
+                                      std::to_string(count * width) + " bytes)");
+  if (one_byte)
+    t.bytes.assign(reinterpret_cast<const char*>(data), count);
+  else
+    t.values = widen(data, count, width == 4 ? "f32" : "f16");
+  return t;
+}
+
+}  // namespace
+
+ForeignTensors read_npz(const std::string& path) {
+  int error = 0;
+  std::unique_ptr<zip_t, decltype(&zip_discard)> archive(zip_open(path.c_str(), ZIP_RDONLY, &error),
+                                                          &zip_discard);
+  if (!archive) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, error);
+    const std::string reason = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    throw Error(path + ": not a complete .npz (zip) file: " + reason);
+  }
+  ForeignTensors tensors;
+  const zip_int64_t entries = zip_get_num_entries(archive.get(), 0);
+  for (zip_int64_t i = 0; i < entries; ++i) {
+    zip_stat_t stat;
+    if (zip_stat_index(archive.get(), i, 0, &stat) != 0 || !(stat.valid & ZIP_STAT_SIZE) ||
+        !(stat.valid & ZIP_STAT_NAME))
+      throw Error(path + ": cannot read entry " + std::to_string(i) + " of the .npz");
+    std::string name = stat.name;
+    std::unique_ptr<zip_file_t, decltype(&zip_fclose)> file(zip_fopen_index(archive.get(), i, 0), &zip_fclose);
+    if (!file) throw Error(path + ": cannot open array '" + name + "': " + zip_strerror(archive.get()));
+    std::string bytes(stat.size, '\0');
+    const zip_int64_t got = zip_fread(file.get(), bytes.data(), stat.size);
+    if (got < 0 || static_cast<zip_uint64_t>(got) != stat.size)
+      throw Error(path + ": truncated array '" + name + "' in the .npz");
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+    try {
+      tensors.emplace(name, parse_npy(bytes, name));
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+  }
+  return tensors;
+}
+
+}  // namespace xf::importers

@@ -1,0 +1,30 @@
+#pragma once
+// Tensors as other software stores them, widened to f32: safetensors (Hugging Face) and .npz
+// (Marian, numpy). Every refusal is one line naming the file and what is wrong.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xf::importers {
+
+struct ForeignTensor {
+  std::vector<uint64_t> shape;
+  std::vector<float> values;  // row-major
+  std::string bytes;          // the raw bytes instead, for 1-byte element types (Marian's text items)
+};
+
+using ForeignTensors = std::map<std::string, ForeignTensor>;
+
+// A .safetensors file: an 8-byte little-endian header size, a JSON header, the data. F32, F16
+// and BF16 tensors.
+ForeignTensors read_safetensors(const std::string& path);
+
+// A .npz file (a zip of .npy arrays, stored or deflated): float32/float16 arrays, and 1-byte
+// arrays (int8, uint8, S1) as raw bytes. The ".npy" of each name is dropped.
+ForeignTensors read_npz(const std::string& path);
+
+// The whole file as bytes; throws "<path>: cannot read (<reason>)" naming `what` it should be.
+std::string read_whole_file(const std::string& path, const std::string& what);
+
+}  // namespace xf::importers

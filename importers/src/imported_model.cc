@@ -1,0 +1,62 @@
+#include "imported_model.h"
+
+#include "xf/error.h"
+#include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
+#include "xf/trainer/checkpoint.h"
+
+namespace xf::importers {
+
+std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, uint64_t cols) {
+  std::vector<float> out(values.size());
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) out[c * rows + r] = values[r * cols + c];
+  return out;
+}
+
+ImportedTensor stacked(const std::vector<const ImportedTensor*>& parts) {
+  ImportedTensor out;
+  uint64_t rows = 0;
+  for (const ImportedTensor* part : parts) {
+    rows += part->shape[0];
+    out.values.insert(out.values.end(), part->values.begin(), part->values.end());
+    out.origin += (out.origin.empty() ? "" : " + ") + part->origin;
+  }
+  out.shape = parts.front()->shape;
+  out.shape[0] = rows;
+  return out;
+}
+
+namespace {
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+}  // namespace
+
+void write_imported_model(const ImportedModel& model, const std::string& output, const ImportOptions& options) {
+  validate_config(model.config);
+  std::vector<float> parameters;
+  for (const ParameterSpec& spec : transformer_parameters(model.config)) {
+    const auto it = model.tensors.find(spec.name);
+    if (it == model.tensors.end()) throw Error("internal: the importer gave no '" + spec.name + "'");
+    const ImportedTensor& t = it->second;
+    if (t.values.size() != spec.elements())
+      throw Error(t.origin + " has shape " + shape_text(t.shape) + ", the config needs " +
+                  shape_text(spec.shape) + " for " + spec.name);
+    parameters.insert(parameters.end(), t.values.begin(), t.values.end());
+  }
+  ModelWriter writer = trainer::model_writer(model.config, parameters.data(), parameters.size(), options.dtype);
+  writer.set_source_tokenizer(model.source_tokenizer);
+  if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
+    writer.set_target_tokenizer(model.target_tokenizer);
+  writer.set_source_vocabulary(model.source_vocabulary);
+  if (model.target_vocabulary != model.source_vocabulary) writer.set_target_vocabulary(model.target_vocabulary);
+  std::map<std::string, std::string> metadata = model.metadata;
+  for (const auto& [key, value] : options.metadata) metadata[key] = value;
+  for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
+  writer.write(output);
+}
+
+}  // namespace xf::importers

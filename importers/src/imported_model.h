@@ -1,0 +1,37 @@
+#pragma once
+// What every importer hands to the writer: the config, each xf parameter's f32 values by name,
+// the tokenizers and the model's own vocabularies. write_imported_model() checks that the
+// tensors are exactly transformer_parameters(config) and writes the .xfm through the trainer's
+// model_writer() (matrices in the asked dtype, 1-D tensors f32).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "xf/format/config.h"
+#include "xf/importers/importers.h"
+
+namespace xf::importers {
+
+struct ImportedTensor {
+  std::vector<uint64_t> shape;
+  std::vector<float> values;
+  std::string origin;  // the original tensor(s), for messages
+};
+
+struct ImportedModel {
+  ModelConfig config;
+  std::map<std::string, ImportedTensor> tensors;  // by xf parameter name
+  std::string source_tokenizer, target_tokenizer;  // SentencePiece protos; target empty: the source one
+  std::vector<std::string> source_vocabulary, target_vocabulary;  // empty: the tokenizer's ids
+  std::map<std::string, std::string> metadata;
+};
+
+// Rows [r, c] <-> [c, r]: Marian stores linear maps as x W ([in, out]), xf as W x ([out, in]).
+std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, uint64_t cols);
+
+// The rows of several [n_i, cols] matrices one after the other (a fused QKV projection).
+ImportedTensor stacked(const std::vector<const ImportedTensor*>& parts);
+
+void write_imported_model(const ImportedModel& model, const std::string& output, const ImportOptions& options);
+
+}  // namespace xf::importers

@@ -1,0 +1,323 @@
+// Marian's transformer (src/models/transformer.h): linear maps stored [in, out], q/k/v separate,
+// layer norms after (postprocess "dan") or before (preprocess "n", postprocess "da", a top norm)
+// each sub-layer with epsilon 1e-6, sinusoids of sines then cosines at Marian's own frequencies,
+// the decoder's first input a zero vector, a joint or per-side vocabulary .yml over SentencePiece
+// pieces (or the .spm itself).
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <sentencepiece_processor.h>
+
+#include "foreign_tensors.h"
+#include "imported_model.h"
+#include "xf/error.h"
+#include "xf/format/parameters.h"
+#include "xf/format/schema.h"
+#include "xf/importers/importers.h"
+
+namespace xf::importers {
+namespace {
+
+namespace fs = std::filesystem;
+
+YAML::Node parse_yaml(const std::string& text, const std::string& label) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(label + ": not valid YAML (" + e.msg + ")");
+  }
+}
+
+// Where the files are: the model, its vocabularies (source, target) and tokenizers.
+struct MarianFiles {
+  fs::path model;
+  fs::path source_vocabulary, target_vocabulary;
+  fs::path source_spm, target_spm;
+};
+
+fs::path existing(const fs::path& path, const std::string& what) {
+  if (!fs::exists(path)) throw Error(path.string() + ": missing " + what);
+  return path;
+}
+
+MarianFiles locate(const std::string& input) {
+  const fs::path given(input);
+  if (!fs::exists(given)) throw Error(input + ": no such file or directory");
+  MarianFiles files;
+  const fs::path dir = fs::is_directory(given) ? given : given.parent_path().empty() ? fs::path(".") : given.parent_path();
+  // decoder.yml names the model and the vocabularies (relative to its folder).
+  std::optional<fs::path> decoder_yml;
+  for (const fs::path& candidate : {fs::path(input + ".decoder.yml"), dir / "decoder.yml"})
+    if (fs::is_regular_file(candidate)) {
+      decoder_yml = candidate;
+      break;
+    }
+  std::vector<fs::path> vocabularies;
+  if (decoder_yml) {
+    const YAML::Node yml = parse_yaml(read_whole_file(decoder_yml->string(), "decoder.yml"), decoder_yml->string());
+    try {
+      if (!fs::is_directory(given)) {
+        files.model = given;
+      } else if (yml["models"] && yml["models"].size() > 0) {
+        files.model = dir / fs::path(yml["models"][0].as<std::string>()).filename();
+      }
+      if (yml["vocabs"])
+        for (const auto& v : yml["vocabs"]) vocabularies.push_back(dir / fs::path(v.as<std::string>()).filename());
+    } catch (const YAML::Exception& e) {
+      throw Error(decoder_yml->string() + ": malformed 'models' or 'vocabs' (" + e.msg + ")");
+    }
+  } else if (!fs::is_directory(given)) {
+    files.model = given;
+  }
+  if (files.model.empty()) throw Error(input + ": no decoder.yml naming the model (give the .npz)");
+  existing(files.model, "model (.npz)");
+  if (vocabularies.empty()) {
+    // The usual names beside the model.
+    if (fs::exists(dir / "vocab.src.yml") || fs::exists(dir / "vocab.trg.yml"))
+      vocabularies = {dir / "vocab.src.yml", dir / "vocab.trg.yml"};
+    else
+      vocabularies = {dir / "vocab.yml", dir / "vocab.yml"};
+  }
+  if (vocabularies.size() != 2)
+    throw Error((decoder_yml ? decoder_yml->string() : input) + ": 'vocabs' lists " +
+                std::to_string(vocabularies.size()) + " vocabularies (source and target expected)");
+  files.source_vocabulary = existing(vocabularies[0], "vocabulary (decoder.yml 'vocabs')");
+  files.target_vocabulary = existing(vocabularies[1], "vocabulary (decoder.yml 'vocabs')");
+  auto spm_for = [&](const fs::path& vocabulary, const char* usual) {
+    return vocabulary.extension() == ".spm" ? vocabulary : existing(dir / usual, std::string("SentencePiece model"));
+  };
+  files.source_spm = spm_for(files.source_vocabulary, "source.spm");
+  files.target_spm = spm_for(files.target_vocabulary, "target.spm");
+  return files;
+}
+
+// A vocabulary: a .yml (or .json) mapping each piece to the model's id, or a SentencePiece model
+// whose ids are the model's (then `pieces` stays empty).
+struct Vocabulary {
+  std::vector<std::string> pieces;  // the piece of each id; empty for an .spm
+  std::string spm;                  // the SentencePiece model proto
+  int32_t size = 0, eos_id = -1, unk_id = -1;
+};
+
+Vocabulary read_vocabulary(const fs::path& path, const fs::path& spm_path) {
+  Vocabulary v;
+  v.spm = read_whole_file(spm_path.string(), "the SentencePiece model");
+  if (path.extension() == ".spm") {
+    sentencepiece::SentencePieceProcessor processor;
+    if (!processor.LoadFromSerializedProto(v.spm).ok())
+      throw Error(spm_path.string() + ": not a SentencePiece model");
+    v.size = processor.GetPieceSize();
+    v.eos_id = processor.PieceToId("</s>");
+    v.unk_id = processor.unk_id();
+    return v;
+  }
+  const YAML::Node yml = parse_yaml(read_whole_file(path.string(), "the vocabulary"), path.string());
+  if (!yml.IsMap() || yml.size() == 0) throw Error(path.string() + ": not a piece -> id map");
+  v.pieces.resize(yml.size());
+  for (const auto& entry : yml) {
+    std::string piece;
+    int64_t id = -1;
+    try {
+      piece = entry.first.as<std::string>();
+      id = entry.second.as<int64_t>();
+    } catch (const YAML::Exception&) {
+      throw Error(path.string() + ": an entry is not piece: id");
+    }
+    if (id < 0 || id >= static_cast<int64_t>(v.pieces.size()) || !v.pieces[id].empty())
+      throw Error(path.string() + ": the ids are not 0.." + std::to_string(v.pieces.size() - 1) +
+                  " each once (piece '" + piece + "')");
+    v.pieces[id] = piece;
+  }
+  v.size = static_cast<int32_t>(v.pieces.size());
+  for (int32_t id = 0; id < v.size; ++id) {
+    if (v.pieces[id] == "</s>") v.eos_id = id;
+    if (v.pieces[id] == "<unk>") v.unk_id = id;
+  }
+  if (v.eos_id < 0 || v.unk_id < 0) throw Error(path.string() + ": the vocabulary lacks </s> or <unk>");
+  return v;
+}
+
+}  // namespace
+
+void import_marian(const std::string& input, const std::string& output, const ImportOptions& options) {
+  const MarianFiles files = locate(input);
+  const std::string npz = files.model.string();
+  ForeignTensors weights = read_npz(npz);
+  const auto yml_item = weights.find("special:model.yml");
+  if (yml_item == weights.end()) throw Error(npz + ": no special:model.yml (not a Marian model)");
+  std::string yml_text = yml_item->second.bytes;
+  yml_text.erase(std::find(yml_text.begin(), yml_text.end(), '\0'), yml_text.end());
+  const YAML::Node yml = parse_yaml(yml_text, npz + ": special:model.yml");
+  const std::string label = npz + ": special:model.yml";
+
+  // Each key the importer reads, with what it must be where xf cannot compute the alternative.
+  auto text = [&](const char* key, const std::string& fallback) {
+    const YAML::Node node = yml[key];
+    if (!node || node.IsNull()) return fallback;
+    try {
+      return node.as<std::string>();
+    } catch (const YAML::Exception&) {
+      throw Error(label + ": key '" + key + "' is not a scalar");
+    }
+  };
+  auto number = [&](const char* key, int64_t fallback) {
+    const std::string value = text(key, std::to_string(fallback));
+    try {
+      return static_cast<int64_t>(std::stoll(value));
+    } catch (const std::exception&) {
+      throw Error(label + ": key '" + key + "' is '" + value + "', not a number");
+    }
+  };
+  auto flag = [&](const char* key) {
+    const std::string value = text(key, "false");
+    return value == "true" || value == "1";
+  };
+  auto refuse_unless = [&](bool ok, const char* key, const std::string& value, const char* supported) {
+    if (!ok) throw Error(label + ": " + key + ": " + (value.empty() ? "\"\"" : value) + " is not supported (" + supported + ")");
+  };
+  const std::string type = text("type", "");
+  refuse_unless(type == "transformer", "type", type, "transformer only");
+  const std::string autoreg = text("transformer-decoder-autoreg", "self-attention");
+  refuse_unless(autoreg == "self-attention", "transformer-decoder-autoreg", autoreg,
+                "self-attention only, not SSRU/AAN/RNN decoders");
+  const std::string activation = text("transformer-ffn-activation", "swish");
+  refuse_unless(activation == "swish" || activation == "relu", "transformer-ffn-activation", activation, "swish or relu");
+  const std::string preprocess = text("transformer-preprocess", ""), postprocess = text("transformer-postprocess", "dan"),
+                    top = text("transformer-postprocess-top", ""), emb = text("transformer-postprocess-emb", "d");
+  const bool pre_norm = preprocess == "n";
+  refuse_unless(preprocess == "" || preprocess == "n" || preprocess == "d", "transformer-preprocess", preprocess, "\"\" or n");
+  refuse_unless(pre_norm ? postprocess == "da" : postprocess == "dan", "transformer-postprocess", postprocess,
+                "dan after an empty preprocess, da after n");
+  refuse_unless(pre_norm ? top == "n" : top == "", "transformer-postprocess-top", top, "n with pre-norm, \"\" otherwise");
+  refuse_unless(emb.find('n') == std::string::npos, "transformer-postprocess-emb", emb, "no layer norm on embeddings");
+  refuse_unless(number("transformer-ffn-depth", 2) == 2, "transformer-ffn-depth", text("transformer-ffn-depth", "2"), "2");
+  const int64_t decoder_ffn_depth = number("transformer-decoder-ffn-depth", 0);
+  refuse_unless(decoder_ffn_depth == 0 || decoder_ffn_depth == 2, "transformer-decoder-ffn-depth",
+                std::to_string(decoder_ffn_depth), "0 or 2");
+  const int64_t dim_ffn = number("transformer-dim-ffn", 2048), decoder_dim_ffn = number("transformer-decoder-dim-ffn", 0);
+  refuse_unless(decoder_dim_ffn == 0 || decoder_dim_ffn == dim_ffn, "transformer-decoder-dim-ffn",
+                std::to_string(decoder_dim_ffn), "0 or transformer-dim-ffn");
+  for (const char* key : {"transformer-no-projection", "transformer-no-bias", "transformer-no-affine",
+                          "transformer-train-position-embeddings", "transformer-disable-position-embeddings",
+                          "transformer-alibi-shift", "transformer-alibi-trainable", "transformer-pool", "right-left",
+                          "ulr", "output-omit-bias"})
+    refuse_unless(!flag(key), key, "true", "false only");
+  refuse_unless(number("factors-dim-emb", 0) == 0, "factors-dim-emb", text("factors-dim-emb", "0"), "0: no factors");
+  refuse_unless(number("lemma-dim-emb", 0) == 0, "lemma-dim-emb", text("lemma-dim-emb", "0"), "0");
+  const std::string mask = text("transformer-attention-mask", "default");
+  refuse_unless(mask == "default", "transformer-attention-mask", mask, "default");
+  if (yml["transformer-tied-layers"] && yml["transformer-tied-layers"].size() > 0)
+    refuse_unless(false, "transformer-tied-layers", "a list", "[]");
+
+  ImportedModel model;
+  ModelConfig& c = model.config;
+  c.d_model = static_cast<uint32_t>(number("dim-emb", 512));
+  c.num_heads = static_cast<uint32_t>(number("transformer-heads", 8));
+  c.d_ff = static_cast<uint32_t>(dim_ffn);
+  c.encoder_layers = static_cast<uint32_t>(number("enc-depth", 6));
+  c.decoder_layers = static_cast<uint32_t>(number("dec-depth", 6));
+  c.max_positions = 1024;
+  c.norm_position = pre_norm ? NormPosition::pre : NormPosition::post;
+  c.activation = activation == "relu" ? Activation::relu : Activation::swish;
+  c.layer_norm_epsilon = 1e-6f;
+  c.scale_embeddings = true;
+  c.position_encoding = PositionEncoding::marian_sin_then_cos;
+  c.zero_start_embedding = true;
+  c.output_bias = true;
+
+  const Vocabulary source = read_vocabulary(files.source_vocabulary, files.source_spm);
+  const Vocabulary target = read_vocabulary(files.target_vocabulary, files.target_spm);
+  if (source.eos_id != target.eos_id || source.unk_id != target.unk_id)
+    throw Error(files.target_vocabulary.string() + ": </s> and <unk> have other ids than in the source vocabulary");
+  c.source_vocab_size = static_cast<uint32_t>(source.size);
+  c.target_vocab_size = static_cast<uint32_t>(target.size);
+  c.eos_id = source.eos_id;
+  c.unk_id = source.unk_id;
+  c.pad_id = c.bos_id = source.unk_id;  // Marian has neither: pad is masked, the start is a zero vector
+  model.source_vocabulary = source.pieces;
+  model.target_vocabulary = target.pieces;
+  if (source.pieces.empty() != target.pieces.empty())
+    throw Error(input + ": one vocabulary is a .yml and the other an .spm (both of one kind are imported)");
+  model.source_tokenizer = source.spm;
+  model.target_tokenizer = target.spm;
+
+  // Weights: [in, out] matrices transposed, [1, n] rows flattened.
+  auto take = [&](const std::string& name, bool transpose) -> ImportedTensor {
+    const auto it = weights.find(name);
+    if (it == weights.end() || !it->second.bytes.empty()) throw Error(npz + ": no float tensor '" + name + "'");
+    ImportedTensor t{it->second.shape, it->second.values, name};
+    if (t.shape.size() == 2 && t.shape[0] == 1) t.shape = {t.shape[1]};
+    if (transpose) {
+      if (t.shape.size() != 2) throw Error(npz + ": tensor '" + name + "' is not a matrix");
+      t.values = transposed(t.values, t.shape[0], t.shape[1]);
+      std::swap(t.shape[0], t.shape[1]);
+    }
+    return t;
+  };
+  const bool tied_all = flag("tied-embeddings-all"), tied_src = flag("tied-embeddings-src"),
+             tied_output = flag("tied-embeddings") || tied_all;
+  c.shared_embeddings = tied_all || tied_src;
+  c.tied_output = tied_output;
+  if (c.shared_embeddings) {
+    if (source.pieces != target.pieces || c.source_vocab_size != c.target_vocab_size)
+      throw Error(label + ": tied-embeddings-all/src needs one vocabulary for both sides");
+    model.tensors[param::source_embedding(c)] = take("Wemb", false);
+  } else {
+    model.tensors[param::source_embedding(c)] = take("encoder_Wemb", false);
+    model.tensors[param::target_embedding(c)] = take("decoder_Wemb", false);
+  }
+  if (!c.tied_output)
+    model.tensors[param::output_projection(c)] =
+        weights.count("decoder_ff_logit_out_Wt") ? take("decoder_ff_logit_out_Wt", false)
+                                                 : take("decoder_ff_logit_out_W", true);
+  model.tensors[schema::kOutputBias] = take("decoder_ff_logit_out_b", false);
+
+  auto linear = [&](const std::string& prefix, const std::string& xf_name, const std::vector<std::string>& parts) {
+    std::vector<ImportedTensor> w, b;
+    for (const std::string& part : parts) {
+      w.push_back(take(prefix + "_W" + part, true));
+      b.push_back(take(prefix + "_b" + part, false));
+    }
+    std::vector<const ImportedTensor*> wp, bp;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      wp.push_back(&w[i]);
+      bp.push_back(&b[i]);
+    }
+    model.tensors[xf_name + schema::kWeight] = stacked(wp);
+    model.tensors[xf_name + schema::kBias] = stacked(bp);
+  };
+  const std::string norm_suffix = pre_norm ? "_pre" : "";
+  auto norm = [&](const std::string& prefix, const std::string& xf_name, const std::string& suffix) {
+    model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale" + suffix, false);
+    model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias" + suffix, false);
+  };
+  auto layer_common = [&](const std::string& p, const std::string& x) {
+    linear(p + "_self", x + schema::kSelfAttentionQkv.name, {"q", "k", "v"});
+    linear(p + "_self", x + schema::kSelfAttentionOutput.name, {"o"});
+    norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name, norm_suffix);
+    linear(p + "_ffn", x + schema::kFfnInner.name, {"1"});
+    linear(p + "_ffn", x + schema::kFfnOuter.name, {"2"});
+    norm(p + "_ffn_ffn", x + schema::kFfnNorm.name, norm_suffix);
+  };
+  for (uint32_t i = 0; i < c.encoder_layers; ++i)
+    layer_common("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
+  for (uint32_t i = 0; i < c.decoder_layers; ++i) {
+    const std::string p = "decoder_l" + std::to_string(i + 1), x = param::decoder_layer(i);
+    layer_common(p, x);
+    linear(p + "_context", x + schema::kCrossAttentionQuery.name, {"q"});
+    linear(p + "_context", x + schema::kCrossAttentionKeyValue.name, {"k", "v"});
+    linear(p + "_context", x + schema::kCrossAttentionOutput.name, {"o"});
+    norm(p + "_context_Wo", x + schema::kCrossAttentionNorm.name, norm_suffix);
+  }
+  if (pre_norm) {
+    norm("encoder_top", schema::kEncoderFinalNorm.name, "");
+    norm("decoder_top", schema::kDecoderFinalNorm.name, "");
+  }
+  model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
+                    {"imported_from.version", text("version", "")}};
+  write_imported_model(model, output, options);
+}
+
+}  // namespace xf::importers
