@@ -157,7 +157,8 @@ ForeignTensor parse_npy(const std::string& bytes, const std::string& name) {
   const uint64_t count = element_count(h.shape);
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + start + header_len;
   const uint64_t available = bytes.size() - start - header_len;
-  const bool one_byte = h.descr == "|i1" || h.descr == "|u1" || h.descr == "|S1" || h.descr == "|b1";
+  const bool one_byte = h.descr == "|i1" || h.descr == "<i1" || h.descr == "|u1" || h.descr == "<u1" ||
+                        h.descr == "|S1" || h.descr == "|b1";
   const uint64_t width = one_byte ? 1 : h.descr == "<f4" ? 4 : h.descr == "<f2" ? 2 : 0;
   if (width == 0) fail("element type " + h.descr + " (float32, float16 or bytes only)");
   if (available < count * width) fail("truncated data (" + std::to_string(available) + " of " +

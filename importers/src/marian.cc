@@ -1,6 +1,5 @@
 // Marian's transformer (src/models/transformer.h): linear maps stored [in, out], q/k/v separate,
-// layer norms after (postprocess "dan") or before (preprocess "n", postprocess "da", a top norm)
-// each sub-layer with epsilon 1e-6, sinusoids of sines then cosines at Marian's own frequencies,
+// layer norms after each sub-layer (postprocess "dan") with epsilon 1e-6, sinusoids of sines then cosines at Marian's own frequencies,
 // the decoder's first input a zero vector, a joint or per-side vocabulary .yml over SentencePiece
 // pieces (or the .spm itself).
 #include <yaml-cpp/yaml.h>
@@ -186,11 +185,12 @@ void import_marian(const std::string& input, const std::string& output, const Im
   refuse_unless(activation == "swish" || activation == "relu", "transformer-ffn-activation", activation, "swish or relu");
   const std::string preprocess = text("transformer-preprocess", ""), postprocess = text("transformer-postprocess", "dan"),
                     top = text("transformer-postprocess-top", ""), emb = text("transformer-postprocess-emb", "d");
-  const bool pre_norm = preprocess == "n";
-  refuse_unless(preprocess == "" || preprocess == "n" || preprocess == "d", "transformer-preprocess", preprocess, "\"\" or n");
-  refuse_unless(pre_norm ? postprocess == "da" : postprocess == "dan", "transformer-postprocess", postprocess,
-                "dan after an empty preprocess, da after n");
-  refuse_unless(pre_norm ? top == "n" : top == "", "transformer-postprocess-top", top, "n with pre-norm, \"\" otherwise");
+  // Marian's pre-norm ("n") normalizes only the query of self-attention: keys and values are the
+  // un-normalized layer input (the decoder's cache too), which xf's pre-norm layers do not compute.
+  refuse_unless(preprocess == "" || preprocess == "d", "transformer-preprocess", preprocess,
+                "\"\": post-norm only; Marian's pre-norm attends over un-normalized keys and values");
+  refuse_unless(postprocess == "dan", "transformer-postprocess", postprocess, "dan");
+  refuse_unless(top == "", "transformer-postprocess-top", top, "\"\"");
   refuse_unless(emb.find('n') == std::string::npos, "transformer-postprocess-emb", emb, "no layer norm on embeddings");
   refuse_unless(number("transformer-ffn-depth", 2) == 2, "transformer-ffn-depth", text("transformer-ffn-depth", "2"), "2");
   const int64_t decoder_ffn_depth = number("transformer-decoder-ffn-depth", 0);
@@ -219,7 +219,7 @@ void import_marian(const std::string& input, const std::string& output, const Im
   c.encoder_layers = static_cast<uint32_t>(number("enc-depth", 6));
   c.decoder_layers = static_cast<uint32_t>(number("dec-depth", 6));
   c.max_positions = 1024;
-  c.norm_position = pre_norm ? NormPosition::pre : NormPosition::post;
+  c.norm_position = NormPosition::post;
   c.activation = activation == "relu" ? Activation::relu : Activation::swish;
   c.layer_norm_epsilon = 1e-6f;
   c.scale_embeddings = true;
@@ -288,18 +288,17 @@ void import_marian(const std::string& input, const std::string& output, const Im
     model.tensors[xf_name + schema::kWeight] = stacked(wp);
     model.tensors[xf_name + schema::kBias] = stacked(bp);
   };
-  const std::string norm_suffix = pre_norm ? "_pre" : "";
-  auto norm = [&](const std::string& prefix, const std::string& xf_name, const std::string& suffix) {
-    model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale" + suffix, false);
-    model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias" + suffix, false);
+  auto norm = [&](const std::string& prefix, const std::string& xf_name) {
+    model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale", false);
+    model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias", false);
   };
   auto layer_common = [&](const std::string& p, const std::string& x) {
     linear(p + "_self", x + schema::kSelfAttentionQkv.name, {"q", "k", "v"});
     linear(p + "_self", x + schema::kSelfAttentionOutput.name, {"o"});
-    norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name, norm_suffix);
+    norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name);
     linear(p + "_ffn", x + schema::kFfnInner.name, {"1"});
     linear(p + "_ffn", x + schema::kFfnOuter.name, {"2"});
-    norm(p + "_ffn_ffn", x + schema::kFfnNorm.name, norm_suffix);
+    norm(p + "_ffn_ffn", x + schema::kFfnNorm.name);
   };
   for (uint32_t i = 0; i < c.encoder_layers; ++i)
     layer_common("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
@@ -309,11 +308,7 @@ void import_marian(const std::string& input, const std::string& output, const Im
     linear(p + "_context", x + schema::kCrossAttentionQuery.name, {"q"});
     linear(p + "_context", x + schema::kCrossAttentionKeyValue.name, {"k", "v"});
     linear(p + "_context", x + schema::kCrossAttentionOutput.name, {"o"});
-    norm(p + "_context_Wo", x + schema::kCrossAttentionNorm.name, norm_suffix);
-  }
-  if (pre_norm) {
-    norm("encoder_top", schema::kEncoderFinalNorm.name, "");
-    norm("decoder_top", schema::kDecoderFinalNorm.name, "");
+    norm(p + "_context_Wo", x + schema::kCrossAttentionNorm.name);
   }
   model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
                     {"imported_from.version", text("version", "")}};
