@@ -1,0 +1,332 @@
+// xf-convert --from hf and --from marian against the original software's outputs on the same
+// tiny models: transformers (MarianMTModel) and pymarian, committed in data/ with the models.
+// Greedy and beam-4 outputs must be the same token for token (and text for text); the first
+// decoder step's log-probabilities within 1e-4 of transformers'; the sentence scores within
+// 1e-4 of pymarian's (which prints 6 significant digits). Malformed imports are one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zip.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "backend_probe.h"
+#include "memory_plan.h"
+#include "temp_dir.h"
+#include "xf/error.h"
+#include "xf/importers/importers.h"
+#include "xf/model.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string data(const std::string& name) { return std::string(XF_IMPORT_DATA) + "/" + name; }
+
+json expected_of(const std::string& fixture) {
+  std::ifstream in(data(fixture) + "/expected.json");
+  return json::parse(in);
+}
+
+std::string temp_file(const std::string& name) { return test::make_temp_dir("import") + "/" + name; }
+
+std::vector<TranslationResult> translate(const std::string& model_path, const std::vector<std::string>& sentences,
+                                         int beam, float max_len_a, int max_len_b, int max_decoding_length) {
+  TranslatorOptions options;
+  options.beam = 4;
+  options.max_batch = static_cast<int>(sentences.size());
+  options.max_source_len = 64;  // the hf fixture's max_position_embeddings
+  Translator translator(Model::open(model_path), options);
+  TranslateOptions decoding;
+  decoding.beam = beam;
+  decoding.length_penalty = 0.0f;  // both originals were run with none
+  decoding.max_len_a = max_len_a;
+  decoding.max_len_b = max_len_b;
+  decoding.max_decoding_length = max_decoding_length;
+  return translator.translate(sentences, decoding);
+}
+
+// ---- Hugging Face (transformers' MarianMTModel) -------------------------------------------------
+
+class ImportHuggingFace : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(temp_file("hf.xfm"));
+    importers::import_hugging_face(data("hf-tiny"), *path_, {});
+  }
+  static void TearDownTestSuite() { delete path_; }
+  static std::string* path_;
+};
+std::string* ImportHuggingFace::path_ = nullptr;
+
+TEST_F(ImportHuggingFace, SourceIdsAreTheTokenizers) {
+  const json expected = expected_of("hf-tiny");
+  const auto model = Model::open(*path_);
+  EXPECT_EQ(model->file().format_version(), 2u);
+  for (size_t i = 0; i < expected["sentences"].size(); ++i) {
+    std::vector<int32_t> ids = model->encode_source(expected["sentences"][i].get<std::string>());
+    ids.push_back(model->config().eos_id);  // the translator appends it, as MarianTokenizer does
+    EXPECT_EQ(ids, expected["source_ids"][i].get<std::vector<int32_t>>()) << "sentence " << i;
+  }
+}
+
+TEST_F(ImportHuggingFace, GreedyAndBeam4EqualTransformers) {
+  const json expected = expected_of("hf-tiny");
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  for (const auto& [name, beam] : {std::pair{"greedy", 1}, std::pair{"beam4", 4}}) {
+    // generate(max_new_tokens=40): at most 40 tokens, EOS included.
+    const auto results = translate(*path_, sentences, beam, 0.0f, 40, 40);
+    for (size_t i = 0; i < sentences.size(); ++i) {
+      EXPECT_EQ(results[i].hypotheses[0].ids, expected[name]["ids"][i].get<std::vector<int32_t>>())
+          << name << " sentence " << i;
+      EXPECT_EQ(results[i].hypotheses[0].text, expected[name]["text"][i].get<std::string>()) << name << " " << i;
+    }
+  }
+}
+
+// The first decoder step of every sentence at once (a padded batch), against transformers'
+// log-softmax. generate() bans the pad token (bad_words_ids), which the import makes an output
+// bias of -inf: transformers' distribution is compared renormalized without it.
+TEST_F(ImportHuggingFace, FirstStepLogProbabilitiesWithin1e4) {
+  const json expected = expected_of("hf-tiny");
+  const auto model = Model::open(*path_);
+  const ModelConfig& config = model->config();
+  const auto sources = expected["source_ids"].get<std::vector<std::vector<int32_t>>>();
+  const int64_t batch = static_cast<int64_t>(sources.size());
+  int64_t source_len = 0;
+  for (const auto& s : sources) source_len = std::max<int64_t>(source_len, static_cast<int64_t>(s.size()));
+  std::vector<int32_t> ids(batch * source_len, config.pad_id), lengths(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::copy(sources[b].begin(), sources[b].end(), ids.begin() + b * source_len);
+    lengths[b] = static_cast<int32_t>(sources[b].size());
+  }
+  TranslatorOptions options;
+  options.max_batch = static_cast<int>(batch);
+  options.beam = 1;
+  options.max_source_len = static_cast<int>(source_len);
+  const auto plan = runtime::make_memory_plan(config, options);
+  auto backend = runtime::make_cpu_backend(*model, plan, 1);
+  backend->encode(ids.data(), lengths.data(), batch, source_len);
+  const std::vector<int32_t> start(batch, config.bos_id);
+  backend->decode_step(start.data(), 1, 0);
+  const int64_t vocab = config.target_vocab_size;
+  std::vector<float> logits(batch * vocab);
+  runtime::probe(*backend).copy_logits(logits.data());
+
+  double worst = 0.0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* row = logits.data() + b * vocab;
+    const auto reference = expected["first_step_log_softmax"][b].get<std::vector<double>>();
+    double max = -INFINITY, sum = 0.0, reference_sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) max = std::max(max, static_cast<double>(row[v]));
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+    for (int64_t v = 0; v < vocab; ++v)
+      if (v != config.pad_id) reference_sum += std::exp(reference[v]);
+    EXPECT_TRUE(std::isinf(row[config.pad_id]) && row[config.pad_id] < 0) << "the pad token is not banned";
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (v == config.pad_id) continue;
+      const double ours = row[v] - max - std::log(sum), theirs = reference[v] - std::log(reference_sum);
+      worst = std::max(worst, std::abs(ours - theirs));
+    }
+  }
+  EXPECT_LE(worst, 1e-4) << "largest difference of a log-probability";
+  std::cout << "largest difference of a first-step log-probability: " << worst << "\n";
+  EXPECT_GT(worst, 0.0) << "suspiciously exact: is the reference the model's own output?";
+}
+
+TEST_F(ImportHuggingFace, MissingVocabularyIsOneLine) {
+  const std::string dir = test::make_temp_dir("hf-broken");
+  for (const auto& entry : fs::directory_iterator(data("hf-tiny")))
+    if (entry.path().filename() != "vocab.json") fs::copy(entry.path(), dir + "/" + entry.path().filename().string());
+  const std::string out = dir + "/out.xfm";
+  try {
+    importers::import_hugging_face(dir, out, {});
+    FAIL() << "imported without vocab.json";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir + ": missing vocabulary file vocab.json");
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// ---- Marian (pymarian) --------------------------------------------------------------------------
+
+class ImportMarian : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ImportMarian, GreedyAndBeam4EqualPymarian) {
+  const json expected = expected_of(GetParam());
+  const std::string path = temp_file("marian.xfm");
+  importers::import_marian(data(GetParam()), path, {});
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  const auto model = Model::open(path);
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    // The pieces Marian was given (OPUS-MT's spm_encode step) are xf's tokenization.
+    const std::vector<int32_t> ids = model->encode_source(sentences[i]);
+    std::string pieces;
+    for (const std::string& piece : model->source_pieces(ids.data(), ids.size()))
+      pieces += (pieces.empty() ? "" : " ") + piece;
+    EXPECT_EQ(pieces, expected["source_pieces"][i].get<std::string>());
+  }
+  for (const auto& [name, beam] : {std::pair{"greedy", 1}, std::pair{"beam4", 4}}) {
+    // pymarian ran with max-length-factor 3; every output ended well before it.
+    const auto results = translate(path, sentences, beam, 3.0f, 0, 0);
+    for (size_t i = 0; i < sentences.size(); ++i) {
+      const Hypothesis& best = results[i].hypotheses[0];
+      const auto hypothesis_pieces = model->target_pieces(best.ids.data(), best.ids.size());
+      std::string pieces;
+      for (const std::string& piece : hypothesis_pieces) pieces += (pieces.empty() ? "" : " ") + piece;
+      EXPECT_EQ(pieces, expected[name]["pieces"][i].get<std::string>()) << name << " sentence " << i;
+      EXPECT_EQ(best.text, expected[name]["text"][i].get<std::string>()) << name << " sentence " << i;
+      const double score = expected[name]["score"][i].get<double>();
+      EXPECT_NEAR(best.log_prob, score, 1e-4 + 5e-6 * std::abs(score)) << name << " sentence " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ImportMarian, ::testing::Values("marian-tiny", "marian-tiny-untied"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+TEST(ImportMarianInput, TheNpzItselfFindsItsDecoderYml) {
+  const json expected = expected_of("marian-tiny");
+  const std::string path = temp_file("from-npz.xfm");
+  importers::import_marian(data("marian-tiny") + "/model.npz", path, {});
+  const auto results = translate(path, expected["sentences"].get<std::vector<std::string>>(), 1, 3.0f, 0, 0);
+  for (size_t i = 0; i < results.size(); ++i)
+    EXPECT_EQ(results[i].hypotheses[0].text, expected["greedy"]["text"][i].get<std::string>());
+}
+
+// ---- Refusals: xf-convert prints one line, exits 1 and writes nothing ---------------------------
+
+struct ConvertRun {
+  int status = -1;
+  std::string err;
+};
+
+ConvertRun convert(const std::string& from, const std::string& input, const std::string& output) {
+  const std::string err = output + ".stderr";
+  const std::string command = std::string(XF_CONVERT) + " --from " + from + " '" + input + "' -o '" + output +
+                              "' 2> '" + err + "'";
+  const int status = std::system(command.c_str());
+  std::ifstream in(err);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(err);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+// The last line of stderr (the first says what is being imported), and that it is the only error.
+std::string error_line(const std::string& err) {
+  std::vector<std::string> lines;
+  std::stringstream in(err);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines.empty() ? "" : lines.back();
+}
+
+std::string copy_fixture(const std::string& fixture, const std::vector<std::string>& leave_out = {}) {
+  const std::string dir = test::make_temp_dir("marian-broken");
+  for (const auto& entry : fs::directory_iterator(data(fixture))) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(leave_out.begin(), leave_out.end(), name) == leave_out.end()) fs::copy(entry.path(), dir + "/" + name);
+  }
+  return dir;
+}
+
+// Replaces special:model.yml inside the .npz with `yml` (an int8 .npy, as Marian writes it).
+void rewrite_model_yml(const std::string& npz, const std::string& yml) {
+  std::string header = "{'descr': '|i1', 'fortran_order': False, 'shape': (" + std::to_string(yml.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(header.size() & 0xff);
+  npy += static_cast<char>(header.size() >> 8);
+  npy += header + yml;
+  int error = 0;
+  zip_t* archive = zip_open(npz.c_str(), 0, &error);
+  ASSERT_NE(archive, nullptr);
+  static std::string kept;  // libzip reads the buffer at zip_close
+  kept = npy;
+  zip_source_t* source = zip_source_buffer(archive, kept.data(), kept.size(), 0);
+  const zip_int64_t index = zip_name_locate(archive, "special:model.yml.npy", 0);
+  ASSERT_GE(index, 0);
+  ASSERT_EQ(zip_file_replace(archive, index, source, 0), 0);
+  ASSERT_EQ(zip_close(archive), 0);
+}
+
+std::string model_yml_of(const std::string& npz) {
+  int error = 0;
+  zip_t* archive = zip_open(npz.c_str(), ZIP_RDONLY, &error);
+  zip_stat_t stat;
+  zip_stat(archive, "special:model.yml.npy", 0, &stat);
+  std::string bytes(stat.size, '\0');
+  zip_file_t* file = zip_fopen(archive, "special:model.yml.npy", 0);
+  zip_fread(file, bytes.data(), stat.size);
+  zip_fclose(file);
+  zip_discard(archive);
+  const size_t header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+  std::string yml = bytes.substr(10 + header_len);
+  yml.erase(std::find(yml.begin(), yml.end(), '\0'), yml.end());
+  return yml;
+}
+
+TEST(ImportRefusals, MissingVocabulary) {
+  const std::string dir = copy_fixture("marian-tiny", {"vocab.yml"});
+  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(error_line(run.err), "xf-convert: " + dir + "/vocab.yml: missing vocabulary (decoder.yml 'vocabs')");
+  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+}
+
+TEST(ImportRefusals, TruncatedNpz) {
+  const std::string dir = copy_fixture("marian-tiny");
+  fs::resize_file(dir + "/model.npz", fs::file_size(dir + "/model.npz") / 2);
+  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(error_line(run.err), "xf-convert: " + dir + "/model.npz: not a complete .npz (zip) file: Not a zip archive");
+  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+}
+
+TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
+  const std::string dir = copy_fixture("marian-tiny");
+  const std::string npz = dir + "/model.npz", original = model_yml_of(npz);
+  ASSERT_NE(original.find("transformer-decoder-autoreg: self-attention"), std::string::npos);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string yml = original;
+    yml.replace(yml.find(from), from.size(), to);
+    rewrite_model_yml(npz, yml);
+    const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
+    EXPECT_EQ(run.status, 1) << to;
+    EXPECT_FALSE(fs::exists(dir + "/out.xfm")) << to;
+    return error_line(run.err);
+  };
+  const std::string prefix = "xf-convert: " + npz + ": special:model.yml: ";
+  EXPECT_EQ(with("transformer-decoder-autoreg: self-attention", "transformer-decoder-autoreg: rnn"),
+            prefix + "transformer-decoder-autoreg: rnn is not supported (self-attention only, not SSRU/AAN/RNN decoders)");
+  EXPECT_EQ(with("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
+            prefix + "transformer-ffn-activation: gelu is not supported (swish or relu)");
+  EXPECT_EQ(with("transformer-preprocess: \"\"", "transformer-preprocess: n"),
+            prefix + "transformer-preprocess: n is not supported (\"\": post-norm only; Marian's pre-norm attends "
+                     "over un-normalized keys and values)");
+  // The unmodified model still imports: the refusals came from the keys alone.
+  rewrite_model_yml(npz, original);
+  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(fs::exists(dir + "/out.xfm"));
+}
+
+}  // namespace
+}  // namespace xf
