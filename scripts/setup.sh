@@ -6,6 +6,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake requires OpenCL
   libflatbuffers-dev flatbuffers-compiler
   libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev libyaml-cpp-dev libzip-dev  # importers/: Hugging Face JSON, Marian YAML and .npz
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-dev  # the Python package (python/) and its tests
   libopenmpi-dev openmpi-bin  # data-parallel xf-train under mpirun (trainer/comm)

@@ -229,6 +229,40 @@ TEST(Embed, ScalesTheRowAndAddsSinusoids) {
   }
 }
 
+// The sinusoid layouts of imported models, against double-precision formulas written here:
+// Hugging Face's Marian (the paper's frequencies, all sines then all cosines) and Marian's own
+// (frequencies 10000^(-i / (d/2 - 1)), sines then cosines; Marian computes them in float, hence
+// the looser bound at positions in the hundreds).
+TEST(Embed, SinThenCosLayouts) {
+  const int64_t dim = 16, half = dim / 2;
+  for (const PositionEncoding encoding : {PositionEncoding::sin_then_cos, PositionEncoding::marian_sin_then_cos}) {
+    for (const int32_t position : {0, 1, 7, 300}) {
+      std::vector<float> out(dim);
+      write_sinusoid(encoding, position, dim, out.data());
+      for (int64_t c = 0; c < dim; ++c) {
+        const int64_t i = c % half;
+        const double frequency = encoding == PositionEncoding::sin_then_cos
+                                     ? std::pow(10000.0, -2.0 * i / dim)
+                                     : std::exp(-static_cast<double>(i) * std::log(10000.0) / (half - 1));
+        const double angle = position * frequency;
+        const double expected = c < half ? std::sin(angle) : std::cos(angle);
+        const double tolerance = encoding == PositionEncoding::sin_then_cos ? 1e-6 : 1e-7 * (1 + position) + 1e-6;
+        EXPECT_NEAR(out[c], expected, tolerance) << "column " << c << " position " << position;
+      }
+    }
+    // embed() adds the same sinusoid to the scaled row.
+    const std::vector<float> table_values(3 * dim, 0.5f);
+    const WeightMatrix table{DType::f32, table_values.data(), nullptr, 3, dim};
+    const std::vector<int32_t> ids = {2, 0}, positions = {5, 9};
+    std::vector<float> out(2 * dim), sinusoid(dim);
+    embed(table, ids.data(), positions.data(), 2, 2.0f, out.data(), 1, encoding);
+    for (int64_t r = 0; r < 2; ++r) {
+      write_sinusoid(encoding, positions[r], dim, sinusoid.data());
+      for (int64_t c = 0; c < dim; ++c) EXPECT_FLOAT_EQ(out[r * dim + c], 1.0f + sinusoid[c]);
+    }
+  }
+}
+
 TEST(Embed, RejectsIdsOutsideTheTable) {
   const std::vector<float> table(4 * 8, 0.0f);
   const WeightMatrix weights{DType::f32, table.data(), nullptr, 4, 8};
@@ -363,6 +397,32 @@ TEST(BiasRelu, ClampsNegativesAfterTheBias) {
       const double b = with_bias ? bias[i % dim] : 0.0;
       const double expected = std::max(0.0, static_cast<double>(x[i]) + b);
       ASSERT_NEAR(out[i], expected, 1e-6 * (std::fabs(x[i]) + std::fabs(b))) << "element " << i;
+    }
+  }
+}
+
+// swish x * sigmoid(x) and gelu x * Phi(x) (erf) after the bias, against double formulas, over
+// a range that reaches exp's overflow; relu is bias_relu.
+TEST(BiasActivation, SwishAndGeluMatchDoubleFormulas) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 7, dim = 45;
+  std::vector<float> x = random.uniform(rows * dim, -12.0f, 12.0f);
+  x[0] = -100.0f;  // exp(100) overflows float: swish must give -0, not NaN
+  x[1] = 100.0f;
+  const std::vector<float> bias = random.uniform(dim, -1.0f, 1.0f);
+  for (const Activation activation : {Activation::swish, Activation::gelu, Activation::relu}) {
+    for (const bool with_bias : {true, false}) {
+      std::vector<float> out = x;
+      bias_activation(out.data(), with_bias ? bias.data() : nullptr, rows, dim, activation, 2);
+      for (int64_t i = 0; i < rows * dim; ++i) {
+        const double v = static_cast<double>(x[i]) + (with_bias ? bias[i % dim] : 0.0);
+        const double expected = activation == Activation::swish  ? v / (1.0 + std::exp(-v))
+                                : activation == Activation::gelu ? 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))
+                                                                 : std::max(v, 0.0);
+        ASSERT_FALSE(std::isnan(out[i])) << i;
+        ASSERT_NEAR(out[i], expected, 2e-6 * (1.0 + std::fabs(expected))) << "element " << i;
+      }
     }
   }
 }
