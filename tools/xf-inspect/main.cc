@@ -69,6 +69,16 @@ void print_model(const xf::ModelFile& model) {
     std::printf("  target %zu bytes\n", target.size());
   }
 
+  // An imported model's own ids (format version 2): the piece of each, over the tokenizer.
+  if (!model.source_vocabulary().empty()) {
+    std::printf("vocabulary lists (model ids over the tokenizers' pieces)\n");
+    std::printf("  source %zu pieces\n", model.source_vocabulary().size());
+    if (model.target_vocabulary().data() == model.source_vocabulary().data())
+      std::printf("  target shared with source\n");
+    else
+      std::printf("  target %zu pieces\n", model.target_vocabulary().size());
+  }
+
   const auto& tensors = model.tensors();
   size_t name_width = 4;
   for (const auto& t : tensors) name_width = std::max(name_width, t.name.size());
