@@ -94,13 +94,11 @@ std::vector<std::pair<std::string, std::string>> config_to_text(const ModelConfi
 ModelConfig config_from_text(
     const std::function<std::optional<std::string>(const std::string& name)>& text_of) {
   ModelConfig config;
-  bool version_2_field = false;  // the fields from `activation` on came with format version 2
   for_each_config_field(config, [&](const char* name, auto& value) {
-    version_2_field = version_2_field || std::string(name) == "activation";
     const std::optional<std::string> text = text_of(name);
     if (text) {
       parse_field(name, *text, value);
-    } else if (!version_2_field) {
+    } else if (!is_version_2_field(name)) {
       throw Error("missing key '" + std::string(name) + "'");
     }
   });
@@ -108,11 +106,26 @@ ModelConfig config_from_text(
   return config;
 }
 
-bool config_needs_version_2(const ModelConfig& c) {
+namespace {
+constexpr size_t kVersion1Fields = 17;  // source_vocab_size .. eos_id; `activation` on came with version 2
+}
+
+bool is_version_2_field(const std::string& name) {
+  size_t index = 0;
+  bool found = false;
   const ModelConfig defaults;
-  return c.activation != defaults.activation || c.scale_embeddings != defaults.scale_embeddings ||
-         c.position_encoding != defaults.position_encoding ||
-         c.zero_start_embedding != defaults.zero_start_embedding;
+  for_each_config_field(defaults, [&](const char* field, const auto&) {
+    if (name == field) found = index >= kVersion1Fields;
+    ++index;
+  });
+  return found;
+}
+
+bool config_needs_version_2(const ModelConfig& c) {
+  const auto text = config_to_text(c), defaults = config_to_text(ModelConfig{});
+  for (size_t i = kVersion1Fields; i < text.size(); ++i)
+    if (text[i].second != defaults[i].second) return true;
+  return false;
 }
 
 void validate_config(const ModelConfig& c) {

@@ -7,6 +7,7 @@
 
 #include "cuda_test_support.h"
 #include "random_inputs.h"
+#include "xf/kernels_cpu/kernels.h"
 #include "xf/kernels_cuda/kernels.h"
 
 namespace xf::test {
@@ -68,6 +69,35 @@ TEST(cuda_embed, F32TableToF32AndF16) {
       reference_embed(c.table, c.vocab, c.dim, c.ids, c.positions, c.scale);
   expect_close(out.download(), ref, 1.0, kF32Tolerance);
   expect_close(to_float(out_half.download()), ref, 1.0, kF16Tolerance);
+}
+
+// The sin-then-cos layouts of imported models against the CPU kernel's write_sinusoid (itself
+// checked against double formulas in tests/kernels/), on an even dim.
+TEST(cuda_embed, SinThenCosLayoutsEqualTheCpuKernels) {
+  XF_SKIP_WITHOUT_GPU();
+  RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  EmbedCase c = make_embed_case(random, false);
+  c.dim = 36;
+  c.table = random.uniform(c.vocab * c.dim, -1.0f, 1.0f);
+  for (const PositionEncoding encoding : {PositionEncoding::sin_then_cos, PositionEncoding::marian_sin_then_cos}) {
+    DeviceBuffer<float> table(c.table), out(c.ids.size() * c.dim);
+    DeviceBuffer<int32_t> ids(c.ids), positions(c.positions);
+    cuda::embed(table.get(), c.vocab, c.dim, ids.get(), positions.get(), c.ids.size(), c.scale, out.get(),
+                nullptr, encoding);
+    std::vector<double> ref(c.ids.size() * c.dim);
+    std::vector<float> sinusoid(c.dim);
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+      cpu::write_sinusoid(encoding, c.positions[i], c.dim, sinusoid.data());
+      for (int64_t col = 0; col < c.dim; ++col) {
+        const bool valid = c.ids[i] >= 0 && c.ids[i] < c.vocab;
+        ref[i * c.dim + col] = (valid ? c.scale * c.table[c.ids[i] * c.dim + col] : 0.0) + sinusoid[col];
+      }
+    }
+    // Marian's float angles at positions up to 1023 differ by a few float ulps between sinf and
+    // the host's; the tolerance allows 1e-4 there.
+    expect_close(out.download(), ref, 1.0, encoding == PositionEncoding::sin_then_cos ? kF32Tolerance : 1e-4);
+  }
 }
 
 TEST(cuda_embed, F16TableToF16AndF32) {
@@ -216,6 +246,29 @@ TEST(cuda_elementwise, AddBiasResidualAndBiasReluF32F16) {
     cuda::bias_relu(c.get(), bias_d.get(), rows, dim, nullptr);
     expect_close(to_float(a.download()), sum, 1.0, kF16Tolerance);
     expect_close(to_float(c.download()), relu, 1.0, kF16Tolerance);
+  }
+}
+
+TEST(cuda_elementwise, BiasSwishAndGeluF32F16) {
+  XF_SKIP_WITHOUT_GPU();
+  RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 5, dim = 67;
+  const std::vector<float> x = round_to_half(random.uniform(rows * dim, -6.0f, 6.0f));
+  const std::vector<float> bias = round_to_half(random.uniform(dim, -1.0f, 1.0f));
+  for (const Activation activation : {Activation::swish, Activation::gelu}) {
+    std::vector<double> expected(rows * dim);
+    for (int64_t i = 0; i < rows * dim; ++i) {
+      const double v = static_cast<double>(x[i]) + bias[i % dim];
+      expected[i] = activation == Activation::swish ? v / (1.0 + std::exp(-v))
+                                                    : 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    }
+    DeviceBuffer<float> a(x), bias_d(bias);
+    cuda::bias_activation(a.get(), bias_d.get(), rows, dim, activation, nullptr);
+    expect_close(a.download(), expected, 1.0, kF32Tolerance);
+    DeviceBuffer<half> h(to_half(x)), bias_h(to_half(bias));
+    cuda::bias_activation(h.get(), bias_h.get(), rows, dim, activation, nullptr);
+    expect_close(to_float(h.download()), expected, 1.0, kF16Tolerance);
   }
 }
 

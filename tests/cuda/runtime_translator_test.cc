@@ -329,13 +329,17 @@ INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden_search, ::testing::Value
 
 // ---- fresh random models: long caches, top-k and the beam reorder ----------------------------
 
+// imported: "" (xf's own graph), "marian" (swish, Marian's sinusoid, zero start embedding) or
+// "hf" (gelu, sines then cosines, unscaled embeddings): the version 2 features on both backends.
 struct RandomCase {
   NormPosition norm;
   DType dtype;
+  std::string imported = "";
 };
 
 std::string random_case_label(const RandomCase& c) {
-  return std::string(c.norm == NormPosition::post ? "post" : "pre") + "_" + dtype_name(c.dtype);
+  return std::string(c.norm == NormPosition::post ? "post" : "pre") + "_" + dtype_name(c.dtype) +
+         (c.imported.empty() ? "" : "_" + c.imported);
 }
 void PrintTo(const RandomCase& c, std::ostream* out) { *out << random_case_label(c); }
 
@@ -362,6 +366,15 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
   model_options.norm_position = c.norm;
   model_options.matrix_dtype = c.dtype;
   model_options.round_to_f16 = !f32;
+  if (c.imported == "marian") {
+    model_options.activation = Activation::swish;
+    model_options.position_encoding = PositionEncoding::marian_sin_then_cos;
+    model_options.zero_start_embedding = true;
+  } else if (c.imported == "hf") {
+    model_options.activation = Activation::gelu;
+    model_options.position_encoding = PositionEncoding::sin_then_cos;
+    model_options.scale_embeddings = false;
+  }
   const std::string path = dir + "/model-" + std::to_string(model_options.seed) + ".xfm";
   const ModelConfig config = test::write_tiny_model(path, model_options);
   const auto model = Model::open(path);
@@ -441,7 +454,9 @@ INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
                          ::testing::Values(RandomCase{NormPosition::post, DType::f32},
                                            RandomCase{NormPosition::pre, DType::f32},
                                            RandomCase{NormPosition::post, DType::f16},
-                                           RandomCase{NormPosition::pre, DType::f16}),
+                                           RandomCase{NormPosition::pre, DType::f16},
+                                           RandomCase{NormPosition::post, DType::f32, "marian"},
+                                           RandomCase{NormPosition::post, DType::f16, "hf"}),
                          [](const ::testing::TestParamInfo<RandomCase>& info) {
                            return random_case_label(info.param);
                          });

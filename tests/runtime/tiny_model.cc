@@ -103,6 +103,10 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   config.shared_embeddings = options.shared_embeddings;
   config.tied_output = options.tied_output;
   config.output_bias = options.eos_bias != 0.0f || options.unk_bias != 0.0f;
+  config.activation = options.activation;
+  config.position_encoding = options.position_encoding;
+  config.scale_embeddings = options.scale_embeddings;
+  config.zero_start_embedding = options.zero_start_embedding;
 
   ModelWriter writer(config);
   if (options.with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());

@@ -33,6 +33,11 @@ struct TinyModelOptions {
   bool round_to_f16 = false;
   // Metadata entries written into the file (e.g. the decoding.* defaults).
   std::vector<std::pair<std::string, std::string>> metadata;
+  // What imported models use (format version 2); the defaults are xf's own.
+  Activation activation = Activation::relu;
+  PositionEncoding position_encoding = PositionEncoding::interleaved;
+  bool scale_embeddings = true;
+  bool zero_start_embedding = false;
 };
 
 // The tiny SentencePiece model proto (trained once per process; pad 0, unk 1, bos 2, eos 3).

@@ -60,6 +60,9 @@ struct ModelConfig {
 // Whether the config uses a field of format version 2 (a value other than its default there):
 // a file that does not is written as version 1, which older readers take.
 bool config_needs_version_2(const ModelConfig& config);
+// Whether `name` is a field that came with format version 2 (from `activation` on): text and
+// references written before it take its default.
+bool is_version_2_field(const std::string& name);
 
 // Calls visit(name, field) for every field of `config` in the schema's order; `field` is a
 // reference to the member (const when `config` is).
