@@ -175,13 +175,7 @@ void import_hugging_face(const std::string& directory, const std::string& output
       weights_of.push_back(take(prefix + part + ".weight"));
       biases_of.push_back(take(prefix + part + ".bias"));
     }
-    std::vector<const ImportedTensor*> w, b;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      w.push_back(&weights_of[i]);
-      b.push_back(&biases_of[i]);
-    }
-    model.tensors[xf_name + schema::kWeight] = stacked(w);
-    model.tensors[xf_name + schema::kBias] = stacked(b);
+    add_linear(model, xf_name, weights_of, biases_of);
   };
   auto norm = [&](const std::string& name, const std::string& xf_name) {
     model.tensors[xf_name + schema::kGamma] = take(name + ".weight");

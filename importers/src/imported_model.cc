@@ -3,6 +3,7 @@
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
+#include "xf/format/schema.h"
 #include "xf/trainer/checkpoint.h"
 
 namespace xf::importers {
@@ -14,17 +15,22 @@ std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, u
   return out;
 }
 
-ImportedTensor stacked(const std::vector<const ImportedTensor*>& parts) {
-  ImportedTensor out;
-  uint64_t rows = 0;
-  for (const ImportedTensor* part : parts) {
-    rows += part->shape[0];
-    out.values.insert(out.values.end(), part->values.begin(), part->values.end());
-    out.origin += (out.origin.empty() ? "" : " + ") + part->origin;
-  }
-  out.shape = parts.front()->shape;
-  out.shape[0] = rows;
-  return out;
+void add_linear(ImportedModel& model, const std::string& xf_name, const std::vector<ImportedTensor>& weights,
+                const std::vector<ImportedTensor>& biases) {
+  auto stacked = [](const std::vector<ImportedTensor>& parts) {
+    ImportedTensor out;
+    uint64_t rows = 0;
+    for (const ImportedTensor& part : parts) {
+      rows += part.shape[0];
+      out.values.insert(out.values.end(), part.values.begin(), part.values.end());
+      out.origin += (out.origin.empty() ? "" : " + ") + part.origin;
+    }
+    out.shape = parts.front().shape;
+    out.shape[0] = rows;
+    return out;
+  };
+  model.tensors[xf_name + schema::kWeight] = stacked(weights);
+  model.tensors[xf_name + schema::kBias] = stacked(biases);
 }
 
 namespace {

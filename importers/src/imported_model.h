@@ -29,8 +29,10 @@ struct ImportedModel {
 // Rows [r, c] <-> [c, r]: Marian stores linear maps as x W ([in, out]), xf as W x ([out, in]).
 std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, uint64_t cols);
 
-// The rows of several [n_i, cols] matrices one after the other (a fused QKV projection).
-ImportedTensor stacked(const std::vector<const ImportedTensor*>& parts);
+// The linear block `xf_name` (".weight" and ".bias") from the original's parts stacked along the
+// rows in order (a fused q|k|v or k|v projection; one part for the others).
+void add_linear(ImportedModel& model, const std::string& xf_name, const std::vector<ImportedTensor>& weights,
+                const std::vector<ImportedTensor>& biases);
 
 void write_imported_model(const ImportedModel& model, const std::string& output, const ImportOptions& options);
 

@@ -275,18 +275,12 @@ void import_marian(const std::string& input, const std::string& output, const Im
   model.tensors[schema::kOutputBias] = take("decoder_ff_logit_out_b", false);
 
   auto linear = [&](const std::string& prefix, const std::string& xf_name, const std::vector<std::string>& parts) {
-    std::vector<ImportedTensor> w, b;
+    std::vector<ImportedTensor> weights_of, biases_of;
     for (const std::string& part : parts) {
-      w.push_back(take(prefix + "_W" + part, true));
-      b.push_back(take(prefix + "_b" + part, false));
+      weights_of.push_back(take(prefix + "_W" + part, true));  // [in, out]
+      biases_of.push_back(take(prefix + "_b" + part, false));
     }
-    std::vector<const ImportedTensor*> wp, bp;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      wp.push_back(&w[i]);
-      bp.push_back(&b[i]);
-    }
-    model.tensors[xf_name + schema::kWeight] = stacked(wp);
-    model.tensors[xf_name + schema::kBias] = stacked(bp);
+    add_linear(model, xf_name, weights_of, biases_of);
   };
   auto norm = [&](const std::string& prefix, const std::string& xf_name) {
     model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale", false);
