@@ -413,7 +413,11 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
   ranks.broadcast(adam.state().second_moment.data(), model.parameter_count() * sizeof(float), 0);
   const LearningRateSchedule schedule{options.lr_scale, static_cast<int64_t>(config.d_model),
                                       options.warmup};
-  BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data);
+  JoinOptions joins;
+  joins.probability = options.join_probability;
+  joins.max_pairs = static_cast<size_t>(options.join_max_pairs);
+  joins.max_length = static_cast<size_t>(options.max_length);
+  BatchIterator batches(corpus, static_cast<size_t>(options.batch_tokens), state.data, joins);
   // Saved with each checkpoint (and so a model file's training.options): the shape options say
   // the architecture trained, also when --init-from or --resume chose it over the flags.
   TrainOptions trained_options = options;
@@ -556,18 +560,19 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
     // The global batch, cut as in one process; this rank trains on its share of the rows, padded
     // to the global batch's lengths so that dropout draws one process's masks for them.
     const BatchIndices& global_batch = batches.next();
+    const TokenizedCorpus& examples = batches.corpus();  // this epoch's (joined) examples
     const BatchIndices indices = rank_share(global_batch, ranks.rank(), ranks.size());
     int64_t global_source_len = 0, global_target_len = 0;
     for (uint32_t i : global_batch) {
-      global_source_len = std::max<int64_t>(global_source_len, padded_source_length(corpus, i));
-      global_target_len = std::max<int64_t>(global_target_len, padded_target_length(corpus, i));
+      global_source_len = std::max<int64_t>(global_source_len, padded_source_length(examples, i));
+      global_target_len = std::max<int64_t>(global_target_len, padded_target_length(examples, i));
     }
     std::vector<std::vector<int32_t>> sources, targets;
     sources.reserve(indices.size());
     targets.reserve(indices.size());
     for (uint32_t i : indices) {
-      sources.emplace_back(corpus.source(i), corpus.source(i) + corpus.source_length(i));
-      targets.emplace_back(corpus.target(i), corpus.target(i) + corpus.target_length(i));
+      sources.emplace_back(examples.source(i), examples.source(i) + examples.source_length(i));
+      targets.emplace_back(examples.target(i), examples.target(i) + examples.target_length(i));
     }
     const uint64_t dropout_seed = dropout_seed_for_step(state.rng_seed, state.step + 1);
     const double lr = schedule.at(state.step + 1);

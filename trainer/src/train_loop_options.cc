@@ -120,6 +120,15 @@ const std::vector<OptionSpec>& option_table() {
       {"batch-tokens", "N padded tokens per batch: rows * max(src, tgt) <= N (default 4096)",
        [](O& o, const std::string& v) { o.batch_tokens = to_int("batch-tokens", v, 2, kMaxInt); },
        [](const O& o) { return std::to_string(o.batch_tokens); }},
+      {"join-probability", "P  longer examples: each example of an epoch is, with chance P, the\n"
+                           "                   next 2..--join-max-pairs pairs of a shuffled order joined\n"
+                           "                   (sources and targets each concatenated, within --max-length);\n"
+                           "                   every pair still once an epoch (default 0: off)",
+       [](O& o, const std::string& v) { o.join_probability = to_double("join-probability", v, 0, 1); },
+       [](const O& o) { return number_text(o.join_probability); }},
+      {"join-max-pairs", "N most pairs in a joined example (2..64, default 4)",
+       [](O& o, const std::string& v) { o.join_max_pairs = to_int("join-max-pairs", v, 2, 64); },
+       [](const O& o) { return std::to_string(o.join_max_pairs); }},
       {"layers", "N       encoder and decoder layers (sets both)",
        [](O& o, const std::string& v) {
          o.encoder_layers = o.decoder_layers = static_cast<uint32_t>(to_int("layers", v, 1, 64));

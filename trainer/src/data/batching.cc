@@ -76,12 +76,62 @@ std::vector<BatchIndices> plan_batches(const TokenizedCorpus& corpus, size_t bat
   return batches;
 }
 
+std::vector<BatchIndices> plan_joins(const TokenizedCorpus& corpus, const JoinOptions& options,
+                                     uint64_t seed, uint64_t epoch) {
+  const size_t n = corpus.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  SplitMix64 rng(epoch_seed(seed, epoch, 3));
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  // One draw per example from a generator of its own, whatever the lengths: the probability
+  // as a 53-bit fraction, the pair count as a remainder.
+  std::vector<BatchIndices> groups;
+  const size_t extra_pairs = options.max_pairs >= 2 ? options.max_pairs - 1 : 0;
+  for (size_t next = 0; next < n;) {
+    const uint64_t draw = rng.next();
+    const bool join = extra_pairs > 0 &&
+                      static_cast<double>(draw >> 11) * 0x1p-53 < options.probability;
+    const size_t wanted = join ? 2 + static_cast<size_t>(rng.below(extra_pairs)) : 1;
+    BatchIndices group{order[next++]};
+    size_t source = corpus.source_length(group[0]), target = corpus.target_length(group[0]);
+    while (group.size() < wanted && next < n) {
+      const uint32_t candidate = order[next];
+      const size_t s = source + corpus.source_length(candidate);
+      const size_t t = target + corpus.target_length(candidate);
+      if (options.max_length > 0 && std::max(s, t) > options.max_length) break;
+      group.push_back(candidate);
+      source = s;
+      target = t;
+      ++next;
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+TokenizedCorpus join_pairs(const TokenizedCorpus& corpus, const std::vector<BatchIndices>& groups) {
+  TokenizedCorpus joined;
+  joined.ids.reserve(corpus.ids.size());
+  joined.offsets.reserve(2 * groups.size() + 1);
+  joined.offsets.push_back(0);
+  for (const BatchIndices& group : groups) {
+    for (uint32_t i : group) {
+      joined.ids.insert(joined.ids.end(), corpus.source(i), corpus.source(i) + corpus.source_length(i));
+    }
+    joined.offsets.push_back(joined.ids.size());
+    for (uint32_t i : group) {
+      joined.ids.insert(joined.ids.end(), corpus.target(i), corpus.target(i) + corpus.target_length(i));
+    }
+    joined.offsets.push_back(joined.ids.size());
+  }
+  return joined;
+}
+
 BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
-                             DataPosition start)
-    : corpus_(corpus), batch_tokens_(batch_tokens), position_(start) {
+                             DataPosition start, const JoinOptions& joins)
+    : corpus_(corpus), batch_tokens_(batch_tokens), joins_(joins), position_(start) {
   if (corpus.size() == 0) throw Error("the training corpus is empty after filtering");
-  plan_ = plan_batches(corpus_, batch_tokens_, position_.seed, position_.epoch);
-  plan_epoch_ = position_.epoch;
+  plan_epoch();
   if (position_.batch_index > plan_.size()) {
     throw Error("data position batch " + std::to_string(position_.batch_index) +
                 " is past the epoch's " + std::to_string(plan_.size()) +
@@ -94,11 +144,16 @@ const BatchIndices& BatchIterator::next() {
     ++position_.epoch;
     position_.batch_index = 0;
   }
-  if (plan_epoch_ != position_.epoch) {
-    plan_ = plan_batches(corpus_, batch_tokens_, position_.seed, position_.epoch);
-    plan_epoch_ = position_.epoch;
-  }
+  if (plan_epoch_ != position_.epoch) plan_epoch();
   return plan_[position_.batch_index++];
+}
+
+void BatchIterator::plan_epoch() {
+  if (joins_.probability > 0) {
+    joined_ = join_pairs(corpus_, plan_joins(corpus_, joins_, position_.seed, position_.epoch));
+  }
+  plan_ = plan_batches(corpus(), batch_tokens_, position_.seed, position_.epoch);
+  plan_epoch_ = position_.epoch;
 }
 
 }  // namespace xf::trainer

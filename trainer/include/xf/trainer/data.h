@@ -176,6 +176,28 @@ using BatchIndices = std::vector<uint32_t>;
 std::vector<BatchIndices> plan_batches(const TokenizedCorpus& corpus, size_t batch_tokens,
                                        uint64_t seed, uint64_t epoch, bool shuffle = true);
 
+// ---- Joined examples (--join-probability) ---------------------------------------------------
+
+// The corpus holds few long sentences, so a model trained on it alone fails on long input.
+// Examples made of several pairs (their sources concatenated, their targets likewise) teach it
+// longer ones. With SentencePiece, whose pieces never span a space, the ids of "A" then "B" are
+// the ids of the text "A B".
+struct JoinOptions {
+  double probability = 0;  // chance that an example is a join (0: the corpus as it is)
+  size_t max_pairs = 4;    // a join takes 2..max_pairs pairs, each count equally likely
+  size_t max_length = 0;   // tokens a side of a join may hold (0: no limit)
+};
+
+// One epoch's examples as groups of pair indices. The pairs are taken in an order shuffled by
+// (seed, epoch); each example starts at the next pair and is, with `probability`, a join of k
+// pairs (k uniform in 2..max_pairs), ending early when the next pair would take a side past
+// max_length; otherwise that pair alone. Every pair is in exactly one example, so an epoch still
+// sees each pair once. Depends only on (corpus lengths, options, seed, epoch).
+std::vector<BatchIndices> plan_joins(const TokenizedCorpus& corpus, const JoinOptions& options,
+                                     uint64_t seed, uint64_t epoch);
+// The corpus of those examples: each group's sources concatenated, and its targets.
+TokenizedCorpus join_pairs(const TokenizedCorpus& corpus, const std::vector<BatchIndices>& groups);
+
 // Where the data iterator stands; saved in checkpoints so a resume continues exactly.
 struct DataPosition {
   uint64_t epoch = 0;        // 0-based
@@ -183,18 +205,26 @@ struct DataPosition {
   uint64_t seed = 0;
 };
 
-// Walks the epochs' batch plans in order.
+// Walks the epochs' batch plans in order. With joins, each epoch has its own examples
+// (join_pairs of plan_joins for that epoch), rebuilt from (seed, epoch) alone, so a resume at
+// any position continues exactly.
 class BatchIterator {
  public:
-  BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start);
-  // The next batch; moves to the next epoch (a new shuffle) when one ends.
+  BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start,
+                const JoinOptions& joins = {});
+  // The next batch; moves to the next epoch (a new shuffle) when one ends. Its indices are
+  // into corpus(), which changes with the epoch when joins are on.
   const BatchIndices& next();
+  const TokenizedCorpus& corpus() const { return joins_.probability > 0 ? joined_ : corpus_; }
   DataPosition position() const { return position_; }
   size_t batches_per_epoch() const { return plan_.size(); }
 
  private:
+  void plan_epoch();
   const TokenizedCorpus& corpus_;
   size_t batch_tokens_;
+  JoinOptions joins_;
+  TokenizedCorpus joined_;  // this epoch's examples when joins are on
   DataPosition position_;
   std::vector<BatchIndices> plan_;
   uint64_t plan_epoch_ = ~0ull;

@@ -31,6 +31,8 @@ struct TrainOptions {
   std::string spm_type = "unigram";     // --spm-type unigram|bpe|char|word
   int64_t max_length = 100;             // --max-length: tokens per side, longer pairs dropped
   int64_t batch_tokens = 4096;          // --batch-tokens: rows * max(src, tgt) padded length
+  double join_probability = 0;          // --join-probability: share of examples joined from pairs
+  int64_t join_max_pairs = 4;           // --join-max-pairs: a join takes 2..N pairs
   // Model
   uint32_t encoder_layers = 6;          // --encoder-layers (or --layers for both)
   uint32_t decoder_layers = 6;          // --decoder-layers
