@@ -174,6 +174,72 @@ TEST(CorpusScores, RejectMissingOrMismatchedReferences) {
   EXPECT_THROW(corpus_chrf({"a"}, {{}}), Error);
 }
 
+// ---- Scores by source length ---------------------------------------------------------------------
+
+TEST(CountWords, SplitsOnPythonWhitespace) {
+  EXPECT_EQ(count_words(""), 0);
+  EXPECT_EQ(count_words("   "), 0);
+  EXPECT_EQ(count_words("Hello."), 1);
+  EXPECT_EQ(count_words("  It costs\t3.50  euros. "), 4);
+  EXPECT_EQ(count_words("a\u00a0b\u202fc"), 3);  // no-break spaces split, as in str.split()
+  EXPECT_EQ(count_words("caf\u00e9 d\u00e9j\u00e0"), 2);
+}
+
+std::string words(int count) {
+  std::string text;
+  for (int i = 0; i < count; ++i) text += (i ? " w" : "w") + std::to_string(i);
+  return text;
+}
+
+// Sources of 0, 5, 6, 10, 11, 25 and 26 words: each edge on both sides. Each bucket is scored
+// as the corpus of its own sentences; a bucket without sentences is returned empty.
+TEST(ScoresByLength, BucketEdgesAndEachBucketScoredAsItsOwnCorpus) {
+  const Sample sample = parallel_sample(true);
+  const std::vector<int> lengths = {0, 5, 6, 10, 11, 25, 26, 3, 7, 30};
+  std::vector<std::string> sources, hypotheses;
+  std::vector<std::vector<std::string>> references;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    sources.push_back(words(lengths[i]));
+    hypotheses.push_back(sample.hypotheses[i]);
+    references.push_back(sample.references[i]);
+  }
+  const auto buckets = scores_by_source_length(sources, hypotheses, references);
+  ASSERT_EQ(buckets.size(), 5u);
+  const std::vector<std::string> labels = {"1-5", "6-10", "11-15", "16-25", "26+"};
+  const std::vector<std::vector<size_t>> members = {{0, 1, 7}, {2, 3, 8}, {4}, {5}, {6, 9}};
+  for (size_t b = 0; b < 5; ++b) {
+    EXPECT_EQ(buckets[b].label(), labels[b]);
+    ASSERT_EQ(buckets[b].sentences, members[b].size()) << labels[b];
+    std::vector<std::string> bucket_hypotheses;
+    std::vector<std::vector<std::string>> bucket_references;
+    for (size_t i : members[b]) {
+      bucket_hypotheses.push_back(hypotheses[i]);
+      bucket_references.push_back(references[i]);
+    }
+    EXPECT_EQ(buckets[b].bleu.score, corpus_bleu(bucket_hypotheses, bucket_references).score) << labels[b];
+    EXPECT_EQ(buckets[b].chrf, corpus_chrf(bucket_hypotheses, bucket_references)) << labels[b];
+  }
+  EXPECT_NE(buckets[0].bleu.score, buckets[1].bleu.score);  // the buckets hold different sentences
+
+  // Only short sources: the longer buckets are there, empty.
+  const auto short_only = scores_by_source_length({words(2), words(9)}, {hypotheses[0], hypotheses[1]},
+                                                  {references[0], references[1]});
+  ASSERT_EQ(short_only.size(), 5u);
+  EXPECT_EQ(short_only[0].sentences, 1u);
+  EXPECT_EQ(short_only[1].sentences, 1u);
+  for (size_t b = 2; b < 5; ++b) EXPECT_EQ(short_only[b].sentences, 0u) << labels[b];
+
+  // Edges of one's own; bad edges and counts are errors.
+  const auto custom = scores_by_source_length(sources, hypotheses, references, {6});
+  ASSERT_EQ(custom.size(), 2u);
+  EXPECT_EQ(custom[0].label(), "1-6");
+  EXPECT_EQ(custom[1].label(), "7+");
+  EXPECT_EQ(custom[0].sentences, 4u);  // 0, 5, 6, 3 words
+  EXPECT_THROW(scores_by_source_length(sources, hypotheses, references, {5, 5}), Error);
+  EXPECT_THROW(scores_by_source_length(sources, hypotheses, references, {0}), Error);
+  EXPECT_THROW(scores_by_source_length({"a"}, hypotheses, references), Error);
+}
+
 // ---- Files ---------------------------------------------------------------------------------------
 
 TEST(ReadTextLines, SplitsOnNewlinesOnly) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -93,6 +94,56 @@ TEST(XfEval, JsonHasFullPrecisionScores) {
   EXPECT_EQ(json_number(run.out, "hyp_len"), expected_number("corpus_bleu.single.hyp_len")) << run.out;
   EXPECT_EQ(json_number(run.out, "ref_len"), expected_number("corpus_bleu.single.ref_len")) << run.out;
   EXPECT_EQ(json_number(run.out, "sentences"), 36) << run.out;
+}
+
+// --by-length: the totals as without it, then one table row per bucket. The sample's six
+// sources have 1 to 4 words: all in 1-5, whose scores are then the totals; the other buckets
+// are empty ('-', JSON null).
+TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
+  const std::string args = "--hyp " + quoted(data_path("hyp.tsv-sources.txt")) + " --ref-tsv " +
+                           quoted(data_path("refs.tsv"));
+  const ProgramRun plain = run_xf_eval(args + " --json");
+  const double bleu = json_number(plain.out, "bleu"), chrf = json_number(plain.out, "chrf2");
+  char first_row[128];
+  std::snprintf(first_row, sizeof first_row, "| 1-5 | 6 | %.2f | %.2f |\n", bleu, chrf);
+  const ProgramRun run = run_xf_eval(args + " --by-length");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, expected().at("text.tsv") + "\n" +
+                         "| source words | sentences | BLEU | chrF2 |\n| --- | ---: | ---: | ---: |\n" +
+                         first_row +
+                         "| 6-10 | 0 | - | - |\n| 11-15 | 0 | - | - |\n| 16-25 | 0 | - | - |\n"
+                         "| 26+ | 0 | - | - |\n");
+  const ProgramRun json = run_xf_eval(args + " --by-length --json");
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"by_length\": [{\"words\": \"1-5\", \"sentences\": 6, \"bleu\": "),
+            std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("{\"words\": \"26+\", \"sentences\": 0, \"bleu\": null, \"chrf2\": null}]"),
+            std::string::npos) << json.out;
+  // Edges 1,3: "Stop!", "Hello.", "Nothing." (1 word); "I'm hit!" (2); two of 4 words.
+  const ProgramRun custom = run_xf_eval(args + " --by-length --length-buckets 1,3");
+  EXPECT_EQ(custom.exit_code, 0) << custom.err;
+  EXPECT_NE(custom.out.find("| 1-1 | 3 | "), std::string::npos) << custom.out;
+  EXPECT_NE(custom.out.find("| 2-3 | 1 | "), std::string::npos) << custom.out;
+  EXPECT_NE(custom.out.find("| 4+ | 2 | "), std::string::npos) << custom.out;
+  // With parallel files the sources come from --src.
+  const std::string sources = write_temp_file("sources.txt", "a b c d e f g\n");
+  const std::string hyp = write_temp_file("one_hyp.txt", "le chat est sur la table\n");
+  const std::string ref = write_temp_file("one_ref.txt", "le chat est sur la table\n");
+  const ProgramRun with_src = run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --src " +
+                                          quoted(sources) + " --by-length");
+  EXPECT_EQ(with_src.exit_code, 0) << with_src.err;
+  EXPECT_NE(with_src.out.find("| 1-5 | 0 | - | - |\n| 6-10 | 1 | 100.00 | 100.00 |\n"), std::string::npos)
+      << with_src.out;
+  expect_one_line_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --by-length"), 2,
+                        "--by-length with --ref needs --src FILE");
+  expect_one_line_error(run_xf_eval(args + " --by-length --length-buckets 5,3"), 2,
+                        "--length-buckets expects ascending word counts");
+  expect_one_line_error(run_xf_eval(args + " --by-length --length-buckets 5,"), 2,
+                        "--length-buckets expects ascending word counts");
+  const std::string two_sources = write_temp_file("two_sources.txt", "a\nb\n");
+  expect_one_line_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --src " +
+                                    quoted(two_sources) + " --by-length"),
+                        1, "source file " + two_sources + " has 2 lines but hypothesis file");
 }
 
 TEST(XfEval, HelpExitsZero) {

@@ -1,4 +1,5 @@
 // xf-eval: BLEU and chrF2 of a hypothesis file against references, as sacreBLEU computes them.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,6 +16,7 @@ constexpr int kExitUsageError = 2;
 const char* const kUsage = R"(usage: xf-eval --hyp FILE --ref FILE [--ref FILE...] [--json]
        xf-eval --hyp FILE --ref-tsv FILE [--source-column N] [--target-column N] [--json]
        xf-eval --ref-tsv FILE --print-sources [--source-column N] [--target-column N]
+       xf-eval ... --by-length [--src FILE] [--length-buckets 5,10,15,25]
 
 Scores a hypothesis file (one translation a line, UTF-8) with BLEU and chrF2 exactly as
 sacreBLEU 2.x does by default (13a tokenization, 4-grams, exp smoothing; chrF: 6 character
@@ -31,6 +33,14 @@ n-grams, beta 2, whitespace removed). Prints, like sacreBLEU:
   --target-column N     TSV column of the reference translation (default 1)
   --print-sources       print the distinct TSV sources in that order, one a line, and exit
                         (e.g. xf-eval --ref-tsv test.tsv --print-sources | xf-run ... > hyp.txt)
+  --by-length           also score the sentences by the number of words of their source
+                        (whitespace-separated), each bucket as a corpus of its own, printed
+                        as a table (| source words | sentences | BLEU | chrF2 |) after the
+                        totals; an empty bucket shows '-' (JSON: null). The sources come from
+                        --ref-tsv, or from --src with --ref
+  --src FILE            sources parallel to the hypotheses (for --by-length with --ref)
+  --length-buckets LIST upper edges of the buckets, ascending (default 5,10,15,25: 1-5, 6-10,
+                        11-15, 16-25 and 26+ words)
   --json                print the scores as one JSON object at full precision
   --help                print this help
 
@@ -46,11 +56,31 @@ struct Options {
   int target_column = 1;
   bool print_sources = false;
   bool json = false;
+  bool by_length = false;
+  std::string src_path;
+  std::vector<int64_t> length_edges = xf::metrics::kDefaultLengthEdges;
 };
 
 struct UsageError {
   std::string message;
 };
+
+std::vector<int64_t> parse_edges(const std::string& option, const std::string& value) {
+  std::vector<int64_t> edges;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string field = value.substr(start, comma - start);
+    char* end = nullptr;
+    const long long edge = std::strtoll(field.c_str(), &end, 10);
+    if (field.empty() || *end != '\0' || edge < 1 || edge > 100000 ||
+        (!edges.empty() && edge <= edges.back()))
+      throw UsageError{option + " expects ascending word counts from 1 like 5,10,15,25, got '" + value + "'"};
+    edges.push_back(edge);
+    start = comma + 1;
+  }
+  return edges;
+}
 
 int parse_column(const std::string& option, const std::string& value) {
   char* end = nullptr;
@@ -75,6 +105,9 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--target-column") options.target_column = parse_column(arg, value());
     else if (arg == "--print-sources") options.print_sources = true;
     else if (arg == "--json") options.json = true;
+    else if (arg == "--by-length") options.by_length = true;
+    else if (arg == "--src") options.src_path = value();
+    else if (arg == "--length-buckets") options.length_edges = parse_edges(arg, value());
     else throw UsageError{"unknown option '" + arg + "' (try --help)"};
   }
   if (!options.ref_paths.empty() && !options.ref_tsv_path.empty())
@@ -86,26 +119,64 @@ Options parse_options(int argc, char** argv) {
   if (options.hyp_path.empty()) throw UsageError{"missing --hyp FILE (try --help)"};
   if (options.ref_paths.empty() && options.ref_tsv_path.empty())
     throw UsageError{"missing --ref FILE or --ref-tsv FILE (try --help)"};
+  if (!options.src_path.empty() && !options.by_length) throw UsageError{"--src is for --by-length"};
+  if (!options.src_path.empty() && !options.ref_tsv_path.empty())
+    throw UsageError{"--src with --ref-tsv: the TSV gives the sources already"};
+  if (options.by_length && options.ref_tsv_path.empty() && options.src_path.empty())
+    throw UsageError{"--by-length with --ref needs --src FILE (the sources of the hypotheses)"};
   return options;
 }
 
-void print_json(const xf::metrics::BleuScore& bleu, double chrf, size_t sentences, size_t references) {
+// The scores of each bucket, as a Markdown table.
+void print_length_table(const std::vector<xf::metrics::LengthBucket>& buckets) {
+  std::printf("| source words | sentences | BLEU | chrF2 |\n| --- | ---: | ---: | ---: |\n");
+  for (const auto& bucket : buckets) {
+    if (bucket.sentences == 0) {
+      std::printf("| %s | 0 | - | - |\n", bucket.label().c_str());
+    } else {
+      std::printf("| %s | %zu | %.2f | %.2f |\n", bucket.label().c_str(), bucket.sentences,
+                  bucket.bleu.score, bucket.chrf);
+    }
+  }
+}
+
+std::string length_json(const std::vector<xf::metrics::LengthBucket>& buckets) {
+  std::string json = ", \"by_length\": [";
+  char item[256];
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const auto& bucket = buckets[b];
+    if (bucket.sentences == 0) {
+      std::snprintf(item, sizeof item, "%s{\"words\": \"%s\", \"sentences\": 0, \"bleu\": null, \"chrf2\": null}",
+                    b ? ", " : "", bucket.label().c_str());
+    } else {
+      std::snprintf(item, sizeof item, "%s{\"words\": \"%s\", \"sentences\": %zu, \"bleu\": %.17g, \"chrf2\": %.17g}",
+                    b ? ", " : "", bucket.label().c_str(), bucket.sentences, bucket.bleu.score, bucket.chrf);
+    }
+    json += item;
+  }
+  return json + "]";
+}
+
+void print_json(const xf::metrics::BleuScore& bleu, double chrf, size_t sentences, size_t references,
+                const std::string& extra) {
   const auto& s = bleu.stats;
   std::printf(
       "{\"bleu\": %.17g, \"chrf2\": %.17g, \"bleu_precisions\": [%.17g, %.17g, %.17g, %.17g], "
       "\"bleu_bp\": %.17g, \"bleu_ratio\": %.17g, \"hyp_len\": %lld, \"ref_len\": %lld, "
       "\"bleu_counts\": [%lld, %lld, %lld, %lld], \"bleu_totals\": [%lld, %lld, %lld, %lld], "
-      "\"sentences\": %zu, \"references\": %zu}\n",
+      "\"sentences\": %zu, \"references\": %zu%s}\n",
       bleu.score, chrf, bleu.precisions[0], bleu.precisions[1], bleu.precisions[2], bleu.precisions[3],
       bleu.brevity_penalty, bleu.ratio, (long long)s.hyp_len, (long long)s.ref_len, (long long)s.correct[0],
       (long long)s.correct[1], (long long)s.correct[2], (long long)s.correct[3], (long long)s.total[0],
-      (long long)s.total[1], (long long)s.total[2], (long long)s.total[3], sentences, references);
+      (long long)s.total[1], (long long)s.total[2], (long long)s.total[3], sentences, references,
+      extra.c_str());
 }
 
 int run(const Options& options) {
   namespace m = xf::metrics;
   std::vector<std::vector<std::string>> references;  // [hypothesis][its references]
   std::string references_origin;                     // names the references in messages
+  std::vector<std::string> sources;                  // for --by-length
   if (!options.ref_tsv_path.empty()) {
     m::GroupedReferences grouped =
         m::group_references_by_source(options.ref_tsv_path, options.source_column, options.target_column);
@@ -117,6 +188,7 @@ int run(const Options& options) {
       return 0;
     }
     references = std::move(grouped.references);
+    sources = std::move(grouped.sources);
     references_origin = options.ref_tsv_path + " (distinct sources)";
   } else {
     std::vector<std::vector<std::string>> files;
@@ -130,14 +202,28 @@ int run(const Options& options) {
                     " lines but " + references_origin + " has " + std::to_string(references.size()));
   if (hypotheses.empty()) throw xf::Error("hypothesis file " + options.hyp_path + " is empty: nothing to score");
 
+  std::vector<m::LengthBucket> buckets;
+  if (options.by_length) {
+    if (!options.src_path.empty()) {
+      sources = m::read_text_lines(options.src_path);
+      if (sources.size() != hypotheses.size())
+        throw xf::Error("source file " + options.src_path + " has " + std::to_string(sources.size()) +
+                        " lines but hypothesis file " + options.hyp_path + " has " +
+                        std::to_string(hypotheses.size()));
+    }
+    buckets = m::scores_by_source_length(sources, hypotheses, references, options.length_edges);
+  }
+
   const m::BleuScore bleu = m::corpus_bleu(hypotheses, references);
   const double chrf = m::corpus_chrf(hypotheses, references);
   if (options.json) {
     size_t reference_count = 0;
     for (const auto& refs : references) reference_count += refs.size();
-    print_json(bleu, chrf, hypotheses.size(), reference_count);
+    print_json(bleu, chrf, hypotheses.size(), reference_count,
+               options.by_length ? length_json(buckets) : std::string());
   } else {
     std::printf("%s\n%s\n", bleu.to_string().c_str(), m::chrf_to_string(chrf).c_str());
+    if (options.by_length) print_length_table(buckets);
   }
   return 0;
 }

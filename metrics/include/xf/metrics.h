@@ -89,6 +89,36 @@ double corpus_chrf(const std::vector<std::string>& hypotheses,
 // "chrF2 = 55.67"
 std::string chrf_to_string(double chrf);
 
+// ---- Scores by source length ------------------------------------------------------------------
+
+// Where a model breaks is hidden in one corpus score: short sentences dominate it. These split
+// the sentences by the number of words of their source (runs of whitespace-separated text) and
+// score each bucket as a corpus of its own.
+
+// The buckets' upper edges, ascending: {5, 10, 15, 25} gives 1-5, 6-10, 11-15, 16-25 and 26+
+// words (a source of no words falls in the first bucket).
+inline const std::vector<int64_t> kDefaultLengthEdges = {5, 10, 15, 25};
+
+struct LengthBucket {
+  int64_t min_words = 0;
+  int64_t max_words = -1;  // -1: no upper edge (the last bucket)
+  size_t sentences = 0;
+  BleuScore bleu;          // meaningful only when sentences > 0
+  double chrf = 0.0;
+  std::string label() const;  // "1-5", "26+"
+};
+
+// The number of words of `text`, split on whitespace as Python's str.split() does.
+int64_t count_words(std::string_view text);
+
+// One bucket per edge plus the last, open one; sources[i] is the source of hypotheses[i].
+// Empty buckets are returned with sentences = 0. Throws xf::Error when the counts differ or the
+// edges are not positive and ascending.
+std::vector<LengthBucket> scores_by_source_length(
+    const std::vector<std::string>& sources, const std::vector<std::string>& hypotheses,
+    const std::vector<std::vector<std::string>>& references,
+    const std::vector<int64_t>& edges = kDefaultLengthEdges);
+
 // ---- Files -------------------------------------------------------------------------------------
 
 // The lines of a UTF-8 text file, split on '\n' only (as sacreBLEU reads files; a final newline

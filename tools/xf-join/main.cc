@@ -1,0 +1,133 @@
+// xf-join: a test or dev set of long sentences made from a TSV of short ones, by joining 2-4
+// of its distinct sources (and their references) the way xf-train --join-probability joins
+// training pairs (plan_joins, trainer/src/data/batching.cc), so a model can be chosen on long
+// input without a long corpus.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "xf/error.h"
+#include "xf/format/model_writer.h"
+#include "xf/metrics.h"
+#include "xf/trainer/data.h"
+
+namespace {
+
+const char* const kUsage = R"(usage: xf-join --in FILE.tsv --out FILE.tsv [--seed N] [--max-pairs N] [--probability P]
+
+Writes a TSV of longer sentence pairs made from FILE.tsv (source<TAB>target, no header). The
+rows that share a source are its references (as xf-eval --ref-tsv groups them); the distinct
+sources are taken in an order shuffled by --seed, and each output source is, with probability
+--probability (default 1: every one), the next 2..--max-pairs (default 4) of them joined with
+spaces, else one alone. Every input source is used once. A joined source gets as many
+references as its part with the most: reference r joins reference r of each part (its last when
+it has fewer). The output is one row per reference, ready for xf-eval --ref-tsv; the same input
+and options give the same file.
+
+  xf-join --in $XF_DATA/dev.tsv --out dev-long.tsv --seed 1
+
+Exit status: 0 on success, 1 on bad input, 2 on a bad command line.
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+struct Options {
+  std::string in_path, out_path;
+  uint64_t seed = 1;
+  size_t max_pairs = 4;
+  double probability = 1;
+};
+
+double parse_number(const std::string& option, const std::string& value, double low, double high) {
+  char* end = nullptr;
+  const double number = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(number >= low && number <= high))
+    throw UsageError{option + " expects a number from " + std::to_string(static_cast<long long>(low)) +
+                     " to " + std::to_string(static_cast<long long>(high)) + ", got '" + value + "'"};
+  return number;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--in") options.in_path = value();
+    else if (arg == "--out") options.out_path = value();
+    else if (arg == "--seed") options.seed = static_cast<uint64_t>(parse_number(arg, value(), 0, 1e15));
+    else if (arg == "--max-pairs") options.max_pairs = static_cast<size_t>(parse_number(arg, value(), 2, 64));
+    else if (arg == "--probability") options.probability = parse_number(arg, value(), 0, 1);
+    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+  }
+  if (options.in_path.empty() || options.out_path.empty())
+    throw UsageError{"needs --in FILE and --out FILE (try --help)"};
+  return options;
+}
+
+int run(const Options& options) {
+  namespace m = xf::metrics;
+  namespace t = xf::trainer;
+  const m::GroupedReferences grouped = m::group_references_by_source(options.in_path);
+  if (grouped.sources.empty()) throw xf::Error(options.in_path + ": no sentence pairs");
+  // plan_joins needs only each pair's lengths: words stand in for tokens (no length limit here).
+  t::TokenizedCorpus lengths;
+  for (size_t i = 0; i < grouped.sources.size(); ++i) {
+    lengths.add(std::vector<int32_t>(static_cast<size_t>(m::count_words(grouped.sources[i])), 0),
+                std::vector<int32_t>(static_cast<size_t>(m::count_words(grouped.references[i][0])), 0));
+  }
+  t::JoinOptions joins;
+  joins.probability = options.probability;
+  joins.max_pairs = options.max_pairs;
+  const std::vector<t::BatchIndices> groups = t::plan_joins(lengths, joins, options.seed, /*epoch=*/0);
+
+  std::string text;
+  for (const t::BatchIndices& group : groups) {
+    std::string source;
+    size_t reference_count = 0;
+    for (uint32_t i : group) {
+      source += (source.empty() ? "" : " ") + grouped.sources[i];
+      reference_count = std::max(reference_count, grouped.references[i].size());
+    }
+    for (size_t r = 0; r < reference_count; ++r) {
+      std::string reference;
+      for (uint32_t i : group) {
+        const auto& references = grouped.references[i];
+        reference += (reference.empty() ? "" : " ") + references[std::min(r, references.size() - 1)];
+      }
+      text += source + "\t" + reference + "\n";
+    }
+  }
+  xf::write_file_atomically(options.out_path, text.data(), text.size());
+  std::fprintf(stderr, "xf-join: %zu sources -> %zu (%zu joined), written to %s\n",
+               grouped.sources.size(), groups.size(),
+               static_cast<size_t>(std::count_if(groups.begin(), groups.end(),
+                                                 [](const auto& g) { return g.size() > 1; })),
+               options.out_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  try {
+    return run(parse_options(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "xf-join: %s\n", e.message.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xf-join: %s\n", e.what());
+    return 1;
+  }
+}
