@@ -180,6 +180,53 @@ TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
   EXPECT_TRUE(fs::exists(dir + "/parts/metrics.png"));
 }
 
+// --join-probability: a run with joined examples trains on other batches than one without,
+// is deterministic, and stopped and resumed (the options from the checkpoint) equals the
+// straight run bit for bit, across epoch boundaries whose joins differ.
+TEST(DataTrainLoop, JoinedExamplesResumeExactly) {
+  EXPECT_EQ(error_of([] {
+              train_options_from_map({{"train", "t"}, {"out", "o"}, {"join-probability", "1.5"}});
+            }),
+            "--join-probability: 1.5 is out of range");
+  EXPECT_EQ(error_of([] {
+              train_options_from_map({{"train", "t"}, {"out", "o"}, {"join-max-pairs", "1"}});
+            }),
+            "--join-max-pairs: 1 is out of range 2..64");
+  std::string dir = test_dir("joins");
+  std::string train = write_reverse_corpus(dir, 120, 2);
+  const int total_steps = 14, first_part = 6;
+  std::ostringstream log;
+  auto joined_values = [&](const std::string& out) {
+    auto values = tiny_run(train, dir + out);
+    values["join-probability"] = "0.5";
+    values["join-max-pairs"] = "3";
+    values["max-steps"] = std::to_string(total_steps);
+    return values;
+  };
+  const TrainSummary straight = run_training(train_options_from_map(joined_values("/straight")), log);
+  ASSERT_EQ(straight.step_losses.size(), static_cast<size_t>(total_steps));
+  EXPECT_EQ(run_training(train_options_from_map(joined_values("/again")), log).step_losses,
+            straight.step_losses);
+  auto plain_values = tiny_run(train, dir + "/plain");
+  plain_values["max-steps"] = std::to_string(total_steps);
+  EXPECT_NE(run_training(train_options_from_map(plain_values), log).step_losses, straight.step_losses);
+
+  auto part_values = joined_values("/parts");
+  part_values["max-steps"] = std::to_string(first_part);
+  const TrainSummary part1 = run_training(train_options_from_map(part_values), log);
+  const TrainOptions resumed = resolve_train_options(
+      {{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(total_steps)}});
+  EXPECT_EQ(resumed.join_probability, 0.5);  // taken from the checkpoint's options
+  EXPECT_EQ(resumed.join_max_pairs, 3);
+  const TrainSummary part2 = run_training(resumed, log);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  EXPECT_EQ(joined, straight.step_losses);  // bitwise
+  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
+            read_checkpoint(straight.last_checkpoint).parameters);
+  fs::remove_all(dir);
+}
+
 TEST(DataTrainLoop, StopRequestSavesACheckpointAndReturns) {
   std::string dir = test_dir("stop");
   auto values = tiny_run(write_reverse_corpus(dir, 40, 3), dir + "/run");

@@ -1,0 +1,136 @@
+// xf-join end to end: every distinct source used once, joins of 2..--max-pairs sources with
+// their references joined part by part, one row per reference, the same file for the same seed,
+// and one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include "temp_dir.h"
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+struct Exit {
+  int code = -1;
+  std::string err;
+};
+
+Exit run_join(const std::string& arguments, const std::string& dir) {
+  const std::string err = dir + "/stderr";
+  const int status = std::system((std::string("'") + XF_JOIN + "' " + arguments + " 2> '" + err + "'").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(err)};
+}
+
+std::vector<std::pair<std::string, std::string>> read_rows(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::istringstream lines(read_file(path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t tab = line.find('\t');
+    rows.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  return rows;
+}
+
+TEST(XfJoin, JoinsEverySourceOnceWithItsReferences) {
+  const std::string dir = xf::test::make_temp_dir("xf_join");
+  // Source k has k % 3 + 1 references "rK.j"; sources are one word each ("sK").
+  std::string tsv;
+  std::map<std::string, std::vector<std::string>> references;
+  for (int k = 0; k < 40; ++k) {
+    for (int j = 0; j <= k % 3; ++j) {
+      const std::string source = "s" + std::to_string(k), reference = "r" + std::to_string(k) + "." + std::to_string(j);
+      tsv += source + "\t" + reference + "\n";
+      references[source].push_back(reference);
+    }
+  }
+  const std::string in = dir + "/in.tsv";
+  std::ofstream(in) << tsv;
+  const Exit done = run_join("--in '" + in + "' --out '" + dir + "/a.tsv' --seed 3", dir);
+  ASSERT_EQ(done.code, 0) << done.err;
+  EXPECT_NE(done.err.find("40 sources -> "), std::string::npos) << done.err;
+
+  std::multiset<std::string> used;
+  std::string previous_source;
+  std::vector<std::string> rows_of_source;
+  size_t outputs = 0, joined = 0;
+  auto check_source = [&]() {
+    if (previous_source.empty()) return;
+    ++outputs;
+    std::vector<std::string> parts;
+    std::istringstream words(previous_source);
+    for (std::string word; words >> word;) parts.push_back(word);
+    ASSERT_LE(parts.size(), 4u);
+    joined += parts.size() > 1;
+    size_t most = 0;
+    for (const auto& part : parts) {
+      used.insert(part);
+      most = std::max(most, references.at(part).size());
+    }
+    ASSERT_EQ(rows_of_source.size(), most) << previous_source;
+    for (size_t r = 0; r < most; ++r) {
+      std::string expected;
+      for (const auto& part : parts) {
+        const auto& refs = references.at(part);
+        expected += (expected.empty() ? "" : " ") + refs[std::min(r, refs.size() - 1)];
+      }
+      EXPECT_EQ(rows_of_source[r], expected);
+    }
+  };
+  for (const auto& [source, reference] : read_rows(dir + "/a.tsv")) {
+    if (source != previous_source) {
+      check_source();
+      previous_source = source;
+      rows_of_source.clear();
+    }
+    rows_of_source.push_back(reference);
+  }
+  check_source();
+  EXPECT_EQ(used.size(), 40u);
+  EXPECT_EQ(std::set<std::string>(used.begin(), used.end()).size(), 40u);  // each once
+  EXPECT_GE(joined, outputs - 1);  // every output a join but perhaps the last, left alone
+  EXPECT_LE(outputs, 20u);
+
+  // Deterministic by seed; --probability 0 copies the sources one by one.
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/b.tsv' --seed 3", dir).code, 0);
+  EXPECT_EQ(read_file(dir + "/a.tsv"), read_file(dir + "/b.tsv"));
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/c.tsv' --seed 4", dir).code, 0);
+  EXPECT_NE(read_file(dir + "/a.tsv"), read_file(dir + "/c.tsv"));
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/d.tsv' --probability 0", dir).code, 0);
+  for (const auto& [source, reference] : read_rows(dir + "/d.tsv")) {
+    EXPECT_EQ(source.find(' '), std::string::npos) << source;
+  }
+}
+
+TEST(XfJoin, BadCommandLinesAndInputsAreOneLine) {
+  const std::string dir = xf::test::make_temp_dir("xf_join_errors");
+  for (const auto& [arguments, code, fragment] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"--in x.tsv", 2, "needs --in FILE and --out FILE"},
+           {"--bogus 1", 2, "unknown option '--bogus'"},
+           {"--in a --out b --max-pairs 1", 2, "--max-pairs expects a number from 2 to 64, got '1'"},
+           {"--in a --out b --probability 2", 2, "--probability expects a number from 0 to 1"},
+           {"--in /nonexistent/in.tsv --out '" + dir + "/o.tsv'", 1, "/nonexistent/in.tsv"}}) {
+    const Exit run = run_join(arguments, dir);
+    EXPECT_EQ(run.code, code) << arguments;
+    EXPECT_EQ(run.err.rfind("xf-join: ", 0), 0u) << run.err;
+    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+    EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
+  }
+}
+
+}  // namespace
