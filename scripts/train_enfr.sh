@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the bundled English->French model (on the CPU, or a GPU with DEVICE=cuda), picks how
-# many checkpoints to average and the length penalty on dev.tsv, converts the model and scores it
-# on the test set.
+# many checkpoints to average and the length penalty on dev.tsv and its long version (xf-join),
+# converts the model and scores it on the test set and its long version, by source length.
 #
 #   scripts/train_enfr.sh                # everything, default budget
 #   MINUTES=600 THREADS=16 scripts/train_enfr.sh
@@ -37,6 +37,10 @@
 #   VALID_EVERY, VALID_BLEU, SAVE_EVERY, KEEP  validation and checkpoint cadence [500, 100, 250, 10]
 #   PRUNE    1: convert with --target-vocabulary-from train.tsv (the target side keeps the pieces
 #            French uses: a smaller output layer, faster decoding); 0: one shared vocabulary  [1]
+#   JOIN     xf-train --join-probability: the share of training examples joined from 2..JOIN_MAX_PAIRS
+#            pairs, for long sentences  [0]
+#   JOIN_MAX_PAIRS  [4]
+#   MAX_LENGTH  xf-train --max-length: tokens a side, joins included  [64]
 # The bundled model (docs/TRAINING.md, "The bundled English-French model"), in two stages: a
 # 6+2 model, 5 minutes on one H100,
 #   DEVICE=cuda MINUTES=5 VOCAB=12000 ENCODER_LAYERS=6 DECODER_LAYERS=2 DROPOUT=0.2 \
@@ -47,6 +51,12 @@
 #   0,1,3,4,5" RUN=build-enfr/run-5p2 MINUTES=70 CONTINUE_WARMUP=500 CONTINUE_LR_SCALE=0.18 \
 #   CONTINUE_SEED=3 CONTINUE_DROPOUT=0.2 BATCH_TOKENS=6000 VALID_BLEU=0 KEEP=16 \
 #   AVERAGE="4 8 12" PENALTY="0.6 1.0 1.4" scripts/train_enfr.sh
+# then (issue 29) that file continued on the CPU with 30% of the examples joined from 2-4 pairs,
+# for long sentences (docs/TRAINING.md, "Long sentences"):
+#   CONTINUE_FROM=enfr-5x2.xfm CONTINUE_RESHAPE=--shared-vocabulary RUN=build-enfr/run-long \
+#   MINUTES=112 CONTINUE_WARMUP=300 CONTINUE_LR_SCALE=0.111 CONTINUE_SEED=5 CONTINUE_DROPOUT=0.2 \
+#   BATCH_TOKENS=4000 MAX_LENGTH=96 JOIN=0.3 VALID_BLEU=0 SAVE_EVERY=200 KEEP=30 \
+#   AVERAGE="4 8" PENALTY="1.0 1.4" scripts/train_enfr.sh
 # Re-running with an existing RUN resumes training from its newest checkpoint.
 set -euo pipefail
 
@@ -68,7 +78,7 @@ if [[ $BF16 == auto ]]; then
   grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && BF16=1 || BF16=0
 fi
 
-for tool in xf-train xf-convert; do
+for tool in xf-train xf-convert xf-join xf-run xf-eval; do
   [[ -x $BIN/$tool ]] || { echo "train_enfr.sh: $BIN/$tool not found (build first)" >&2; exit 1; }
 done
 
@@ -87,7 +97,8 @@ TRAIN_ARGS=(
   --encoder-layers "${ENCODER_LAYERS:-3}" --decoder-layers "${DECODER_LAYERS:-3}"
   --d-model "${D_MODEL:-256}" --heads "${HEADS:-4}" --d-ff "${D_FF:-1024}" --norm pre
   --dropout "${DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${WARMUP:-400}"
-  --lr-scale "${LR_SCALE:-2}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}" --max-length 64
+  --lr-scale "${LR_SCALE:-2}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}"
+  --max-length "${MAX_LENGTH:-64}" --join-probability "${JOIN:-0}" --join-max-pairs "${JOIN_MAX_PAIRS:-4}"
   --max-minutes "$MINUTES" --valid-every "${VALID_EVERY:-500}"
   --valid-bleu-sentences "${VALID_BLEU:-100}" --save-every "${SAVE_EVERY:-250}"
   --keep "${KEEP:-10}" --threads "$THREADS" --seed 1 --device "$DEVICE"
@@ -101,7 +112,8 @@ CONTINUE_ARGS=(
   --src-lang en --tgt-lang fr
   --dropout "${CONTINUE_DROPOUT:-0.1}" --label-smoothing 0.1 --warmup "${CONTINUE_WARMUP:-1000}"
   --lr-scale "${CONTINUE_LR_SCALE:-1}" --clip-norm 1 --batch-tokens "${BATCH_TOKENS:-2500}"
-  --max-length 64 --max-minutes "$MINUTES" --valid-every "${VALID_EVERY:-500}"
+  --max-length "${MAX_LENGTH:-64}" --join-probability "${JOIN:-0}" --join-max-pairs "${JOIN_MAX_PAIRS:-4}"
+  --max-minutes "$MINUTES" --valid-every "${VALID_EVERY:-500}"
   --valid-bleu-sentences "${VALID_BLEU:-100}" --save-every "${SAVE_EVERY:-250}"
   --keep "${KEEP:-12}" --threads "$THREADS" --seed "${CONTINUE_SEED:-2}" --device "$DEVICE"
 )
@@ -122,43 +134,55 @@ fi
 trained=$(date +%s)
 echo "== training wall time: $(( (trained - start) / 60 )) min"
 
-# Choose on dev.tsv (beam 4, every reference of a source) how many of the newest checkpoints to
-# average and the length penalty; test.tsv stays unseen until the end.
+# Choose on dev (beam 4, every reference of a source) how many of the newest checkpoints to
+# average and the length penalty, by the sum of the BLEU on dev.tsv (short sentences) and on
+# dev-long.tsv (its sources joined 2-4 at a time by xf-join: long ones); test.tsv stays unseen
+# until the end.
 SCORES=$(dirname "$RUN")
 mkdir -p "$(dirname "$MODEL")"
 CONVERT_ARGS=(--dtype "$DTYPE")
 [[ ${PRUNE:-1} == 1 ]] && CONVERT_ARGS+=(--target-vocabulary-from "$DATA/train.tsv")
+for set in dev test; do
+  "$BIN/xf-join" --in "$DATA/$set.tsv" --out "$SCORES/$set-long.tsv" --seed 1
+done
 "$BIN/xf-eval" --ref-tsv "$DATA/dev.tsv" --print-sources > "$SCORES/dev.en"
+"$BIN/xf-eval" --ref-tsv "$SCORES/dev-long.tsv" --print-sources > "$SCORES/dev-long.en"
 best_bleu=-1 best_count="" best_penalty=""
-echo "== dev.tsv, beam 4: checkpoints averaged x length penalty"
+echo "== dev.tsv + dev-long.tsv, beam 4: checkpoints averaged x length penalty"
 for count in $AVERAGE; do
   mapfile -t checkpoints < <(ls -d "$RUN"/step-* | sort | tail -n "$count")
   "$BIN/xf-convert" "${checkpoints[@]}" -o "$SCORES/average-$count.xfm" "${CONVERT_ARGS[@]}" \
     >/dev/null
   for penalty in $PENALTY; do
-    "$BIN/xf-run" --model "$SCORES/average-$count.xfm" --beam 4 --length-penalty "$penalty" \
-      --threads "$THREADS" < "$SCORES/dev.en" > "$SCORES/dev.avg$count.lp$penalty.fr"
-    bleu=$("$BIN/xf-eval" --hyp "$SCORES/dev.avg$count.lp$penalty.fr" --ref-tsv "$DATA/dev.tsv" --json |
-           sed -E 's/.*"bleu": ([0-9.]+).*"bleu_ratio": ([0-9.]+).*/\1 \2/')
-    echo "== average of ${#checkpoints[@]} (${checkpoints[0]##*/} .. ${checkpoints[-1]##*/}), length penalty $penalty: BLEU, ratio $bleu"
-    if (( $(echo "${bleu% *} > $best_bleu" | bc) )); then
-      best_bleu=${bleu% *} best_count=$count best_penalty=$penalty
+    for set in dev dev-long; do
+      "$BIN/xf-run" --model "$SCORES/average-$count.xfm" --beam 4 --length-penalty "$penalty" \
+        --threads "$THREADS" < "$SCORES/$set.en" > "$SCORES/$set.avg$count.lp$penalty.fr"
+    done
+    short=$("$BIN/xf-eval" --hyp "$SCORES/dev.avg$count.lp$penalty.fr" --ref-tsv "$DATA/dev.tsv" --json |
+            sed -E 's/.*"bleu": ([0-9.]+).*"bleu_ratio": ([0-9.]+).*/\1 \2/')
+    long=$("$BIN/xf-eval" --hyp "$SCORES/dev-long.avg$count.lp$penalty.fr" --ref-tsv "$SCORES/dev-long.tsv" \
+           --json | sed -E 's/.*"bleu": ([0-9.]+).*"bleu_ratio": ([0-9.]+).*/\1 \2/')
+    bleu=$(echo "${short% *} + ${long% *}" | bc)
+    echo "== average of ${#checkpoints[@]} (${checkpoints[0]##*/} .. ${checkpoints[-1]##*/}), length penalty $penalty: BLEU, ratio: dev $short, dev-long $long"
+    if (( $(echo "$bleu > $best_bleu" | bc) )); then
+      best_bleu=$bleu best_count=$count best_penalty=$penalty
     fi
   done
 done
-echo "== chosen: average of the newest $best_count, length penalty $best_penalty (dev BLEU $best_bleu)"
+echo "== chosen: average of the newest $best_count, length penalty $best_penalty (dev + dev-long BLEU $best_bleu)"
 mapfile -t checkpoints < <(ls -d "$RUN"/step-* | sort | tail -n "$best_count")
 "$BIN/xf-convert" "${checkpoints[@]}" -o "$MODEL" "${CONVERT_ARGS[@]}" \
   --metadata "training.machine=$(nproc) cores, $THREADS threads" \
   --metadata "training.recipe=scripts/train_enfr.sh" \
   --metadata "training.data=train.tsv, dev.tsv of scripts/get_data.sh" \
-  --metadata "selection.dev_bleu_beam4=$best_bleu" \
+  --metadata "selection.dev_plus_dev_long_bleu_beam4=$best_bleu" \
   --metadata "decoding.length_penalty=$best_penalty"
 ls -l "$MODEL"
 
 # Score on the test set when the runtime and xf-eval are built: greedy and beam 4, with every
 # French translation of an English sentence as a reference (xf-eval groups the TSV's rows by
-# their English side; the hypotheses hold one line per distinct English sentence).
+# their English side; the hypotheses hold one line per distinct English sentence), by source
+# length; then the long test set at beam 4.
 if [[ ${SCORE:-1} != 0 && -x $BIN/xf-run && -x $BIN/xf-eval ]]; then
   "$BIN/xf-eval" --ref-tsv "$DATA/test.tsv" --print-sources > "$SCORES/test.en"
   for beam in 1 4; do
@@ -167,8 +191,13 @@ if [[ ${SCORE:-1} != 0 && -x $BIN/xf-run && -x $BIN/xf-eval ]]; then
       --threads "$THREADS" < "$SCORES/test.en" > "$SCORES/test.beam$beam.fr"
     t1=$(date +%s.%N)
     echo "== test, beam $beam ($(wc -l < "$SCORES/test.en") sentences, $(echo "$t1 - $t0" | bc) s):"
-    "$BIN/xf-eval" --hyp "$SCORES/test.beam$beam.fr" --ref-tsv "$DATA/test.tsv"
+    "$BIN/xf-eval" --hyp "$SCORES/test.beam$beam.fr" --ref-tsv "$DATA/test.tsv" --by-length
   done
+  "$BIN/xf-eval" --ref-tsv "$SCORES/test-long.tsv" --print-sources > "$SCORES/test-long.en"
+  "$BIN/xf-run" --model "$MODEL" --beam 4 --length-penalty "$best_penalty" --threads "$THREADS" \
+    < "$SCORES/test-long.en" > "$SCORES/test-long.beam4.fr"
+  echo "== test-long.tsv (xf-join --seed 1 of test.tsv), beam 4:"
+  "$BIN/xf-eval" --hyp "$SCORES/test-long.beam4.fr" --ref-tsv "$SCORES/test-long.tsv" --by-length
 else
   echo "== xf-run or xf-eval not built: skipping the test-set scores"
 fi
