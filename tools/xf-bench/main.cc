@@ -14,6 +14,7 @@
 
 #include "../xf-run/line_reader.h"
 #include "../xf-run/translator_cli.h"
+#include "progress.h"
 #include "xf/alloc_counter.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
@@ -51,8 +52,9 @@ ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) caps both, e.g. ONEDNN_MAX_CPU_ISA=AVX2
   --json                print one JSON object: tokens_per_s, sentences_per_s, latency_p50_ms,
                         latency_p90_ms, peak_rss_mb, allocations_xf, allocations_backend, and
                         the run's parameters, kernels_isa and products (below)
-  --help                print this help
 
+On stderr: while it is a terminal, a progress line every few seconds of the timed run; at the
+end, always, a summary line (lines, tokens, tokens/s, warnings).
 Exit status: 0 on success, 1 on bad input, 2 on a bad command line.
 )";
 
@@ -69,25 +71,24 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (options.cli.parse(argc, argv, i)) continue;
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
-    if (arg == "--input") options.input_path = value();
+    if (arg == "--input") options.input_path = xf::cli::option_value(argc, argv, i);
     else if (arg == "--ids") options.ids = true;
     else if (arg == "--json") options.json = true;
-    else if (arg == "--repeat") options.repeat = static_cast<int>(xf::cli::parse_integer(arg, value(), 1, 1000000));
-    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+    else if (arg == "--repeat")
+      options.repeat = static_cast<int>(xf::cli::parse_integer(arg, xf::cli::option_value(argc, argv, i), 1, 1000000));
+    else throw xf::cli::unknown_option(arg);
   }
   if (options.cli.model_path.empty()) throw UsageError{"--model is required (try --help)"};
   if (options.input_path.empty()) throw UsageError{"--input is required (try --help)"};
+  options.cli.finish(nullptr);
   return options;
 }
 
 // The input's sources under xf-run's rules for bad lines (SourceReader): an over-long line is
-// truncated, an unreadable one is an empty source; --strict stops at either.
+// truncated, an unreadable one is an empty source; --strict stops at either. `warnings`: how
+// many lines had such a problem.
 std::vector<std::vector<int32_t>> read_sources(const Options& options, const xf::Model& model,
-                                               int max_source_len) {
+                                               int max_source_len, size_t& warnings) {
   const int fd = ::open(options.input_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw xf::Error(options.input_path + ": cannot open: " + std::strerror(errno));
   xf::cli::SourceReader reader("xf-bench", model, max_source_len, options.ids, options.cli.strict);
@@ -106,7 +107,21 @@ std::vector<std::vector<int32_t>> read_sources(const Options& options, const xf:
   ::close(fd);
   if (sources.empty()) throw xf::Error(options.input_path + ": no sentences");
   reader.print_summary(sources.size());
+  warnings = reader.truncated() + reader.unreadable();
   return sources;
+}
+
+// The dtype of the weight matrices (the tensors of rank 2 and more; biases and LayerNorm stay
+// f32) as the file stores them, "int8+f32" when they differ, and what --dtype converts them to.
+std::string weight_dtype_label(const xf::Model& model, const xf::TranslatorOptions& translator) {
+  std::string stored;
+  for (const xf::TensorView& tensor : model.file().tensors()) {
+    if (tensor.rank < 2) continue;
+    const std::string name = xf::dtype_name(tensor.dtype);
+    if (("+" + stored + "+").find("+" + name + "+") == std::string::npos) stored += (stored.empty() ? "" : "+") + name;
+  }
+  if (!translator.weight_dtype || xf::dtype_name(*translator.weight_dtype) == stored) return stored;
+  return std::string(xf::dtype_name(*translator.weight_dtype)) + " (converted at load from " + stored + ")";
 }
 
 double percentile(std::vector<double> values, double p) {
@@ -122,7 +137,8 @@ int run(Options options) {
   if (!options.ids && !model->has_tokenizer())
     throw xf::Error(options.cli.model_path + ": the model has no tokenizer; use --ids");
   options.cli.finish(model.get());
-  const auto sources = read_sources(options, *model, options.cli.translator.max_source_len);
+  size_t warnings = 0;
+  const auto sources = read_sources(options, *model, options.cli.translator.max_source_len, warnings);
   xf::Translator translator(model, options.cli.translator);
 
   const size_t batch = static_cast<size_t>(options.cli.translator.max_batch);
@@ -137,6 +153,7 @@ int run(Options options) {
   if (requests.back().size() != requests.front().size())
     translator.translate_ids(requests.back(), options.cli.translate, last_results);
 
+  xf::cli::Progress progress("xf-bench");
   std::vector<double> latencies_ms;
   latencies_ms.reserve(requests.size() * options.repeat);
   std::vector<double> step_ms;
@@ -151,14 +168,18 @@ int run(Options options) {
       auto& results = request.size() == requests.front().size() ? full_results : last_results;
       const auto t0 = Clock::now();
       translator.translate_ids(request, options.cli.translate, results);
-      latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      const auto t1 = Clock::now();
+      latencies_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       size_t longest = 0;
+      uint64_t request_tokens = 0;
       for (size_t i = 0; i < request.size(); ++i) {
-        tokens += results[i].hypotheses[0].ids.size();
+        request_tokens += results[i].hypotheses[0].ids.size();
         longest = std::max(longest, results[i].hypotheses[0].ids.size());
       }
+      tokens += request_tokens;
       step_ms.push_back(latencies_ms.back() / static_cast<double>(longest + 1));
       sentences += request.size();
+      progress.add(request.size(), request_tokens, t1);
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -174,7 +195,8 @@ int run(Options options) {
   const double p50 = percentile(latencies_ms, 0.5), p90 = percentile(latencies_ms, 0.9);
   const double step_p50 = percentile(step_ms, 0.5), step_p90 = percentile(step_ms, 0.9);
   const auto& t = options.cli.translator;
-  const std::string dtype = xf::dtype_name(model->file().tensors().front().dtype);
+  progress.finish(warnings);
+  const std::string dtype = weight_dtype_label(*model, t);
   // What ran: xf's kernels' instruction set and each matrix product's implementation (both
   // capped by ONEDNN_MAX_CPU_ISA). CPU only: a CUDA run makes no StaticMatmul.
   const char* kernels_isa = xf::cpu::cpu_isa_name(xf::cpu::cpu_isa());
@@ -228,5 +250,6 @@ int run(Options options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xf::cli::tool_main("xf-bench", kUsage, argc, argv, parse_options, run);
+  return xf::cli::tool_main("xf-bench", xf::cli::translator_tool_help(kUsage), argc, argv,
+                            [](int argc, char** argv) { return run(parse_options(argc, argv)); });
 }

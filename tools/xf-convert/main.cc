@@ -11,12 +11,15 @@
 #include <filesystem>
 #include <iostream>
 
+#include "tool_main.h"
 #include "xf/error.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/trainer/checkpoint.h"
 
 namespace {
+
+using xf::cli::UsageError;
 
 constexpr const char* kUsage =
     "usage: xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--metadata KEY=VALUE]...\n"
@@ -37,7 +40,10 @@ constexpr const char* kUsage =
     "imports a Marian transformer (the .npz, or its folder with decoder.yml, the vocabulary .yml\n"
     "and source.spm/target.spm, as OPUS-MT publishes them) or a Hugging Face MarianMTModel folder\n"
     "(config.json, model.safetensors, vocab.json, source.spm, target.spm): one .xfm that xf-run\n"
-    "translates from text. What xf cannot compute is refused with one line naming the key.\n";
+    "translates from text. What xf cannot compute is refused with one line naming the key.\n"
+    "Before anything is written, the SentencePiece model(s) must load and hold as many pieces as\n"
+    "the vocabulary. Progress on stderr. Exit status: 0 on success, 1 on bad input or a failed\n"
+    "write, 2 on a bad command line.\n\n";
 
 // "0,1,3" -> {0, 1, 3}; `option` names the flag in errors.
 std::vector<int> parse_layer_list(const std::string& option, const std::string& text) {
@@ -48,7 +54,7 @@ std::vector<int> parse_layer_list(const std::string& option, const std::string& 
     const std::string item = text.substr(start, comma - start);
     if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
         item.size() > 4) {
-      throw xf::Error(option + ": '" + text + "' is not a list of layer indices like 0,1,3");
+      throw UsageError{option + ": '" + text + "' is not a list of layer indices like 0,1,3"};
     }
     layers.push_back(std::stoi(item));
     start = comma + 1;
@@ -56,147 +62,142 @@ std::vector<int> parse_layer_list(const std::string& option, const std::string& 
   return layers;
 }
 
+int run(int argc, char** argv) {
+  std::vector<std::string> checkpoints;
+  std::string output;
+  xf::DType dtype = xf::DType::f32;
+  std::map<std::string, std::string> extra;
+  std::string target_corpus;
+  std::vector<int> encoder_layers, decoder_layers;
+  bool shared_vocabulary = false;
+  std::string import_from;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
+    if (arg == "-o" || arg == "--output") {
+      output = value();
+    } else if (arg == "--dtype") {
+      const std::string name = value();
+      if (name != "f32" && name != "f16" && name != "int8") {
+        throw UsageError{"--dtype: '" + name + "' is not one of f32|f16|int8"};
+      }
+      dtype = xf::parse_dtype(name);
+    } else if (arg == "--target-vocabulary-from") {
+      target_corpus = value();
+    } else if (arg == "--keep-encoder-layers") {
+      encoder_layers = parse_layer_list(arg, value());
+    } else if (arg == "--keep-decoder-layers") {
+      decoder_layers = parse_layer_list(arg, value());
+    } else if (arg == "--from") {
+      import_from = value();
+      if (import_from != "marian" && import_from != "hf")
+        throw UsageError{"--from: '" + import_from + "' is not one of marian|hf"};
+    } else if (arg == "--shared-vocabulary") {
+      shared_vocabulary = true;
+    } else if (arg == "--metadata") {
+      const std::string entry = value();
+      const size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw UsageError{"--metadata: expected KEY=VALUE, got '" + entry + "'"};
+      }
+      extra[entry.substr(0, eq)] = entry.substr(eq + 1);
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw xf::cli::unknown_option(arg);
+    } else {
+      checkpoints.push_back(arg);
+    }
+  }
+  // decoding.* entries become the defaults of every translation with the model: a bad one is
+  // refused here, not by the first program that opens the file.
+  xf::DecodingDefaults::from_metadata({extra.begin(), extra.end()});
+  if (checkpoints.empty() || output.empty()) {
+    throw UsageError{"need at least one CHECKPOINT and -o MODEL.xfm (try --help)"};
+  }
+  if (!import_from.empty()) {
+    if (checkpoints.size() != 1)
+      throw UsageError{"--from " + import_from + ": give one model (a folder or .npz), not " +
+                       std::to_string(checkpoints.size())};
+    if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty())
+      throw UsageError{"--from takes only -o, --dtype and --metadata"};
+    const xf::importers::ImportOptions options{dtype, extra};
+    std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
+    if (import_from == "hf")
+      xf::importers::import_hugging_face(checkpoints[0], output, options);
+    else
+      xf::importers::import_marian(checkpoints[0], output, options);
+    std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ")\n";
+    return 0;
+  }
+  xf::trainer::Checkpoint checkpoint;
+  std::string target_tokenizer;  // a pruned file's own (empty: the vocabulary is shared)
+  std::map<std::string, std::string> metadata;
+  const bool from_model_file =
+      checkpoints.size() == 1 && std::filesystem::is_regular_file(checkpoints[0]);
+  if (shared_vocabulary && !from_model_file) {
+    throw xf::Error("--shared-vocabulary: give one model file (checkpoints share it already)");
+  }
+  if (shared_vocabulary && !target_corpus.empty()) {
+    throw xf::Error("--shared-vocabulary and --target-vocabulary-from undo each other");
+  }
+  if (from_model_file) {
+    std::cerr << "reading model file " << checkpoints[0] << "\n";
+    auto file = xf::ModelFile::open(checkpoints[0]);
+    checkpoint = shared_vocabulary ? xf::trainer::checkpoint_with_shared_vocabulary(*file)
+                                   : xf::trainer::checkpoint_from_model_file(*file, &target_tokenizer);
+    if (!target_tokenizer.empty() && !target_corpus.empty()) {
+      throw xf::Error(checkpoints[0] + ": --target-vocabulary-from: the file's target vocabulary is "
+                      "pruned already (prune a file with one shared vocabulary)");
+    }
+    for (const auto& [key, value] : file->metadata()) {
+      // A vocabulary shared again has no pruning to describe.
+      if (!(shared_vocabulary && key.rfind("target_vocabulary.", 0) == 0)) metadata[key] = value;
+    }
+    for (const auto& [key, value] : extra) metadata[key] = value;
+  } else {
+    std::vector<xf::trainer::Checkpoint> loaded;
+    for (const auto& path : checkpoints) {
+      std::cerr << "reading " << path << "\n";
+      loaded.push_back(xf::trainer::read_checkpoint(path));
+    }
+    checkpoint = xf::trainer::average_checkpoints(loaded, checkpoints);
+    loaded.clear();
+    metadata = xf::trainer::model_metadata(checkpoint, checkpoints, extra);
+  }
+  xf::trainer::check_tokenizers(checkpoint, target_tokenizer, checkpoints[0]);
+  if (!encoder_layers.empty() || !decoder_layers.empty()) {
+    checkpoint = xf::trainer::keep_layers(checkpoint, encoder_layers, decoder_layers);
+    std::cerr << "kept " << checkpoint.config.encoder_layers << " encoder and "
+              << checkpoint.config.decoder_layers << " decoder layers\n";
+  }
+  if (!target_corpus.empty()) {
+    xf::trainer::CorpusLanguages languages;
+    auto language = [&](const char* key, const std::string& fallback) {
+      auto it = metadata.find(key);
+      return it == metadata.end() || it->second.empty() ? fallback : it->second;
+    };
+    languages.source = language("source_language", languages.source);
+    languages.target = language("target_language", languages.target);
+    auto tokenizer =
+        xf::trainer::Tokenizer::from_model_proto(checkpoint.tokenizer_model, "model");
+    const auto kept = xf::trainer::target_pieces_used(
+        xf::trainer::read_parallel_corpus(target_corpus, languages), tokenizer);
+    std::cerr << "target vocabulary: " << kept.size() << " of " << tokenizer.vocab_size()
+              << " pieces (those the targets of " << target_corpus << " use)\n";
+    metadata["target_vocabulary.kept"] =
+        std::to_string(kept.size()) + " of " + std::to_string(tokenizer.vocab_size());
+    metadata["target_vocabulary.from"] = target_corpus;
+    for (const auto& [key, value] : extra) metadata[key] = value;  // given ones win
+    auto pruned = xf::trainer::prune_target_vocabulary(checkpoint, kept);
+    checkpoint = std::move(pruned.checkpoint);
+    target_tokenizer = std::move(pruned.target_tokenizer);
+  }
+  xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer);
+  std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ", "
+            << checkpoint.parameters.size() << " parameters, " << checkpoints.size()
+            << " input" << (checkpoints.size() > 1 ? "s averaged" : "") << ")\n";
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    std::vector<std::string> checkpoints;
-    std::string output;
-    xf::DType dtype = xf::DType::f32;
-    std::map<std::string, std::string> extra;
-    std::string target_corpus;
-    std::vector<int> encoder_layers, decoder_layers;
-    bool shared_vocabulary = false;
-    std::string import_from;
-    for (int i = 1; i < argc; ++i) {
-      std::string arg = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw xf::Error(arg + " needs a value");
-        return argv[++i];
-      };
-      if (arg == "--help" || arg == "-h") {
-        std::cout << kUsage;
-        return 0;
-      } else if (arg == "-o" || arg == "--output") {
-        output = value();
-      } else if (arg == "--dtype") {
-        std::string name = value();
-        if (name != "f32" && name != "f16" && name != "int8") {
-          throw xf::Error("--dtype: '" + name + "' is not one of f32|f16|int8");
-        }
-        dtype = xf::parse_dtype(name);
-      } else if (arg == "--target-vocabulary-from") {
-        target_corpus = value();
-      } else if (arg == "--keep-encoder-layers") {
-        encoder_layers = parse_layer_list(arg, value());
-      } else if (arg == "--keep-decoder-layers") {
-        decoder_layers = parse_layer_list(arg, value());
-      } else if (arg == "--from") {
-        import_from = value();
-        if (import_from != "marian" && import_from != "hf")
-          throw xf::Error("--from: '" + import_from + "' is not one of marian|hf");
-      } else if (arg == "--shared-vocabulary") {
-        shared_vocabulary = true;
-      } else if (arg == "--metadata") {
-        std::string entry = value();
-        size_t eq = entry.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          throw xf::Error("--metadata: expected KEY=VALUE, got '" + entry + "'");
-        }
-        extra[entry.substr(0, eq)] = entry.substr(eq + 1);
-      } else if (arg.rfind("-", 0) == 0) {
-        throw xf::Error("unknown option " + arg + " (see --help)");
-      } else {
-        checkpoints.push_back(arg);
-      }
-    }
-    // decoding.* entries become the defaults of every translation with the model: a bad one is
-    // refused here, not by the first program that opens the file.
-    xf::DecodingDefaults::from_metadata({extra.begin(), extra.end()});
-    if (checkpoints.empty() || output.empty()) {
-      std::cerr << kUsage;
-      throw xf::Error("need at least one CHECKPOINT and -o MODEL.xfm");
-    }
-    if (!import_from.empty()) {
-      if (checkpoints.size() != 1)
-        throw xf::Error("--from " + import_from + ": give one model (a folder or .npz), not " +
-                        std::to_string(checkpoints.size()));
-      if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty())
-        throw xf::Error("--from takes only -o, --dtype and --metadata");
-      const xf::importers::ImportOptions options{dtype, extra};
-      std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
-      if (import_from == "hf")
-        xf::importers::import_hugging_face(checkpoints[0], output, options);
-      else
-        xf::importers::import_marian(checkpoints[0], output, options);
-      std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ")\n";
-      return 0;
-    }
-    xf::trainer::Checkpoint checkpoint;
-    std::map<std::string, std::string> metadata;
-    const bool from_model_file =
-        checkpoints.size() == 1 && std::filesystem::is_regular_file(checkpoints[0]);
-    if (shared_vocabulary && !from_model_file) {
-      throw xf::Error("--shared-vocabulary: give one model file (checkpoints share it already)");
-    }
-    if (shared_vocabulary && !target_corpus.empty()) {
-      throw xf::Error("--shared-vocabulary and --target-vocabulary-from undo each other");
-    }
-    if (from_model_file) {
-      std::cerr << "reading model file " << checkpoints[0] << "\n";
-      auto file = xf::ModelFile::open(checkpoints[0]);
-      checkpoint = shared_vocabulary ? xf::trainer::checkpoint_with_shared_vocabulary(*file)
-                                     : xf::trainer::checkpoint_from_model_file(*file);
-      for (const auto& [key, value] : file->metadata()) {
-        // A vocabulary shared again has no pruning to describe.
-        if (!(shared_vocabulary && key.rfind("target_vocabulary.", 0) == 0)) metadata[key] = value;
-      }
-      for (const auto& [key, value] : extra) metadata[key] = value;
-    } else {
-      std::vector<xf::trainer::Checkpoint> loaded;
-      for (const auto& path : checkpoints) {
-        std::cerr << "reading " << path << "\n";
-        loaded.push_back(xf::trainer::read_checkpoint(path));
-      }
-      checkpoint = xf::trainer::average_checkpoints(loaded, checkpoints);
-      loaded.clear();
-      metadata = xf::trainer::model_metadata(checkpoint, checkpoints, extra);
-    }
-    if (!encoder_layers.empty() || !decoder_layers.empty()) {
-      checkpoint = xf::trainer::keep_layers(checkpoint, encoder_layers, decoder_layers);
-      std::cerr << "kept " << checkpoint.config.encoder_layers << " encoder and "
-                << checkpoint.config.decoder_layers << " decoder layers\n";
-    }
-    std::string target_tokenizer;
-    if (!target_corpus.empty()) {
-      xf::trainer::CorpusLanguages languages;
-      auto language = [&](const char* key, const std::string& fallback) {
-        auto it = metadata.find(key);
-        return it == metadata.end() || it->second.empty() ? fallback : it->second;
-      };
-      languages.source = language("source_language", languages.source);
-      languages.target = language("target_language", languages.target);
-      auto tokenizer =
-          xf::trainer::Tokenizer::from_model_proto(checkpoint.tokenizer_model, "model");
-      const auto kept = xf::trainer::target_pieces_used(
-          xf::trainer::read_parallel_corpus(target_corpus, languages), tokenizer);
-      std::cerr << "target vocabulary: " << kept.size() << " of " << tokenizer.vocab_size()
-                << " pieces (those the targets of " << target_corpus << " use)\n";
-      metadata["target_vocabulary.kept"] =
-          std::to_string(kept.size()) + " of " + std::to_string(tokenizer.vocab_size());
-      metadata["target_vocabulary.from"] = target_corpus;
-      for (const auto& [key, value] : extra) metadata[key] = value;  // given ones win
-      auto pruned = xf::trainer::prune_target_vocabulary(checkpoint, kept);
-      checkpoint = std::move(pruned.checkpoint);
-      target_tokenizer = std::move(pruned.target_tokenizer);
-    }
-    xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer);
-    std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ", "
-              << checkpoint.parameters.size() << " parameters, " << checkpoints.size()
-              << " input" << (checkpoints.size() > 1 ? "s averaged" : "") << ")\n";
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "xf-convert: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return xf::cli::tool_main("xf-convert", kUsage, argc, argv, run); }

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "tool_main.h"
 #include "xf/error.h"
 #include "xf/metrics.h"
 
 namespace {
 
-constexpr int kExitInputError = 1;
-constexpr int kExitUsageError = 2;
+using xf::cli::UsageError;
 
 const char* const kUsage = R"(usage: xf-eval --hyp FILE --ref FILE [--ref FILE...] [--json]
        xf-eval --hyp FILE --ref-tsv FILE [--source-column N] [--target-column N] [--json]
@@ -42,10 +42,10 @@ n-grams, beta 2, whitespace removed). Prints, like sacreBLEU:
   --length-buckets LIST upper edges of the buckets, ascending (default 5,10,15,25: 1-5, 6-10,
                         11-15, 16-25 and 26+ words)
   --json                print the scores as one JSON object at full precision
-  --help                print this help
 
 Files are split on '\n' (CRLF accepted). Exit status: 0 on success, 1 on bad input (missing
-file, invalid UTF-8, line counts that disagree), 2 on a bad command line.
+file, invalid UTF-8, line counts that disagree) or when the output cannot be written, 2 on a
+bad command line.
 )";
 
 struct Options {
@@ -59,10 +59,6 @@ struct Options {
   bool by_length = false;
   std::string src_path;
   std::vector<int64_t> length_edges = xf::metrics::kDefaultLengthEdges;
-};
-
-struct UsageError {
-  std::string message;
 };
 
 std::vector<int64_t> parse_edges(const std::string& option, const std::string& value) {
@@ -94,10 +90,7 @@ Options parse_options(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
+    const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
     if (arg == "--hyp") options.hyp_path = value();
     else if (arg == "--ref") options.ref_paths.push_back(value());
     else if (arg == "--ref-tsv") options.ref_tsv_path = value();
@@ -108,7 +101,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--by-length") options.by_length = true;
     else if (arg == "--src") options.src_path = value();
     else if (arg == "--length-buckets") options.length_edges = parse_edges(arg, value());
-    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+    else throw xf::cli::unknown_option(arg);
   }
   if (!options.ref_paths.empty() && !options.ref_tsv_path.empty())
     throw UsageError{"give either --ref or --ref-tsv, not both"};
@@ -231,18 +224,6 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  try {
-    return run(parse_options(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "xf-eval: %s\n", e.message.c_str());
-    return kExitUsageError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xf-eval: %s\n", e.what());
-    return kExitInputError;
-  }
+  return xf::cli::tool_main("xf-eval", kUsage, argc, argv,
+                            [](int argc, char** argv) { return run(parse_options(argc, argv)); });
 }

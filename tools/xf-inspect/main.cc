@@ -1,10 +1,12 @@
-// xf-inspect MODEL.xfm: prints the format version, config, metadata, tokenizers and the tensor
-// table of a flat model file. A file the reader refuses gives one line on stderr, exit 1.
+// xf-inspect MODEL.xfm: prints the format version, config, metadata, decoding defaults,
+// tokenizers and the tensor table of a flat model file. A file xf-run would refuse (the reader,
+// its tokenizers, its decoding.* entries) gives one line on stderr, exit 1.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "tool_main.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/model.h"
@@ -13,10 +15,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: xf-inspect MODEL.xfm\n"
-    "Validates a flat model file (.xfm) and prints its format version, config, metadata, the\n"
-    "decoding defaults (the model's decoding.* metadata, else xf's), tokenizers and tensor\n"
-    "table (name, dtype, shape, bytes) with the total.\n"
-    "Exit status: 0 when the file is valid, 1 when it is not (one line on stderr saying why).\n";
+    "Validates a flat model file (.xfm) as xf-run opens it: the format, each SentencePiece\n"
+    "model (it must load and hold as many pieces as its vocabulary) and the decoding.* entries.\n"
+    "Prints its format version, config, metadata, the decoding defaults (the model's decoding.*\n"
+    "metadata, else xf's), tokenizers (bytes and pieces) and tensor table (name, dtype, shape,\n"
+    "bytes) with the total.\n"
+    "Exit status: 0 when the file is valid, 1 when it is not (one line on stderr saying why) or\n"
+    "when the output cannot be written, 2 on a bad command line.\n\n";
 
 std::string shape_string(const xf::TensorView& t) {
   std::string s = "[";
@@ -32,7 +37,8 @@ void print_config(const xf::ModelConfig& config) {
   }
 }
 
-void print_model(const xf::ModelFile& model) {
+void print_model(const xf::Model& checked) {
+  const xf::ModelFile& model = checked.file();
   std::printf("file %s (%zu bytes)\n", model.path().c_str(), model.file_size());
   std::printf("format version %u\n", model.format_version());
   print_config(model.config());
@@ -44,12 +50,7 @@ void print_model(const xf::ModelFile& model) {
   }
 
   // The settings every translation with the model starts from (an option given explicitly wins).
-  xf::DecodingDefaults decoding;
-  try {
-    decoding = xf::DecodingDefaults::from_metadata(model.metadata());
-  } catch (const xf::Error& e) {
-    throw xf::Error(model.path() + ": " + e.what());
-  }
+  const xf::DecodingDefaults& decoding = checked.decoding_defaults();  // checked at open
   std::printf("decoding defaults\n");
   for (const auto& [name, value] : decoding.to_text())
     std::printf("  %-20s %-8s %s\n", name.c_str(), value.c_str(),
@@ -59,14 +60,14 @@ void print_model(const xf::ModelFile& model) {
   if (source.empty()) {
     std::printf("  source none\n");
   } else {
-    std::printf("  source %zu bytes\n", source.size());
+    std::printf("  source %zu bytes, %u pieces\n", source.size(), model.config().source_vocab_size);
   }
   if (target.empty()) {
     std::printf("  target none\n");
   } else if (target.data() == source.data()) {
     std::printf("  target shared with source\n");
   } else {
-    std::printf("  target %zu bytes\n", target.size());
+    std::printf("  target %zu bytes, %u pieces\n", target.size(), model.config().target_vocab_size);
   }
 
   // An imported model's own ids (format version 2): the piece of each, over the tokenizer.
@@ -102,35 +103,20 @@ void print_model(const xf::ModelFile& model) {
   std::printf("\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Opening the file as the runtime does checks its tokenizers too (xf::Model loads them).
+int run(int argc, char** argv) {
   std::string path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg.size() > 1 && arg[0] == '-') {
-      std::fprintf(stderr, "xf-inspect: unknown option '%s' (see --help)\n", arg.c_str());
-      return 1;
-    }
-    if (!path.empty()) {
-      std::fprintf(stderr, "xf-inspect: one model file at a time (see --help)\n");
-      return 1;
-    }
+    if (arg.size() > 1 && arg[0] == '-') throw xf::cli::unknown_option(arg);
+    if (!path.empty()) throw xf::cli::UsageError{"one model file at a time (try --help)"};
     path = arg;
   }
-  if (path.empty()) {
-    std::fprintf(stderr, "xf-inspect: no model file given (see --help)\n");
-    return 1;
-  }
-  try {
-    print_model(*xf::ModelFile::open(path));
-  } catch (const xf::Error& e) {
-    std::fprintf(stderr, "xf-inspect: %s\n", e.what());
-    return 1;
-  }
+  if (path.empty()) throw xf::cli::UsageError{"no model file given (try --help)"};
+  print_model(*xf::Model::open(path));
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return xf::cli::tool_main("xf-inspect", kUsage, argc, argv, run); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "line_reader.h"
+#include "progress.h"
 #include "translator_cli.h"
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
@@ -32,7 +33,6 @@ line gives an empty line.
   --with-scores         append a tab and the score to each 1-best translation
   --target-prefix FILE  line i of FILE starts the translation of input line i (text, or ids
                         with --ids; an empty line forces nothing)
-  --help                print this help
 
 With --n-best N > 1, each input line gives N lines, best first, in the form
   INDEX ||| TRANSLATION ||| SCORE
@@ -42,6 +42,8 @@ A line longer than --max-source-len is truncated (only the bytes its first token
 from are held, so memory does not grow with a line); a line that is not valid UTF-8 (or, with
 --ids, holds a bad id) gives an empty output line. Each gets a warning naming its line, and a
 count is printed at the end; the exit status stays 0 (--strict: stop there with status 1).
+On stderr: while it is a terminal, a progress line every few seconds; at the end, always, a
+summary line (lines, tokens, tokens/s, warnings).
 Exit status: 0 on success, 1 on bad input (model file, a bad target prefix; with --strict, a
 bad line) or when the output cannot be written (full disk, closed pipe), 2 on a bad command line.
 )";
@@ -58,18 +60,15 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (options.cli.parse(argc, argv, i)) continue;
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
     if (arg == "--ids") options.ids = true;
-    else if (arg == "--input") options.input = value();
-    else if (arg == "--output") options.output = value();
-    else if (arg == "--target-prefix") options.target_prefix = value();
+    else if (arg == "--input") options.input = xf::cli::option_value(argc, argv, i);
+    else if (arg == "--output") options.output = xf::cli::option_value(argc, argv, i);
+    else if (arg == "--target-prefix") options.target_prefix = xf::cli::option_value(argc, argv, i);
     else if (arg == "--with-scores") options.with_scores = true;
-    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+    else throw xf::cli::unknown_option(arg);
   }
   if (options.cli.model_path.empty()) throw UsageError{"--model is required (try --help)"};
+  options.cli.finish(nullptr);
   return options;
 }
 
@@ -149,9 +148,14 @@ int run(const Options& options_in) {
   std::vector<bool> cut;
   std::vector<xf::TokenTranslation> results;
   size_t first_line = 0;
+  xf::cli::Progress progress("xf-run");
   const auto flush = [&] {
     if (lines.empty()) return;
     translate_block(translator, options, reader, lines, cut, prefixes, first_line, results, output_fd);
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (!results[i].hypotheses.empty()) tokens += results[i].hypotheses.front().ids.size();
+    progress.add(lines.size(), tokens);
     first_line += lines.size();
     lines.clear();
     cut.clear();
@@ -190,11 +194,13 @@ int run(const Options& options_in) {
   if (output_fd != STDOUT_FILENO && ::close(output_fd) != 0)
     throw xf::Error(options.output + ": cannot write the output: " + std::strerror(errno));
   reader.print_summary(first_line);
+  progress.finish(reader.truncated() + reader.unreadable());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return xf::cli::tool_main("xf-run", kUsage, argc, argv, parse_options, run);
+  return xf::cli::tool_main("xf-run", xf::cli::translator_tool_help(kUsage), argc, argv,
+                            [](int argc, char** argv) { return run(parse_options(argc, argv)); });
 }

@@ -1,8 +1,6 @@
 #pragma once
 // Command-line options shared by xf-run and xf-bench: the model, the translator's plan and the
 // decoding options. Header-only; each tool includes it.
-#include <signal.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -12,17 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "tool_main.h"
 #include "xf/error.h"
 #include "xf/translator.h"
 
 namespace xf::cli {
-
-constexpr int kExitInputError = 1;  // bad input: model, text, limits
-constexpr int kExitUsageError = 2;  // bad command line
-
-struct UsageError {
-  std::string message;
-};
 
 inline long parse_integer(const std::string& option, const std::string& value, long min, long max) {
   char* end = nullptr;
@@ -54,10 +46,7 @@ struct TranslatorCli {
   // otherwise. Throws UsageError on a bad value.
   bool parse(int argc, char** argv, int& i) {
     const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
+    const auto value = [&] { return option_value(argc, argv, i); };
     if (arg == "--model") {
       model_path = value();
     } else if (arg == "--device") {
@@ -237,6 +226,14 @@ class SourceReader {
 };
 
 // The help text of the shared options.
+inline const char* translator_options_help();
+
+// A tool's help: `usage` with its "%s" replaced by the shared options' help.
+inline std::string translator_tool_help(const std::string& usage) {
+  const size_t at = usage.find("%s");
+  return usage.substr(0, at) + translator_options_help() + usage.substr(at + 2);
+}
+
 inline const char* translator_options_help() {
   return R"(  --model FILE          the .xfm model (required)
   --device cpu|cuda     where to run (default cpu)
@@ -280,40 +277,6 @@ inline const char* translator_options_help() {
 The model's defaults are the decoding settings stored in its metadata (decoding.beam,
 decoding.length_penalty, ...; xf-inspect shows them); an option given here wins.
 )";
-}
-
-// Flushes stdout; a write that failed at any point (full disk, closed pipe) is an xf::Error.
-inline void check_stdout() {
-  if (std::fflush(stdout) != 0 || std::ferror(stdout))
-    throw Error(std::string("output: write failed: ") + std::strerror(errno ? errno : EIO));
-}
-
-// The main() of xf-run and xf-bench: --help (or -h) prints `usage`, whose %s is the shared
-// options' help; then parse(argc, argv) gives the options and run(options) the exit status. Errors
-// are one line "<tool>: <message>": a UsageError exits kExitUsageError, any other kExitInputError.
-// SIGPIPE is ignored, so that a closed output pipe is such an error and not a silent exit.
-template <typename Parse, typename Run>
-int tool_main(const char* tool, const char* usage, int argc, char** argv, Parse parse, Run run) {
-  ::signal(SIGPIPE, SIG_IGN);
-  try {
-    for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::printf(usage, translator_options_help());
-        check_stdout();
-        return 0;
-      }
-    auto options = parse(argc, argv);
-    options.cli.finish(nullptr);
-    const int status = run(options);
-    check_stdout();
-    return status;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", tool, e.message.c_str());
-    return kExitUsageError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", tool, e.what());
-    return kExitInputError;
-  }
 }
 
 }  // namespace xf::cli

@@ -1,14 +1,18 @@
 // xf-train: trains a Transformer from parallel text; a thin main() over trainer/train_loop.
-// Ctrl-C (SIGINT) or SIGUSR1 finishes the current step, saves a checkpoint and exits with status
-// 0; a second Ctrl-C exits at once. Started by mpirun (or with XF_RANKS), it is one rank of a
-// data-parallel run (xf/trainer/ranks.h); mpirun forwards SIGUSR1 to every rank.
+// Ctrl-C (SIGINT), SIGTERM (kill, systemd, Slurm, Kubernetes), SIGHUP or SIGUSR1 finishes the
+// current step, saves a checkpoint and exits with status 0; a second SIGINT, SIGTERM or SIGHUP
+// ends the process at once. Started by mpirun (or with XF_RANKS), it is one rank of a
+// data-parallel run (xf/trainer/ranks.h); mpirun forwards SIGUSR1 to every rank, and SIGTERM
+// is then how the launcher ends the ranks when one fails.
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 
+#include "tool_main.h"
 #include "xf/error.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/device_training.h"
@@ -19,12 +23,17 @@ namespace {
 
 std::atomic<bool> g_stop_requested{false};
 
-extern "C" void on_interrupt(int) {
-  g_stop_requested.store(true);
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process
-}
-
 extern "C" void on_stop_signal(int) { g_stop_requested.store(true); }
+
+// on_stop_signal for `signal`; `once`: the handler resets itself, so that a second such signal
+// ends the process (a second Ctrl-C).
+void stop_on(int signal, bool once) {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | (once ? SA_RESETHAND : 0);
+  sigaction(signal, &action, nullptr);
+}
 
 // mpirun ends the other ranks with SIGTERM when one fails: each says so in one line.
 char g_terminated_line[160];
@@ -55,8 +64,74 @@ constexpr const char* kUsage =
     "usage: xf-train --train FILE --out DIR [options]\n"
     "       xf-train --resume --out DIR [options to change, e.g. --max-steps N]\n"
     "Trains an encoder-decoder Transformer on parallel text. Progress on stderr; checkpoints\n"
-    "(step-*/, best/), metrics.csv, metrics.png and sentencepiece.model go to --out.\n"
+    "(step-*/, best/), metrics.csv, metrics.png and sentencepiece.model go to --out, which one\n"
+    "run at a time holds (the lock file xf-train.lock names its process).\n"
+    "Ctrl-C, SIGTERM, SIGHUP or SIGUSR1: the current step ends, a checkpoint is saved, exit 0\n"
+    "(continue with --resume); a second Ctrl-C, SIGTERM or SIGHUP ends it at once.\n"
+    "Exit status: 0 when training ended (limits, early stop, or a stop signal: see the last\n"
+    "line), 1 on bad input or a failed write, 2 on a bad command line.\n"
     "Options:\n";
+
+// One rank of several failed: it says so in one line and leaves at once (finalizing could wait
+// for ranks that never come; mpirun ends the others).
+[[noreturn]] void exit_rank(const std::string& rank_label, std::string message, int status) {
+  if (message.rfind("rank ", 0) != 0) message = rank_label + ": " + message;
+  std::cerr << "xf-train: " << message << "\n" << std::flush;
+  _exit(status);
+}
+
+int train(int argc, char** argv) {
+  std::unique_ptr<xf::trainer::LaunchedRanks> ranks;
+  bool several_ranks = false;
+  std::string rank_label;
+  try {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) throw xf::cli::UsageError{"--train FILE and --out DIR are required (try --help)"};
+    std::map<std::string, std::string> given;
+    try {
+      given = xf::trainer::parse_train_arguments(args);
+    } catch (const xf::trainer::OptionError& e) {
+      throw xf::cli::UsageError{e.what()};
+    }
+    ranks = xf::trainer::LaunchedRanks::join();
+    xf::trainer::Communicator& launched = ranks->launched();
+    several_ranks = launched.size() > 1;
+    rank_label = "rank " + std::to_string(launched.rank()) + " of " + std::to_string(launched.size());
+    if (several_ranks) {
+      std::snprintf(g_terminated_line, sizeof(g_terminated_line),
+                    "xf-train: %s: ended by the launcher (SIGTERM): another rank failed or the "
+                    "job was stopped\n",
+                    rank_label.c_str());
+      std::signal(SIGTERM, on_terminate);
+    }
+    xf::trainer::TrainOptions options;
+    try {
+      options = agreed_options(given, launched);
+    } catch (const xf::trainer::OptionError& e) {
+      throw xf::cli::UsageError{e.what()};
+    }
+    xf::trainer::Communicator& comm = ranks->for_device(options.device, options.comm_timeout);
+    stop_on(SIGINT, /*once=*/true);
+    stop_on(SIGHUP, /*once=*/true);
+    if (!several_ranks) stop_on(SIGTERM, /*once=*/true);
+    stop_on(SIGUSR1, /*once=*/false);
+    // --device cuda: the module, loaded now (or a one-line error naming what is missing).
+    const xf::trainer::DeviceTraining* devices = &xf::trainer::module_device_training();
+    auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices, &comm,
+                                             ranks->gpu());
+    if (comm.rank() == 0) {
+      std::cerr << "done: step " << summary.final_step << " in " << summary.seconds
+                << " s; checkpoint " << summary.last_checkpoint << "\n";
+    }
+    return 0;  // every rank gets here together: the ranks' destructors finalize MPI and NCCL
+  } catch (const xf::cli::UsageError& e) {
+    if (several_ranks) exit_rank(rank_label, e.message, xf::cli::kExitUsageError);
+    throw;
+  } catch (const std::exception& e) {
+    if (several_ranks) exit_rank(rank_label, e.what(), xf::cli::kExitInputError);
+    throw;
+  }
+}
 
 }  // namespace
 
@@ -75,47 +150,5 @@ int main(int argc, char** argv) {
       execv(self, argv);  // returns only on failure: then run as we are
     }
   }
-  std::unique_ptr<xf::trainer::LaunchedRanks> ranks;
-  bool several_ranks = false;
-  std::string rank_label;
-  try {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    auto given = xf::trainer::parse_train_arguments(args);
-    if (given.count("help") || args.empty()) {
-      std::cout << kUsage << xf::trainer::train_options_help()
-                << "  --help              this text\n";
-      return args.empty() ? 2 : 0;
-    }
-    ranks = xf::trainer::LaunchedRanks::join();
-    xf::trainer::Communicator& launched = ranks->launched();
-    several_ranks = launched.size() > 1;
-    rank_label = "rank " + std::to_string(launched.rank()) + " of " + std::to_string(launched.size());
-    if (several_ranks) {
-      std::snprintf(g_terminated_line, sizeof(g_terminated_line),
-                    "xf-train: %s: ended by the launcher (SIGTERM): another rank failed or the "
-                    "job was stopped\n",
-                    rank_label.c_str());
-      std::signal(SIGTERM, on_terminate);
-    }
-    xf::trainer::TrainOptions options = agreed_options(given, launched);
-    xf::trainer::Communicator& comm = ranks->for_device(options.device, options.comm_timeout);
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGUSR1, on_stop_signal);
-    // --device cuda: the module, loaded now (or a one-line error naming what is missing).
-    const xf::trainer::DeviceTraining* devices = &xf::trainer::module_device_training();
-    auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices, &comm,
-                                             ranks->gpu());
-    if (comm.rank() == 0) {
-      std::cerr << "done: step " << summary.final_step << " in " << summary.seconds
-                << " s; checkpoint " << summary.last_checkpoint << "\n";
-    }
-    return 0;  // every rank gets here together: the ranks' destructors finalize MPI and NCCL
-  } catch (const std::exception& e) {
-    std::string message = e.what();
-    if (several_ranks && message.rfind("rank ", 0) != 0) message = rank_label + ": " + message;
-    std::cerr << "xf-train: " << message << "\n" << std::flush;
-    // Finalizing could wait for ranks that never come: leave at once, mpirun ends the others.
-    if (several_ranks) _exit(1);
-    return 1;
-  }
+  return xf::cli::tool_main("xf-train", kUsage + xf::trainer::train_options_help(), argc, argv, train);
 }

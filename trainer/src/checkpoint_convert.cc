@@ -1,4 +1,6 @@
 // Checkpoints -> flat model file: averaging, metadata, writing through xf::ModelWriter.
+#include <sentencepiece_processor.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -199,15 +201,43 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
   return pruned;
 }
 
-Checkpoint checkpoint_from_model_file(const ModelFile& model) {
-  if (model.target_tokenizer() != model.source_tokenizer()) {
+Checkpoint checkpoint_from_model_file(const ModelFile& model, std::string* target_tokenizer) {
+  const bool own_target = model.target_tokenizer() != model.source_tokenizer();
+  if (own_target && target_tokenizer == nullptr) {
     throw Error(model.path() + ": has its own target vocabulary already");
+  }
+  if (target_tokenizer != nullptr) {
+    *target_tokenizer = own_target ? std::string(model.target_tokenizer()) : std::string();
   }
   Checkpoint checkpoint;
   checkpoint.config = model.config();
   checkpoint.parameters = parameters_from_model_file(model);
   checkpoint.tokenizer_model = std::string(model.source_tokenizer());
   return checkpoint;
+}
+
+namespace {
+
+// As the runtime loads a tokenizer (xf::Model): it must load and hold `vocab_size` pieces.
+void check_tokenizer(const std::string& proto, uint32_t vocab_size, const std::string& label) {
+  sentencepiece::SentencePieceProcessor processor;
+  const auto status = processor.LoadFromSerializedProto(proto);
+  if (!status.ok()) throw Error(label + ": cannot load the SentencePiece model: " + status.ToString());
+  if (static_cast<uint32_t>(processor.GetPieceSize()) != vocab_size) {
+    throw Error(label + ": the SentencePiece model has " + std::to_string(processor.GetPieceSize()) +
+                " pieces but the vocabulary has " + std::to_string(vocab_size));
+  }
+}
+
+}  // namespace
+
+void check_tokenizers(const Checkpoint& checkpoint, const std::string& target_tokenizer,
+                      const std::string& label) {
+  if (checkpoint.tokenizer_model.empty()) return;
+  const ModelConfig& config = checkpoint.config;
+  check_tokenizer(checkpoint.tokenizer_model, config.source_vocab_size, label + ": source tokenizer");
+  check_tokenizer(target_tokenizer.empty() ? checkpoint.tokenizer_model : target_tokenizer,
+                  config.target_vocab_size, label + ": target tokenizer");
 }
 
 Checkpoint checkpoint_with_shared_vocabulary(const ModelFile& pruned) {

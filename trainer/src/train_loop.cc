@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -21,6 +22,7 @@
 #include "xf/trainer/data.h"
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
+#include "xf/trainer/run_directory.h"
 #include "xf/trainer/transformer.h"
 #include "xf/trainer/translate.h"
 
@@ -271,9 +273,16 @@ TrainSummary run_training(const TrainOptions& options, std::ostream& progress,
       throw Error(*path + ": cannot open (" + std::strerror(errno) + ")");
     }
   }
-  std::error_code ec;
-  fs::create_directories(options.out_dir, ec);
-  if (ec) throw Error(options.out_dir + ": cannot create the run directory: " + ec.message());
+  // Rank 0 owns the run directory while the run lasts (its lock; no mixing with an earlier
+  // run); the other ranks need it only for the corpus cache.
+  std::optional<RunDirectory> run_directory;
+  if (root) {
+    run_directory.emplace(options.out_dir, options.resume, options.overwrite, log);
+  } else {
+    std::error_code ec;
+    fs::create_directories(options.out_dir, ec);
+    if (ec) throw Error(options.out_dir + ": cannot create the run directory: " + ec.message());
+  }
   const std::string out = options.out_dir + "/";
 
   // ---- Resume point or fresh start (rank 0 reads, then hands it to the others) ----------------

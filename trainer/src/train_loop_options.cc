@@ -1,4 +1,5 @@
 // xf-train's options: one table gives names, help, parsing, checking and the saved form.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -19,10 +20,10 @@ int64_t to_int(const std::string& name, const std::string& value, int64_t low, i
     used = 0;
   }
   if (used == 0 || used != value.size()) {
-    throw Error("--" + name + ": '" + value + "' is not an integer");
+    throw OptionError("--" + name + ": '" + value + "' is not an integer");
   }
   if (parsed < low || parsed > high) {
-    throw Error("--" + name + ": " + value + " is out of range " + std::to_string(low) + ".." +
+    throw OptionError("--" + name + ": " + value + " is out of range " + std::to_string(low) + ".." +
                 std::to_string(high));
   }
   return parsed;
@@ -37,10 +38,10 @@ double to_double(const std::string& name, const std::string& value, double low, 
     used = 0;
   }
   if (used == 0 || used != value.size() || !std::isfinite(parsed)) {
-    throw Error("--" + name + ": '" + value + "' is not a number");
+    throw OptionError("--" + name + ": '" + value + "' is not a number");
   }
   if (parsed < low || parsed > high) {
-    throw Error("--" + name + ": " + value + " is out of range");
+    throw OptionError("--" + name + ": " + value + " is out of range");
   }
   return parsed;
 }
@@ -52,7 +53,7 @@ std::string to_choice(const std::string& name, const std::string& value,
   }
   std::string list;
   for (const auto& choice : choices) list += (list.empty() ? "" : "|") + choice;
-  throw Error("--" + name + ": '" + value + "' is not one of " + list);
+  throw OptionError("--" + name + ": '" + value + "' is not one of " + list);
 }
 
 std::string number_text(double value) {
@@ -88,7 +89,7 @@ const std::vector<OptionSpec>& option_table() {
          size_t comma = v.find(',');
          if (comma == std::string::npos || comma == 0 || comma + 1 == v.size() ||
              v.find(',', comma + 1) != std::string::npos) {
-           throw Error("--tsv-columns: expected two languages like en,fr, got '" + v + "'");
+           throw OptionError("--tsv-columns: expected two languages like en,fr, got '" + v + "'");
          }
          o.tsv_columns = v;
        },
@@ -239,8 +240,13 @@ const std::vector<OptionSpec>& option_table() {
       {"log-every", "N    progress line every N steps (default 10)",
        [](O& o, const std::string& v) { o.log_every = to_int("log-every", v, 1, kMaxInt); },
        [](const O& o) { return std::to_string(o.log_every); }},
-      {"resume", "         continue from the newest checkpoint in --out",
+      {"resume", "         continue from the newest checkpoint in --out; the architecture and\n"
+                 "                   vocabulary options are the checkpoint's (giving another value is\n"
+                 "                   an error), the others may change (e.g. --max-steps)",
        [](O& o, const std::string& v) { o.resume = v != "0"; }, nullptr},
+      {"overwrite", "      start a new run in an --out that holds an earlier run: its checkpoints,\n"
+                    "                   metrics and vocabulary are deleted first (without it, refused)",
+       [](O& o, const std::string& v) { o.overwrite = v != "0"; }, nullptr},
   };
   return table;
 }
@@ -252,8 +258,34 @@ const OptionSpec* find_option(const std::string& name) {
   return nullptr;
 }
 
+// What a run fixes when it starts: the architecture, the vocabulary and what it translates.
+// A resumed run keeps them; giving another value is refused rather than ignored.
+const std::vector<std::string> kFixedAtStart = {
+    "layers", "encoder-layers", "decoder-layers", "d-model", "heads", "d-ff", "norm",
+    "max-positions", "vocab-size", "spm-type", "spm", "init-from", "src-lang", "tgt-lang"};
+
+// Throws OptionError naming the first option of `given` that changes a fixed one of `saved`.
+void check_fixed_at_start(const std::map<std::string, std::string>& saved,
+                          const std::map<std::string, std::string>& given) {
+  const TrainOptions before = train_options_from_map(saved);
+  for (const auto& [name, value] : given) {
+    if (std::find(kFixedAtStart.begin(), kFixedAtStart.end(), name) == kFixedAtStart.end()) continue;
+    TrainOptions after = before;
+    find_option(name)->set(after, value);
+    for (const std::string& fixed : kFixedAtStart) {
+      const OptionSpec* spec = find_option(fixed);
+      if (spec->get == nullptr || spec->get(after) == spec->get(before)) continue;
+      throw OptionError("--resume: --" + name + " " + value + " differs from the run's --" + fixed +
+                        " " + spec->get(before) +
+                        " (a run keeps the architecture and vocabulary it started with; start "
+                        "a new run in another --out)");
+    }
+  }
+}
+
 bool is_flag(const std::string& name) {
-  return name == "resume" || name == "help" || name == "strict-data" || name == "bf16";
+  return name == "resume" || name == "overwrite" || name == "help" || name == "strict-data" ||
+         name == "bf16";
 }
 
 }  // namespace
@@ -271,7 +303,7 @@ std::map<std::string, std::string> parse_train_arguments(const std::vector<std::
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
-      throw Error("unexpected argument '" + arg + "' (options start with --; see --help)");
+      throw OptionError("unexpected argument '" + arg + "' (options start with --; try --help)");
     }
     std::string name = arg.substr(2), value;
     bool inline_value = false;
@@ -281,12 +313,12 @@ std::map<std::string, std::string> parse_train_arguments(const std::vector<std::
       name = name.substr(0, eq);
       inline_value = true;
     }
-    if (!is_flag(name) && !find_option(name)) throw Error("unknown option --" + name + " (see --help)");
+    if (!is_flag(name) && !find_option(name)) throw OptionError("unknown option '--" + name + "' (try --help)");
     if (is_flag(name)) {
-      if (inline_value) throw Error("--" + name + " takes no value");
+      if (inline_value) throw OptionError("--" + name + " takes no value");
       value = "1";
     } else if (!inline_value) {
-      if (i + 1 >= args.size()) throw Error("--" + name + " needs a value");
+      if (i + 1 >= args.size()) throw OptionError("--" + name + " needs a value");
       value = args[++i];
     }
     values[name] = value;
@@ -302,27 +334,27 @@ TrainOptions train_options_from_map(const std::map<std::string, std::string>& va
   for (const auto& [name, value] : values) {
     if (name == "layers" || name == "help") continue;
     const OptionSpec* spec = find_option(name);
-    if (!spec) throw Error("unknown option --" + name);
+    if (!spec) throw OptionError("unknown option --" + name);
     spec->set(options, value);
   }
-  if (options.train_path.empty()) throw Error("--train FILE is required");
-  if (options.out_dir.empty()) throw Error("--out DIR is required");
+  if (options.train_path.empty()) throw OptionError("--train FILE is required");
+  if (options.out_dir.empty()) throw OptionError("--out DIR is required");
   if (options.bf16 && options.device != "cpu") {
-    throw Error("--bf16 is for --device cpu (--device cuda computes in f16 already)");
+    throw OptionError("--bf16 is for --device cpu (--device cuda computes in f16 already)");
   }
   if (options.source_language == options.target_language) {
-    throw Error("--src-lang and --tgt-lang are both '" + options.source_language + "'");
+    throw OptionError("--src-lang and --tgt-lang are both '" + options.source_language + "'");
   }
   if (options.d_model % options.heads != 0) {
-    throw Error("--heads " + std::to_string(options.heads) + " does not divide --d-model " +
+    throw OptionError("--heads " + std::to_string(options.heads) + " does not divide --d-model " +
                 std::to_string(options.d_model));
   }
   if (options.max_length + 1 > options.batch_tokens) {
-    throw Error("--batch-tokens " + std::to_string(options.batch_tokens) +
+    throw OptionError("--batch-tokens " + std::to_string(options.batch_tokens) +
                 " cannot hold one pair of --max-length " + std::to_string(options.max_length));
   }
   if (options.max_length + 1 > static_cast<int64_t>(options.max_positions)) {
-    throw Error("--max-length " + std::to_string(options.max_length) +
+    throw OptionError("--max-length " + std::to_string(options.max_length) +
                 " needs --max-positions of at least " + std::to_string(options.max_length + 1));
   }
   return options;
@@ -339,11 +371,14 @@ std::map<std::string, std::string> train_options_to_map(const TrainOptions& opti
 TrainOptions resolve_train_options(const std::map<std::string, std::string>& given) {
   if (given.count("resume") == 0) return train_options_from_map(given);
   auto out = given.find("out");
-  if (out == given.end()) throw Error("--resume needs --out DIR");
+  if (out == given.end()) throw OptionError("--resume needs --out DIR");
+  if (given.count("overwrite")) throw OptionError("--resume and --overwrite exclude each other");
   auto checkpoints = list_checkpoints(out->second);
   if (checkpoints.empty()) throw Error("--resume: no step-* checkpoint in " + out->second);
-  std::map<std::string, std::string> merged =
+  const std::map<std::string, std::string> saved =
       read_key_values(checkpoints.back() + "/options.txt");
+  check_fixed_at_start(saved, given);
+  std::map<std::string, std::string> merged = saved;
   for (const auto& [name, value] : given) {
     if (name == "layers") {
       merged.erase("encoder-layers");

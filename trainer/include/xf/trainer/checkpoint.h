@@ -123,10 +123,18 @@ PrunedModel prune_target_vocabulary(const Checkpoint& checkpoint,
 
 // ---- Reshaping a model to continue training it (xf-convert --shared-vocabulary, --keep-...) ----
 
-// A model file with one shared vocabulary as a checkpoint to rewrite: its config, its weights
-// widened to f32 (parameters_from_model_file) and its tokenizer. Throws for a file with its own
-// target vocabulary (see checkpoint_with_shared_vocabulary).
-Checkpoint checkpoint_from_model_file(const ModelFile& model);
+// A model file as a checkpoint to rewrite: its config, its weights widened to f32
+// (parameters_from_model_file) and its tokenizer. A file with its own target vocabulary (pruned)
+// needs `target_tokenizer`, which receives that side's SentencePiece model (empty for a shared
+// vocabulary); without it such a file throws (see checkpoint_with_shared_vocabulary).
+Checkpoint checkpoint_from_model_file(const ModelFile& model, std::string* target_tokenizer = nullptr);
+
+// Checks what xf-run checks when it loads a model file: each SentencePiece model loads and holds
+// as many pieces as its vocabulary in the config (`target_tokenizer` empty: the source one is
+// shared). No tokenizer at all passes (a model for token ids). Throws a one-line xf::Error
+// "<label>: source tokenizer: ...".
+void check_tokenizers(const Checkpoint& checkpoint, const std::string& target_tokenizer,
+                      const std::string& label);
 
 // The checkpoint of a model file whose target vocabulary prune_target_vocabulary() cut: the
 // source table, which pruning kept whole, becomes the shared table again, with the source

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "xf/error.h"
 #include "xf/format/config.h"
 
 namespace xf::trainer {
@@ -66,6 +67,14 @@ struct TrainOptions {
   int64_t valid_bleu_sentences = 200;   // --valid-bleu-sentences (0: no BLEU)
   int64_t log_every = 10;               // --log-every: progress line period
   bool resume = false;                  // --resume: continue from the newest checkpoint in --out
+  bool overwrite = false;               // --overwrite: a new run replaces an earlier one in --out
+};
+
+// A bad command line (unknown option, bad value, options that conflict): xf-train exits 2 on
+// it, 1 on any other xf::Error.
+class OptionError : public Error {
+ public:
+  using Error::Error;
 };
 
 // The option names xf-train accepts (without "--"), each with its help line.
@@ -80,7 +89,9 @@ TrainOptions train_options_from_map(const std::map<std::string, std::string>& va
 std::map<std::string, std::string> train_options_to_map(const TrainOptions& options);
 
 // The options a run uses: with --resume, those saved in the newest checkpoint of --out,
-// overridden by the ones given now; otherwise the given ones on the defaults.
+// overridden by the ones given now, except the architecture and the vocabulary (--layers,
+// --d-model, --vocab-size, ...: OptionError naming the first that differs from the
+// checkpoint's); otherwise the given ones on the defaults.
 TrainOptions resolve_train_options(const std::map<std::string, std::string>& given);
 
 struct TrainSummary {
