@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/model_file.h"
 #include "xf/translator.h"
 
 namespace xf {

@@ -5,6 +5,7 @@
 
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
+#include "xf/format/model_file.h"
 
 namespace xf::runtime {
 namespace {

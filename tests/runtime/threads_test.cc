@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tiny_model.h"
+#include "xf/format/model_file.h"
 #include "xf/translator.h"
 #include "xf/xf.h"
 

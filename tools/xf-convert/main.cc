@@ -13,6 +13,7 @@
 
 #include "tool_main.h"
 #include "xf/error.h"
+#include "xf/format/model_file.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/trainer/checkpoint.h"

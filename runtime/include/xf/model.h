@@ -10,13 +10,15 @@
 
 #include "xf/error.h"
 #include "xf/format/config.h"
-#include "xf/format/model_file.h"
+#include "xf/format/file_access.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
 namespace xf {
+
+class ModelFile;  // xf/format/model_file.h: the reader, internal to xf (not installed)
 
 // Decoding settings a model file carries in its metadata as "decoding.<name>" (xf-convert
 // --metadata decoding.length_penalty=1.4, chosen on a dev set): the defaults of every
@@ -46,7 +48,7 @@ class XF_API Model {
   // the file is read into memory, for apps whose files may change under them.
   static std::shared_ptr<const Model> open(const std::string& path);
   static std::shared_ptr<const Model> open(const std::string& path, FileAccess access);
-  // Wraps a model file already open (tests open models from memory this way).
+  // Wraps a model file already open (tests and xf's tools open models from memory this way).
   static std::shared_ptr<const Model> from_file(std::shared_ptr<const ModelFile> file);
   ~Model();
   Model(const Model&) = delete;

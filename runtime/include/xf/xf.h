@@ -33,6 +33,16 @@
 
 #include "xf/export.h"
 
+/* Valid C89, C99 and later, and C++. C89 has no `inline`: there, GCC and Clang take their
+ * __inline__, other compilers plain static functions. */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define XF_INLINE static inline
+#elif defined(__GNUC__)
+#define XF_INLINE static __inline__
+#else
+#define XF_INLINE static
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,7 +124,7 @@ typedef struct xf_model_options {
   int mmap; /* 1 (default): map the file; 0: read it into memory, so it may change or go */
 } xf_model_options;
 XF_API void xf_model_options_init_sized(xf_model_options* options, size_t struct_size);
-static inline void xf_model_options_init(xf_model_options* options) {
+XF_INLINE void xf_model_options_init(xf_model_options* options) {
   xf_model_options_init_sized(options, sizeof(*options));
 }
 XF_API xf_status xf_model_open_with_options(const char* path, const xf_model_options* options,
@@ -124,7 +134,7 @@ XF_API void xf_model_free(xf_model* model);
 /* Fills the first struct_size bytes of *options with the defaults and sets struct_size.
  * Call it through xf_translator_options_init, which passes the app's sizeof. */
 XF_API void xf_translator_options_init_sized(xf_translator_options* options, size_t struct_size);
-static inline void xf_translator_options_init(xf_translator_options* options) {
+XF_INLINE void xf_translator_options_init(xf_translator_options* options) {
   xf_translator_options_init_sized(options, sizeof(*options));
 }
 /* XF_ERROR_INVALID_ARGUMENT when options->struct_size is not one a release of xf.h had, or
@@ -134,7 +144,7 @@ XF_API xf_status xf_translator_create(const xf_model* model, const xf_translator
 XF_API void xf_translator_free(xf_translator* translator);
 
 XF_API void xf_translate_options_init_sized(xf_translate_options* options, size_t struct_size);
-static inline void xf_translate_options_init(xf_translate_options* options) {
+XF_INLINE void xf_translate_options_init(xf_translate_options* options) {
   xf_translate_options_init_sized(options, sizeof(*options));
 }
 /* options may be NULL (defaults). */

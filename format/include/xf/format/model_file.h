@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/file_access.h"  // how ModelFile::open gets the bytes
 
 namespace xf {
 
@@ -35,11 +36,6 @@ struct TensorView {
   uint64_t rows() const { return rank == 0 ? 1 : shape[0]; }
   uint64_t cols() const { return rank == 0 ? 1 : elements() / shape[0]; }
 };
-
-// How ModelFile::open gets the bytes. map: memory-mapped, zero copy; the file must not be
-// overwritten in place while it is open (replace it by renaming a new file over it: readers
-// keep the old inode). read: read into memory once, so the file may change or go afterwards.
-enum class FileAccess { map, read };
 
 class ModelFile {
  public:

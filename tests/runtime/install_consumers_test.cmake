@@ -1,0 +1,85 @@
+# `cmake --install` of everything into a temporary prefix, then:
+# - bin/ holds the six tools, and the installed xf-run translates;
+# - include/ holds the public headers only (the C API, the C++ API and the two format headers
+#   it includes), not format/'s reader, writer or schema;
+# - examples/c_api, a C-only CMake project (C89, -pedantic-errors), builds with find_package(xf);
+# - the same source builds as C99 from `pkg-config --cflags --libs xf` alone;
+# and both programs translate a sentence exactly as the installed xf-run does.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, MODEL, C_COMPILER, PKG_CONFIG, SHARED.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed (${status}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+
+run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+foreach(tool xf-train xf-convert xf-inspect xf-eval xf-bench xf-run)
+  if(NOT EXISTS ${prefix}/bin/${tool})
+    message(FATAL_ERROR "not installed: bin/${tool}")
+  endif()
+endforeach()
+file(GLOB installed_tools RELATIVE ${prefix}/bin ${prefix}/bin/*)
+list(LENGTH installed_tools tool_count)
+if(NOT tool_count EQUAL 6)
+  message(FATAL_ERROR "bin/ holds ${tool_count} files, not the six tools: ${installed_tools}")
+endif()
+
+file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/*)
+list(SORT headers)
+set(public_headers xf/dtype.h xf/error.h xf/export.h xf/format/config.h xf/format/file_access.h
+  xf/model.h xf/translator.h xf/xf.h)
+if(NOT headers STREQUAL public_headers)
+  message(FATAL_ERROR "installed headers: ${headers}\nexpected the public ones: ${public_headers}")
+endif()
+
+# What the installed xf-run says, to compare with.
+set(sentence "the dog runs to the river")
+file(WRITE ${WORK_DIR}/input.txt "${sentence}\n")
+if(SHARED)
+  set(ENV{LD_LIBRARY_PATH} "${prefix}/lib:$ENV{LD_LIBRARY_PATH}")
+endif()
+execute_process(COMMAND ${prefix}/bin/xf-run --model ${MODEL} INPUT_FILE ${WORK_DIR}/input.txt
+  RESULT_VARIABLE status OUTPUT_VARIABLE expected ERROR_VARIABLE err)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "the installed xf-run failed (${status}): ${err}")
+endif()
+string(STRIP "${expected}" stripped)
+if(stripped STREQUAL "")
+  message(FATAL_ERROR "xf-run printed an empty translation: the comparison would prove little")
+endif()
+
+function(expect_translation program)
+  execute_process(COMMAND ${program} ${MODEL} ${sentence}
+    RESULT_VARIABLE status OUTPUT_VARIABLE printed ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "${program} failed (${status}): ${err}")
+  endif()
+  if(NOT printed STREQUAL expected)
+    message(FATAL_ERROR "${program} printed '${printed}', xf-run '${expected}'")
+  endif()
+endfunction()
+
+# A C-only CMake consumer (the project enables no C++).
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/c_api -B ${WORK_DIR}/cmake-build
+  -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build)
+expect_translation(${WORK_DIR}/cmake-build/translate_c)
+
+# A pkg-config consumer: nothing but the .pc file's flags.
+set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
+execute_process(COMMAND ${PKG_CONFIG} --cflags --libs xf
+  RESULT_VARIABLE status OUTPUT_VARIABLE flags ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "pkg-config --cflags --libs xf failed (${status}): ${err}")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run_step(${C_COMPILER} -std=c99 -Wall -Wextra -pedantic-errors -Werror
+  ${SOURCE_DIR}/examples/c_api/translate.c ${flags} -o ${WORK_DIR}/translate_pkg_config)
+expect_translation(${WORK_DIR}/translate_pkg_config)
+message(STATUS "six tools, public headers only; the CMake C89 and pkg-config C99 consumers agree with xf-run: ${stripped}")
