@@ -35,10 +35,10 @@ std::string test_dir(const std::string& name) {
 
 TEST(DataTrainLoop, ArgumentsAndOptionErrorsAreOneLine) {
   EXPECT_EQ(error_of([] { parse_train_arguments({"--frobnicate", "3"}); }),
-            "unknown option --frobnicate (see --help)");
+            "unknown option '--frobnicate' (try --help)");
   EXPECT_EQ(error_of([] { parse_train_arguments({"--train"}); }), "--train needs a value");
   EXPECT_EQ(error_of([] { parse_train_arguments({"stray"}); }),
-            "unexpected argument 'stray' (options start with --; see --help)");
+            "unexpected argument 'stray' (options start with --; try --help)");
   EXPECT_EQ(error_of([] { parse_train_arguments({"--resume=1"}); }), "--resume takes no value");
   auto parsed = parse_train_arguments({"--train", "a.tsv", "--out=run", "--resume"});
   EXPECT_EQ(parsed.at("train"), "a.tsv");
@@ -378,6 +378,7 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   EXPECT_LT(continued.step_losses[0], source.step_losses.front() * 0.8);
   EXPECT_LT(continued.step_losses[0], fresh.step_losses[0] * 0.8);
 
+  init_values["out"] = dir + "/refused";  // "continued" holds a run: a new one is refused there
   init_values["spm"] = dir + "/source/sentencepiece.model";
   EXPECT_EQ(error_of([&] { run_training(train_options_from_map(init_values), log); }),
             "--init-from and --spm: the model file brings its SentencePiece model");

@@ -106,6 +106,17 @@ RunDirectory::RunDirectory(const std::string& path, bool resume, bool overwrite,
     throw Error(lock_path_ + ": cannot write the lock file: " + why);
   }
 
+  try {
+    tidy(resume, overwrite, log);
+  } catch (...) {
+    release();  // a constructor that throws runs no destructor
+    throw;
+  }
+}
+
+void RunDirectory::tidy(bool resume, bool overwrite, std::ostream& log) {
+  const std::string& path = path_;
+  std::error_code ec;
   // What dead processes left while saving: NAME.tmp.PID and .NAME.old.PID (checkpoint.cc and
   // write_file_atomically name their temporaries so).
   static const std::regex leftover(R"((\.?)(.+)\.(tmp|old)\.([0-9]{1,9}))");
@@ -146,10 +157,13 @@ RunDirectory::RunDirectory(const std::string& path, bool resume, bool overwrite,
   log << "--overwrite: removed " << removed << " files and folders of the earlier run in " << path << "\n";
 }
 
-RunDirectory::~RunDirectory() {
+RunDirectory::~RunDirectory() { release(); }
+
+void RunDirectory::release() {
   if (lock_fd_ < 0) return;
-  ::unlink(lock_path_.c_str());  // while still locked: whoever waits on it starts again
+  ::unlink(lock_path_.c_str());  // while still locked: whoever opened it meanwhile starts again
   ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 }  // namespace xf::trainer

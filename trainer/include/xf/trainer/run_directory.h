@@ -26,6 +26,10 @@ class RunDirectory {
   RunDirectory& operator=(const RunDirectory&) = delete;
 
  private:
+  // After the lock: the leftovers, then the refusal (or --overwrite) of an earlier run.
+  void tidy(bool resume, bool overwrite, std::ostream& log);
+  void release();
+
   std::string path_, lock_path_;
   int lock_fd_ = -1;
 };
