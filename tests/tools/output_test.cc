@@ -27,6 +27,7 @@
 #include "tiny_model.h"
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
+#include "xf/trainer/data.h"
 #include "xf/translator.h"
 
 extern char** environ;
@@ -197,10 +198,12 @@ TEST_F(ToolOutput, XfRunAnswersALineBeforeTheInputEnds) {
   EXPECT_EQ(answer, translator.translate({sentence})[0].hypotheses[0].text + "\n");
 }
 
-// A random checkpoint of a tiny model, for xf-convert.
+// A random checkpoint of a tiny model, for xf-convert (which checks its tokenizer).
 std::string write_checkpoint(const TempDir& dir) {
   xf::trainer::Checkpoint c;
-  c.config.source_vocab_size = c.config.target_vocab_size = 12;
+  c.tokenizer_model = xf::test::tiny_sentencepiece_model();
+  c.config.source_vocab_size = c.config.target_vocab_size = static_cast<uint32_t>(
+      xf::trainer::Tokenizer::from_model_proto(c.tokenizer_model, "tiny").vocab_size());
   c.config.d_model = 8;
   c.config.num_heads = 2;
   c.config.d_ff = 16;
@@ -213,7 +216,6 @@ std::string write_checkpoint(const TempDir& dir) {
     v->resize(count);
     for (float& x : *v) x = normal(rng);
   }
-  c.tokenizer_model = "not read by xf-convert";
   const std::string path = dir.file("step-000001");
   xf::trainer::write_checkpoint(path, c);
   return path;
