@@ -172,12 +172,15 @@ TEST(XfRun, KeepsEveryLineAndWarnsAboutBadOnes) {
   const auto out = split_lines(r.out);
   ASSERT_EQ(out.size(), lines.size()) << r.out;
   const auto err = split_lines(r.err);
-  ASSERT_EQ(err.size(), 3u) << r.err;
+  ASSERT_EQ(err.size(), 4u) << r.err;
   EXPECT_NE(err[0].find("warning: line 4: "), std::string::npos) << r.err;
   EXPECT_NE(err[0].find("truncated"), std::string::npos) << r.err;
   EXPECT_NE(err[1].find("warning: line 9: "), std::string::npos) << r.err;
   EXPECT_NE(err[1].find("invalid UTF-8"), std::string::npos) << r.err;
   EXPECT_EQ(err[2], "xf-run: 2 of 12 lines had problems: 1 truncated to --max-source-len 24, 1 unreadable");
+  // Then the summary every run ends with (tools/common/progress.h).
+  EXPECT_EQ(err[3].rfind("xf-run: 12 lines, ", 0), 0u) << r.err;
+  EXPECT_EQ(err[3].substr(err[3].size() - 12), ", 2 warnings") << r.err;
 
   // The other lines are translated as the library translates them; the long one as its first
   // max_source_len - 1 tokens; the unreadable one is empty.

@@ -1,5 +1,7 @@
 // Runs the built xf-inspect on valid and bad files: the table on stdout for a valid file;
-// exit 1 and exactly one line "xf-inspect: <the reader's message>" on stderr for a bad one.
+// exit 1 and exactly one line "xf-inspect: <the reader's message>" on stderr for a bad one,
+// a tokenizer that does not load or does not match its vocabulary included; exit 2 on a bad
+// command line.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -9,7 +11,10 @@
 #include <sstream>
 
 #include "format_test_support.h"
+#include "tiny_model.h"
 #include "xf/format/model_file.h"
+#include "xf/format/model_writer.h"
+#include "xf/trainer/data.h"
 
 namespace xf::test {
 namespace {
@@ -28,8 +33,7 @@ std::string slurp(const std::string& path) {
 
 ToolResult run_inspect(const std::string& arguments, const TempDir& dir) {
   const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string command = std::string("'") + XF_BINARY_DIR + "/bin/xf-inspect' " +
-                              arguments + " >'" + out + "' 2>'" + err + "'";
+  const std::string command = std::string("'") + XF_INSPECT + "' " + arguments + " >'" + out + "' 2>'" + err + "'";
   const int status = std::system(command.c_str());
   ToolResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -55,16 +59,30 @@ bool has_line(const std::vector<std::vector<std::string>>& lines,
   return std::count(lines.begin(), lines.end(), tokens) == 1;
 }
 
-TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
+// The tiny SentencePiece model's piece count.
+uint32_t tiny_pieces() {
+  return static_cast<uint32_t>(trainer::Tokenizer::from_model_proto(tiny_sentencepiece_model(), "tiny").vocab_size());
+}
+
+// A target tokenizer of its own: the tiny one's first `pieces` pieces.
+std::string tiny_target_tokenizer(int32_t pieces) {
+  std::vector<int32_t> kept;
+  for (int32_t id = 0; id < pieces; ++id) kept.push_back(id);
+  return trainer::sentencepiece_model_subset(tiny_sentencepiece_model(), kept);
+}
+
+TEST(XfInspect, PrintsConfigMetadataTokenizersAndTable) {
   TempDir dir;
   ModelConfig config = tiny_config();
+  config.source_vocab_size = tiny_pieces();
   config.shared_embeddings = false;
   config.target_vocab_size = 10;
   config.output_bias = true;
   config.norm_position = NormPosition::pre;
   ModelWriter writer(config);
-  writer.set_source_tokenizer(std::string(27, 's'));
-  writer.set_target_tokenizer(std::string(13, 't'));
+  const std::string target = tiny_target_tokenizer(10);
+  writer.set_source_tokenizer(tiny_sentencepiece_model());
+  writer.set_target_tokenizer(target);
   writer.set_metadata("source_language", "en");
   writer.set_metadata("bleu", "41.8");
   add_parameters(writer, random_parameters(config, DType::int8, 9));
@@ -76,7 +94,7 @@ TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
   EXPECT_EQ(r.err, "");
   const auto lines = token_lines(r.out);
   EXPECT_TRUE(has_line(lines, {"format", "version", "1"}));
-  EXPECT_TRUE(has_line(lines, {"source_vocab_size", "12"}));
+  EXPECT_TRUE(has_line(lines, {"source_vocab_size", std::to_string(tiny_pieces())}));
   EXPECT_TRUE(has_line(lines, {"target_vocab_size", "10"}));
   EXPECT_TRUE(has_line(lines, {"d_model", "8"}));
   EXPECT_TRUE(has_line(lines, {"d_ff", "16"}));
@@ -85,8 +103,9 @@ TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
   EXPECT_TRUE(has_line(lines, {"output_bias", "1"}));
   EXPECT_TRUE(has_line(lines, {"source_language", "en"}));
   EXPECT_TRUE(has_line(lines, {"bleu", "41.8"}));
-  EXPECT_TRUE(has_line(lines, {"source", "27", "bytes"}));
-  EXPECT_TRUE(has_line(lines, {"target", "13", "bytes"}));
+  EXPECT_TRUE(has_line(lines, {"source", std::to_string(tiny_sentencepiece_model().size()), "bytes,",
+                               std::to_string(tiny_pieces()), "pieces"})) << r.out;
+  EXPECT_TRUE(has_line(lines, {"target", std::to_string(target.size()), "bytes,", "10", "pieces"})) << r.out;
 
   // One row per tensor: name, dtype, shape, bytes; then the total.
   const auto model = ModelFile::open(path);
@@ -106,18 +125,21 @@ TEST(FormatInspectTool, PrintsConfigMetadataTokenizersAndTable) {
       << r.out;
 }
 
-TEST(FormatInspectTool, SharedAndMissingTokenizers) {
+TEST(XfInspect, SharedAndMissingTokenizers) {
   TempDir dir;
+  ModelConfig config = tiny_config();
+  config.source_vocab_size = config.target_vocab_size = tiny_pieces();
   for (bool with_tokenizer : {true, false}) {
-    ModelWriter writer(tiny_config());
-    if (with_tokenizer) writer.set_source_tokenizer("spm");
-    add_parameters(writer, random_parameters(tiny_config(), DType::f32, 2));
+    ModelWriter writer(config);
+    if (with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
+    add_parameters(writer, random_parameters(config, DType::f32, 2));
     writer.write(dir.file("model.xfm"));
     const ToolResult r = run_inspect("'" + dir.file("model.xfm") + "'", dir);
     EXPECT_EQ(r.exit_code, 0);
     const auto lines = token_lines(r.out);
     if (with_tokenizer) {
-      EXPECT_TRUE(has_line(lines, {"source", "3", "bytes"})) << r.out;
+      EXPECT_TRUE(has_line(lines, {"source", std::to_string(tiny_sentencepiece_model().size()), "bytes,",
+                                   std::to_string(tiny_pieces()), "pieces"})) << r.out;
       EXPECT_TRUE(has_line(lines, {"target", "shared", "with", "source"})) << r.out;
     } else {
       EXPECT_TRUE(has_line(lines, {"source", "none"})) << r.out;
@@ -127,7 +149,7 @@ TEST(FormatInspectTool, SharedAndMissingTokenizers) {
   }
 }
 
-TEST(FormatInspectTool, BadFilesGiveOneLineAndExitOne) {
+TEST(XfInspect, BadFilesGiveOneLineAndExitOne) {
   TempDir dir;
   std::vector<uint8_t> valid = valid_model_bytes(tiny_config(), DType::f32, 3);
   std::vector<uint8_t> wrong_identifier = valid;
@@ -160,7 +182,51 @@ TEST(FormatInspectTool, BadFilesGiveOneLineAndExitOne) {
   EXPECT_EQ(directory.err, "xf-inspect: " + dir.path() + ": is a directory, not a model file\n");
 }
 
-TEST(FormatInspectTool, HelpAndBadArguments) {
+// What xf-run refuses at load, xf-inspect refuses too: SentencePiece bytes that do not load, a
+// tokenizer with another piece count than its vocabulary.
+TEST(XfInspect, ATokenizerThatDoesNotLoadOrDoesNotMatchIsRefused) {
+  TempDir dir;
+  ModelConfig config = tiny_config();
+  config.source_vocab_size = config.target_vocab_size = tiny_pieces();
+  const auto write = [&](const ModelConfig& c, const std::string& source, const std::string& target,
+                         const std::string& name) {
+    ModelWriter writer(c);
+    writer.set_source_tokenizer(source);
+    if (!target.empty()) writer.set_target_tokenizer(target);
+    add_parameters(writer, random_parameters(c, DType::f32, 4));
+    writer.write(dir.file(name));
+    return dir.file(name);
+  };
+  std::string garbage = tiny_sentencepiece_model();
+  for (size_t i = 0; i < garbage.size(); i += 7) garbage[i] = static_cast<char>(garbage[i] ^ 0x5a);
+  const std::string bad_bytes = write(config, garbage, "", "garbage.xfm");
+  const ToolResult r = run_inspect("'" + bad_bytes + "'", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("xf-inspect: " + bad_bytes + ": source tokenizer: cannot load the SentencePiece model: ", 0), 0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  ModelConfig more = config;
+  more.source_vocab_size = more.target_vocab_size = tiny_pieces() + 5;
+  const std::string wrong_count = write(more, tiny_sentencepiece_model(), "", "count.xfm");
+  const ToolResult count = run_inspect("'" + wrong_count + "'", dir);
+  EXPECT_EQ(count.exit_code, 1);
+  EXPECT_EQ(count.err, "xf-inspect: " + wrong_count + ": source tokenizer: the SentencePiece model has " +
+                           std::to_string(tiny_pieces()) + " pieces but the vocabulary has " +
+                           std::to_string(tiny_pieces() + 5) + "\n");
+
+  ModelConfig pruned = config;
+  pruned.shared_embeddings = false;
+  pruned.target_vocab_size = 10;
+  const std::string wrong_target = write(pruned, tiny_sentencepiece_model(), tiny_target_tokenizer(9), "target.xfm");
+  const ToolResult target = run_inspect("'" + wrong_target + "'", dir);
+  EXPECT_EQ(target.exit_code, 1);
+  EXPECT_EQ(target.err, "xf-inspect: " + wrong_target +
+                            ": target tokenizer: the SentencePiece model has 9 pieces but the vocabulary has 10\n");
+}
+
+TEST(XfInspect, HelpAndBadArguments) {
   TempDir dir;
   const ToolResult help = run_inspect("--help", dir);
   EXPECT_EQ(help.exit_code, 0);
@@ -168,14 +234,14 @@ TEST(FormatInspectTool, HelpAndBadArguments) {
   EXPECT_EQ(help.err, "");
 
   const ToolResult none = run_inspect("", dir);
-  EXPECT_EQ(none.exit_code, 1);
-  EXPECT_EQ(none.err, "xf-inspect: no model file given (see --help)\n");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.err, "xf-inspect: no model file given (try --help)\n");
   const ToolResult option = run_inspect("--verbose", dir);
-  EXPECT_EQ(option.exit_code, 1);
-  EXPECT_EQ(option.err, "xf-inspect: unknown option '--verbose' (see --help)\n");
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_EQ(option.err, "xf-inspect: unknown option '--verbose' (try --help)\n");
   const ToolResult two = run_inspect("a.xfm b.xfm", dir);
-  EXPECT_EQ(two.exit_code, 1);
-  EXPECT_EQ(two.err, "xf-inspect: one model file at a time (see --help)\n");
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_EQ(two.err, "xf-inspect: one model file at a time (try --help)\n");
 }
 
 }  // namespace

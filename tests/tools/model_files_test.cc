@@ -1,0 +1,158 @@
+// xf-convert on model files and checkpoints whose tokenizer is garbage or does not match the
+// vocabulary (refused in one line before anything is written), on a pruned model file (another
+// dtype keeps its own target vocabulary), and xf-bench naming the weight matrices' dtype.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tiny_model.h"
+#include "xf/format/model_file.h"
+#include "xf/format/parameters.h"
+#include "xf/trainer/checkpoint.h"
+#include "xf/trainer/data.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class ModelFiles : public ::testing::Test {
+ protected:
+  Result run(const std::string& command) const {
+    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    const int status = std::system((command + " > " + out + " 2> " + err).c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+  }
+  // The tiny model as a checkpoint (config, f32 parameters, tokenizer).
+  xf::trainer::Checkpoint tiny_checkpoint() const {
+    const std::string path = dir_ + "/tiny.xfm";
+    xf::test::write_tiny_model(path);
+    return xf::trainer::checkpoint_from_model_file(*xf::ModelFile::open(path));
+  }
+  static std::string last_line(const std::string& text) {
+    const size_t start = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+    return start == std::string::npos ? text : text.substr(start + 1);
+  }
+
+  std::string dir_ = xf::test::make_temp_dir("model_files");
+};
+
+TEST_F(ModelFiles, XfConvertRefusesATokenizerThatDoesNotLoadOrDoesNotMatch) {
+  xf::trainer::Checkpoint garbage = tiny_checkpoint();
+  for (size_t i = 0; i < garbage.tokenizer_model.size(); i += 7) garbage.tokenizer_model[i] ^= 0x5a;
+  const std::string garbage_file = dir_ + "/garbage.xfm";
+  xf::trainer::write_model_file(garbage, xf::DType::f32, {}, garbage_file);  // the library writes what it is given
+  const std::string out = dir_ + "/out.xfm";
+  const Result from_file = run(std::string(XF_CONVERT) + " " + garbage_file + " -o " + out);
+  EXPECT_EQ(from_file.status, 1);
+  EXPECT_EQ(last_line(from_file.err).rfind("xf-convert: " + garbage_file +
+                                               ": source tokenizer: cannot load the SentencePiece model: ", 0),
+            0u) << from_file.err;
+  EXPECT_FALSE(fs::exists(out));
+
+  // A checkpoint directory with garbage in its sentencepiece.model.
+  garbage.adam.first_moment.assign(garbage.parameters.size(), 0.0f);
+  garbage.adam.second_moment.assign(garbage.parameters.size(), 0.0f);
+  const std::string checkpoint = dir_ + "/step-000001";
+  xf::trainer::write_checkpoint(checkpoint, garbage);
+  const Result from_checkpoint = run(std::string(XF_CONVERT) + " " + checkpoint + " -o " + out);
+  EXPECT_EQ(from_checkpoint.status, 1);
+  EXPECT_EQ(last_line(from_checkpoint.err)
+                .rfind("xf-convert: " + checkpoint + ": source tokenizer: cannot load the SentencePiece model: ", 0),
+            0u) << from_checkpoint.err;
+  EXPECT_FALSE(fs::exists(out));
+
+  // A tokenizer of other size than the vocabulary: the tiny one's first 20 pieces.
+  xf::trainer::Checkpoint fewer = tiny_checkpoint();
+  std::vector<int32_t> kept;
+  for (int32_t id = 0; id < 20; ++id) kept.push_back(id);
+  fewer.tokenizer_model = xf::trainer::sentencepiece_model_subset(fewer.tokenizer_model, kept);
+  const std::string fewer_file = dir_ + "/fewer.xfm";
+  xf::trainer::write_model_file(fewer, xf::DType::f32, {}, fewer_file);
+  const Result count = run(std::string(XF_CONVERT) + " " + fewer_file + " -o " + out);
+  EXPECT_EQ(count.status, 1);
+  EXPECT_EQ(last_line(count.err), "xf-convert: " + fewer_file +
+                                      ": source tokenizer: the SentencePiece model has 20 pieces but the vocabulary has " +
+                                      std::to_string(fewer.config.source_vocab_size) + "\n");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A model file pruned by --target-vocabulary-from, rewritten in another dtype: the same config,
+// the same target tokenizer, the same weights (f32 to f32 exactly).
+TEST_F(ModelFiles, XfConvertRewritesAPrunedModelFileInAnotherDtype) {
+  const xf::trainer::Checkpoint full = tiny_checkpoint();
+  std::vector<int32_t> kept;
+  for (int32_t id = 0; id < static_cast<int32_t>(full.config.target_vocab_size); id += 2) kept.push_back(id);
+  for (int32_t special : {1, 3}) kept.insert(std::lower_bound(kept.begin(), kept.end(), special), special);
+  const xf::trainer::PrunedModel pruned = xf::trainer::prune_target_vocabulary(full, kept);
+  const std::string pruned_file = dir_ + "/pruned.xfm";
+  xf::trainer::write_model_file(pruned.checkpoint, xf::DType::int8, {{"note", "kept"}}, pruned_file,
+                                pruned.target_tokenizer);
+  for (const std::string dtype : {"f32", "f16"}) {
+    const std::string out = dir_ + "/pruned-" + dtype + ".xfm";
+    const Result r = run(std::string(XF_CONVERT) + " " + pruned_file + " -o " + out + " --dtype " + dtype);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto before = xf::ModelFile::open(pruned_file), after = xf::ModelFile::open(out);
+    EXPECT_EQ(xf::config_to_text(after->config()), xf::config_to_text(before->config()));
+    EXPECT_EQ(after->target_tokenizer(), before->target_tokenizer());
+    EXPECT_NE(after->target_tokenizer(), after->source_tokenizer());
+    EXPECT_EQ(after->metadata_value("note"), "kept");
+    EXPECT_EQ(after->tensor("output.weight").dtype == xf::DType::f32 ? "f32" : "f16", dtype);
+    if (dtype == "f32") {
+      EXPECT_EQ(xf::trainer::parameters_from_model_file(*after), xf::trainer::parameters_from_model_file(*before));
+    }
+  }
+}
+
+// README's own example, where the checkout has the bundled (pruned) model.
+TEST_F(ModelFiles, XfConvertRewritesTheBundledModelInF32) {
+  const std::string bundled = std::string(XF_SOURCE_DIR) + "/models/enfr.xfm";
+  if (!fs::exists(bundled)) GTEST_SKIP() << "no bundled model in this checkout";
+  const std::string out = dir_ + "/enfr-f32.xfm";
+  const Result r = run(std::string(XF_CONVERT) + " " + bundled + " -o " + out + " --dtype f32");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto before = xf::ModelFile::open(bundled), after = xf::ModelFile::open(out);
+  EXPECT_EQ(xf::config_to_text(after->config()), xf::config_to_text(before->config()));
+  EXPECT_EQ(after->target_tokenizer(), before->target_tokenizer());
+  EXPECT_EQ(after->tensor(xf::param::target_embedding(after->config())).dtype, xf::DType::f32);
+}
+
+// xf-bench names the dtype its weight matrices have (biases and LayerNorm stay f32 in every
+// file, so the first tensor says nothing), and what --dtype converts them to.
+TEST_F(ModelFiles, XfBenchNamesTheWeightMatricesDtype) {
+  const std::string model = dir_ + "/int8.xfm";
+  xf::test::TinyModelOptions options;
+  options.matrix_dtype = xf::DType::int8;
+  xf::test::write_tiny_model(model, options);
+  const std::string input = dir_ + "/input.txt";
+  {
+    std::ofstream in(input);
+    for (const auto& line : xf::test::sample_sentences(4, 2)) in << line << "\n";
+  }
+  const std::string bench = std::string(XF_BENCH) + " --model " + model + " --input " + input + " --beam 1";
+  const Result stored = run(bench + " --json");
+  ASSERT_EQ(stored.status, 0) << stored.err;
+  EXPECT_NE(stored.out.find("\"model_dtype\": \"int8\""), std::string::npos) << stored.out;
+  const Result text = run(bench);
+  EXPECT_EQ(text.out.rfind("model        " + model + " (int8, ", 0), 0u) << text.out;
+  const Result converted = run(bench + " --json --dtype f32");
+  ASSERT_EQ(converted.status, 0) << converted.err;
+  EXPECT_NE(converted.out.find("\"model_dtype\": \"f32 (converted at load from int8)\""), std::string::npos)
+      << converted.out;
+}
+
+}  // namespace
