@@ -56,7 +56,8 @@ xf::trainer::TrainOptions agreed_options(const std::map<std::string, std::string
   xf::trainer::broadcast_string(launched, &text, 0);
   xf::trainer::TrainOptions options =
       xf::trainer::train_options_from_map(xf::trainer::parse_key_values(text, "rank 0's options"));
-  options.resume = given.count("resume") > 0;  // a flag, not a saved option
+  options.resume = given.count("resume") > 0;  // flags, not saved options
+  options.overwrite = given.count("overwrite") > 0;
   return options;
 }
 
