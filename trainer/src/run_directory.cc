@@ -120,26 +120,27 @@ void RunDirectory::tidy(bool resume, bool overwrite, std::ostream& log) {
   // What dead processes left while saving: NAME.tmp.PID and .NAME.old.PID (checkpoint.cc and
   // write_file_atomically name their temporaries so).
   static const std::regex leftover(R"((\.?)(.+)\.(tmp|old)\.([0-9]{1,9}))");
+  std::vector<std::string> names;  // listed first, changed after
+  for (const auto& entry : fs::directory_iterator(path, ec)) names.push_back(entry.path().filename().string());
+  if (ec) throw Error(path + ": cannot list the run directory: " + ec.message());
   std::vector<std::string> others;
-  for (const auto& entry : fs::directory_iterator(path, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (const std::string& name : names) {
     std::smatch m;
     if (name == kLockFile) continue;
-    if (std::regex_match(name, m, leftover) && !process_alive(std::stol(m[4].str()))) {
-      const fs::path original = fs::path(path) / m[2].str();
-      std::error_code ignored;
-      if (m[3] == "old" && m[1] == "." && !fs::exists(original, ignored)) {
-        fs::rename(entry.path(), original, ignored);
-        log << "restored " << original.string() << " from " << name << ", left by a process that died while saving\n";
-      } else {
-        fs::remove_all(entry.path(), ignored);
-        log << "removed " << entry.path().string() << ", left by a process that died while saving\n";
-      }
+    if (!std::regex_match(name, m, leftover) || process_alive(std::stol(m[4].str()))) {
+      others.push_back(name);
       continue;
     }
-    others.push_back(name);
+    const fs::path found = fs::path(path) / name, original = fs::path(path) / m[2].str();
+    std::error_code ignored;
+    if (m[3] == "old" && m[1] == "." && !fs::exists(original, ignored)) {
+      fs::rename(found, original, ignored);
+      log << "restored " << original.string() << " from " << name << ", left by a process that died while saving\n";
+    } else {
+      fs::remove_all(found, ignored);
+      log << "removed " << found.string() << ", left by a process that died while saving\n";
+    }
   }
-  if (ec) throw Error(path + ": cannot list the run directory: " + ec.message());
   if (resume || others.empty()) return;
   std::sort(others.begin(), others.end());
   if (!overwrite) {
