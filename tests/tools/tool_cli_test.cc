@@ -4,12 +4,19 @@
 // device, and xf-run's progress summary.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -18,6 +25,8 @@
 #include "progress.h"
 #include "tiny_model.h"
 #include "xf/xf.h"
+
+extern char** environ;
 
 namespace {
 
@@ -115,20 +124,19 @@ class ToolResults : public ::testing::Test {
     std::ofstream in(input_);
     for (const auto& line : xf::test::sample_sentences(40, 3)) in << line << "\n";
   }
-  void SetUp() override {
-    if (full_device().empty()) GTEST_SKIP() << "cannot make a device node";
-  }
   static std::string model_, input_;
 };
 std::string ToolResults::model_, ToolResults::input_;
 
 TEST_F(ToolResults, XfInspectIntoAFullDeviceFails) {
+  if (full_device().empty()) GTEST_SKIP() << "cannot make a device node";
   const ToolRun r = shell(tool("xf-inspect") + " " + model_, full_device());
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "xf-inspect: output: write failed: No space left on device\n");
 }
 
 TEST_F(ToolResults, XfEvalIntoAFullDeviceFailsInEveryMode) {
+  if (full_device().empty()) GTEST_SKIP() << "cannot make a device node";
   const std::string tsv = work_dir() + "/refs.tsv";
   {
     std::ofstream out(tsv);
@@ -148,6 +156,7 @@ TEST_F(ToolResults, XfEvalIntoAFullDeviceFailsInEveryMode) {
 }
 
 TEST_F(ToolResults, XfBenchIntoAFullDeviceFails) {
+  if (full_device().empty()) GTEST_SKIP() << "cannot make a device node";
   for (const std::string json : {"", " --json"}) {
     const ToolRun r = shell(tool("xf-bench") + " --model " + model_ + " --input " + input_ + json, full_device());
     EXPECT_EQ(r.status, 1);
@@ -191,6 +200,77 @@ TEST_F(ToolResults, XfRunEndsWithASummaryLine) {
   EXPECT_GT(warnings, 0u) << "--max-source-len 6 truncates some lines";
   const std::string tail = std::to_string(warnings) + (warnings == 1 ? " warning" : " warnings");
   EXPECT_EQ(summary.substr(summary.size() - tail.size()), tail) << summary;
+}
+
+// Reads `fd` until a newline arrives (or a minute passes); what was read.
+std::string read_line_from(int fd) {
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+// With stderr a terminal, xf-run prints a progress line when more than a few seconds have passed
+// since the last one: here a line, a pause of 3.5 s, another line; then the summary.
+TEST_F(ToolResults, XfRunPrintsProgressLinesWhenStderrIsATerminal) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const std::string terminal = ::ptsname(master);
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, terminal.c_str(), O_WRONLY | O_NOCTTY, 0);
+  for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], master})
+    posix_spawn_file_actions_addclose(&actions, fd);
+  std::string program = tool("xf-run"), model_option = "--model", model = model_;
+  char* argv[] = {program.data(), model_option.data(), model.data(), nullptr};
+  pid_t pid = -1;
+  const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  ASSERT_EQ(spawned, 0);
+  const auto sentences = xf::test::sample_sentences(2, 6);
+  const auto translate = [&](const std::string& sentence) {
+    const std::string line = sentence + "\n";
+    EXPECT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    EXPECT_NE(read_line_from(from_child[0]).find('\n'), std::string::npos);
+  };
+  translate(sentences[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  translate(sentences[1]);
+  ::close(to_child[1]);
+  read_line_from(from_child[0]);  // the end of the output
+  ::close(from_child[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string on_terminal;
+  for (;;) {  // what the terminal holds; EIO once it is drained and the other side is closed
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) break;
+    char buffer[4096];
+    const ssize_t n = ::read(master, buffer, sizeof buffer);
+    if (n <= 0) break;
+    on_terminal.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(master);
+  EXPECT_NE(on_terminal.find("xf-run: 2 lines, 3."), std::string::npos) << on_terminal;  // the progress line
+  EXPECT_NE(on_terminal.find("xf-run: 2 lines, "), on_terminal.rfind("xf-run: 2 lines, ")) << on_terminal;
+  EXPECT_NE(on_terminal.find(" tokens in "), std::string::npos) << on_terminal;  // the summary
 }
 
 // Periodic lines (a terminal) every few seconds of progress, and the summary's figures.
