@@ -300,10 +300,12 @@ TEST(XfRun, AHundredMegabyteLineRunsInBoundedMemoryAndIsReported) {
   EXPECT_EQ(out[1], expected[0].hypotheses[0].text);
   EXPECT_EQ(out[2], expected[1].hypotheses[0].text);
   const auto err = split_lines(r.err);
-  ASSERT_EQ(err.size(), 2u) << r.err;
+  ASSERT_EQ(err.size(), 3u) << r.err;
   EXPECT_NE(err[0].find("xf-run: warning: line 1: more than --max-source-len 256 tokens"), std::string::npos) << r.err;
   EXPECT_NE(err[0].find("truncated"), std::string::npos) << r.err;
   EXPECT_EQ(err[1], "xf-run: 1 of 3 lines had problems: 1 truncated to --max-source-len 256, 0 unreadable");
+  EXPECT_EQ(err[2].rfind("xf-run: 3 lines, ", 0), 0u) << r.err;  // the summary every run ends with
+  EXPECT_EQ(err[2].substr(err[2].size() - 11), ", 1 warning") << r.err;
   // The truncated line is translated as the head it was cut to: its first 255 tokens.
   const std::string head = "the cat sees the dog and the bird ";
   std::string long_text;
