@@ -45,6 +45,8 @@ int tool_main(const char* tool, const std::string& help, int argc, char** argv,
       const std::string arg = argv[i];
       if (arg == "-h" || arg == "--help") {
         std::fputs(help.c_str(), stdout);
+        const bool blank_line_ends_help = help.size() >= 2 && help.compare(help.size() - 2, 2, "\n\n") == 0;
+        if (!blank_line_ends_help) std::fputs("\n", stdout);
         std::fputs(kSharedHelp, stdout);
         check_stdout();
         return 0;
