@@ -1,5 +1,5 @@
 # `cmake --install` of everything into a temporary prefix, then:
-# - bin/ holds the six tools, and the installed xf-run translates;
+# - bin/ holds the tools (the six of issue 27 and xf-join), and the installed xf-run translates;
 # - include/ holds the public headers only (the C API, the C++ API and the two format headers
 #   it includes), not format/'s reader, writer or schema;
 # - examples/c_api, a C-only CMake project (C89, -pedantic-errors), builds with find_package(xf);
@@ -19,15 +19,17 @@ endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
-foreach(tool xf-train xf-convert xf-inspect xf-eval xf-bench xf-run)
+set(tools xf-train xf-convert xf-inspect xf-eval xf-bench xf-run xf-join)
+foreach(tool ${tools})
   if(NOT EXISTS ${prefix}/bin/${tool})
     message(FATAL_ERROR "not installed: bin/${tool}")
   endif()
 endforeach()
 file(GLOB installed_tools RELATIVE ${prefix}/bin ${prefix}/bin/*)
-list(LENGTH installed_tools tool_count)
-if(NOT tool_count EQUAL 6)
-  message(FATAL_ERROR "bin/ holds ${tool_count} files, not the six tools: ${installed_tools}")
+list(SORT installed_tools)
+list(SORT tools)
+if(NOT installed_tools STREQUAL tools)
+  message(FATAL_ERROR "bin/ holds ${installed_tools}, not the tools ${tools}")
 endif()
 
 file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/*)
@@ -82,4 +84,4 @@ separate_arguments(flags UNIX_COMMAND "${flags}")
 run_step(${C_COMPILER} -std=c99 -Wall -Wextra -pedantic-errors -Werror
   ${SOURCE_DIR}/examples/c_api/translate.c ${flags} -o ${WORK_DIR}/translate_pkg_config)
 expect_translation(${WORK_DIR}/translate_pkg_config)
-message(STATUS "six tools, public headers only; the CMake C89 and pkg-config C99 consumers agree with xf-run: ${stripped}")
+message(STATUS "the tools, public headers only; the CMake C89 and pkg-config C99 consumers agree with xf-run: ${stripped}")
