@@ -69,7 +69,8 @@ std::string full_device() {
   return path;
 }
 
-const std::vector<std::string> kTools = {"xf-train", "xf-convert", "xf-inspect", "xf-eval", "xf-bench", "xf-run"};
+const std::vector<std::string> kTools = {"xf-train", "xf-convert", "xf-inspect", "xf-eval", "xf-bench", "xf-run",
+                                         "xf-join"};
 
 std::string tool(const std::string& name) { return std::string(XF_BINARY_DIR) + "/bin/" + name; }
 

@@ -12,6 +12,7 @@
 #include "xf/format/model_writer.h"
 #include "xf/metrics.h"
 #include "xf/trainer/data.h"
+#include "tool_main.h"
 
 namespace {
 
@@ -31,9 +32,7 @@ and options give the same file.
 Exit status: 0 on success, 1 on bad input, 2 on a bad command line.
 )";
 
-struct UsageError {
-  std::string message;
-};
+using xf::cli::UsageError;
 
 struct Options {
   std::string in_path, out_path;
@@ -55,16 +54,13 @@ Options parse_options(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
+    const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
     if (arg == "--in") options.in_path = value();
     else if (arg == "--out") options.out_path = value();
     else if (arg == "--seed") options.seed = static_cast<uint64_t>(parse_number(arg, value(), 0, 1e15));
     else if (arg == "--max-pairs") options.max_pairs = static_cast<size_t>(parse_number(arg, value(), 2, 64));
     else if (arg == "--probability") options.probability = parse_number(arg, value(), 0, 1);
-    else throw UsageError{"unknown option '" + arg + "' (try --help)"};
+    else throw xf::cli::unknown_option(arg);
   }
   if (options.in_path.empty() || options.out_path.empty())
     throw UsageError{"needs --in FILE and --out FILE (try --help)"};
@@ -116,18 +112,6 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  try {
-    return run(parse_options(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "xf-join: %s\n", e.message.c_str());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xf-join: %s\n", e.what());
-    return 1;
-  }
+  return xf::cli::tool_main("xf-join", kUsage, argc, argv,
+                            [](int argc, char** argv) { return run(parse_options(argc, argv)); });
 }
