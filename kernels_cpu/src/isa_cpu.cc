@@ -1,5 +1,6 @@
 // The kernels' instruction-set level: what the CPU has, within what oneDNN is allowed to use.
 #include "xf/kernels_cpu/isa.h"
+#include "onednn_isa.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -9,14 +10,13 @@
 #endif
 
 namespace xf::cpu {
-namespace {
 
-// oneDNN's effective ISA applies ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA (its levels are bit
-// masks: a level includes the ones below it).
 bool onednn_allows(dnnl_cpu_isa_t level) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   return (isa & level) == static_cast<unsigned>(level);
 }
+
+namespace {
 
 CpuIsa detect() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

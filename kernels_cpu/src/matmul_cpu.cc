@@ -18,6 +18,7 @@
 #include <arm_neon.h>
 #endif
 
+#include "onednn_isa.h"
 #include "parallel_cpu.h"
 #include "simd_cpu.h"
 #include "xf/error.h"
@@ -66,11 +67,6 @@ void round_rows_to_bf16(const float* from, int64_t rows, int64_t cols, int64_t l
   for (int64_t r = 0; r < rows; ++r) round_row_to_bf16(from + r * ld, cols, to + r * cols);
 }
 
-bool has_isa(dnnl_cpu_isa_t level) {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  return (isa & level) == static_cast<unsigned>(level);
-}
-
 }  // namespace
 
 // oneDNN's int8 products on CPUs without VNNI (AVX2, AVX-512 before Cascade Lake) add pairs of
@@ -81,11 +77,11 @@ bool int8_products_saturate() {
 #if defined(__aarch64__)
   return false;  // every int8 product runs xf's NEON kernel, which is exact on full-range weights
 #else
-  return !has_isa(dnnl_cpu_isa_avx512_core_vnni) && !has_isa(dnnl_cpu_isa_avx2_vnni);
+  return !onednn_allows(dnnl_cpu_isa_avx512_core_vnni) && !onednn_allows(dnnl_cpu_isa_avx2_vnni);
 #endif
 }
 
-bool bf16_products_in_hardware() { return has_isa(dnnl_cpu_isa_avx512_core_bf16); }
+bool bf16_products_in_hardware() { return onednn_allows(dnnl_cpu_isa_avx512_core_bf16); }
 
 const char* onednn_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
