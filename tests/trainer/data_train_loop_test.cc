@@ -16,6 +16,7 @@
 #include "xf/format/parameters.h"
 #include "xf/kernels_cpu/matmul.h"
 #include "xf/trainer/checkpoint.h"
+#include "xf/trainer/plot.h"
 #include "xf/trainer/train_loop.h"
 #include "xf/translator.h"
 #include "reverse_corpus.h"

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "xf/trainer/device_training.h"
+#include "xf/trainer/transformer.h"
 
 namespace xf::trainer {
 namespace {

@@ -9,11 +9,16 @@
 #include <string>
 
 #include "xf/format/config.h"
+#include "xf/trainer/batch.h"
 #include "xf/trainer/communicator.h"
 #include "xf/trainer/optimizer.h"
-#include "xf/trainer/transformer.h"
+#include "xf/trainer/training_options.h"
 
 namespace xf::trainer {
+
+template <typename Scalar>
+class BasicTransformerModel;  // xf/trainer/transformer.h: the CPU model
+using TransformerModel = BasicTransformerModel<float>;
 
 // One model's training step on a device. Parameters, gradients and Adam's moments live there,
 // in the host layout ([parameter_count] floats each); the loop copies parameters and moments

@@ -21,13 +21,12 @@
 
 #include "xf/format/config.h"
 #include "xf/format/schema.h"
+#include "xf/trainer/batch.h"
+#include "xf/trainer/parameter_slot.h"
 #include "xf/trainer/training_ops.h"
-#include "xf/trainer/transformer.h"
+#include "xf/trainer/training_options.h"
 
 namespace xf::trainer {
-
-// One slot per transformer_parameters(config) entry, in that order, back to back.
-std::vector<ParameterSlot> parameter_slots(const ModelConfig& config);
 
 // Throws the one-line xf::Error of an option outside [0, 1).
 void validate_training_options(const TrainingOptions& options);

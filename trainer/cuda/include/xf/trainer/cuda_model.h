@@ -26,9 +26,11 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/trainer/batch.h"
 #include "xf/trainer/communicator.h"
 #include "xf/trainer/optimizer.h"
-#include "xf/trainer/transformer.h"
+#include "xf/trainer/parameter_slot.h"
+#include "xf/trainer/training_options.h"
 
 namespace xf::trainer {
 

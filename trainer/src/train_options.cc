@@ -6,7 +6,7 @@
 
 #include "xf/error.h"
 #include "xf/trainer/checkpoint.h"
-#include "xf/trainer/train_loop.h"
+#include "xf/trainer/train_options.h"
 
 namespace xf::trainer {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "xf/error.h"
 #include "xf/format/file_layout.h"  // xf::crc32, the PNG chunk checksum too
-#include "xf/trainer/train_loop.h"
+#include "xf/trainer/plot.h"
 
 namespace xf::trainer {
 namespace {

@@ -1,0 +1,169 @@
+// The training run's logs: progress lines, metrics.csv and metrics.png (train_log.h).
+#include "xf/trainer/train_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "xf/error.h"
+#include "xf/format/model_writer.h"
+#include "xf/trainer/plot.h"
+
+namespace xf::trainer {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  long s = static_cast<long>(seconds + 0.5);
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%ldm%02lds", s / 60, s % 60);
+  }
+  return buffer;
+}
+
+double eta_seconds(int64_t target_steps, int64_t step, double step_seconds, double max_minutes,
+                   double run_seconds) {
+  double eta = target_steps > 0 ? (target_steps - step) * step_seconds : -1;
+  if (max_minutes > 0) {
+    double left = max_minutes * 60 - run_seconds;
+    eta = eta < 0 ? left : std::min(eta, left);
+  }
+  return eta;
+}
+
+std::string progress_line(int64_t step, double epoch, double loss, double ppl, double lr,
+                          double tokens_per_second, double eta) {
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "step %lld | epoch %.2f | loss %.4f | ppl %.2f | lr %.3g | %.0f tok/s | ETA %s\n",
+                static_cast<long long>(step), epoch, loss, ppl, lr, tokens_per_second,
+                eta < 0 ? "-" : format_duration(eta).c_str());
+  return line;
+}
+
+std::string validation_line(int64_t step, double loss, double bleu, bool improved) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "valid step %lld | loss %.4f | ppl %.2f | bleu %.2f%s\n",
+                static_cast<long long>(step), loss, std::exp(loss), bleu,
+                improved ? " | best" : "");
+  return line;
+}
+
+void truncate_metrics_csv(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string kept = kMetricsHeader, line;
+  if (in) {
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      size_t comma = line.find(',');
+      if (comma == std::string::npos) continue;
+      int64_t row_step = std::atoll(line.c_str() + comma + 1);
+      if (row_step <= step) kept += line + "\n";
+    }
+  }
+  write_file_atomically(path, kept.data(), kept.size());
+}
+
+void write_metrics_plot(const std::string& csv_path, const std::string& png_path) {
+  std::ifstream in(csv_path);
+  std::string line;
+  std::getline(in, line);
+  PlotSeries train, smooth, valid;
+  train.red = 170, train.green = 200, train.blue = 235;
+  smooth.red = 20, smooth.green = 80, smooth.blue = 200;
+  valid.red = 220, valid.green = 60, valid.blue = 30;
+  valid.points = true;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream row(line);
+    std::string field;
+    while (std::getline(row, field, ',')) fields.push_back(field);
+    if (fields.size() < 4) continue;
+    double step = std::atof(fields[1].c_str()), loss = std::atof(fields[3].c_str());
+    if (fields[0] == "train" && fields.size() >= 5) {
+      // The plain NLL (log of the ppl column), comparable with the validation loss; the loss
+      // column is label-smoothed.
+      train.x.push_back(step);
+      train.y.push_back(std::log(std::atof(fields[4].c_str())));
+    } else if (fields[0] == "valid") {
+      valid.x.push_back(step);
+      valid.y.push_back(loss);
+    }
+  }
+  const size_t window = std::max<size_t>(1, train.y.size() / 50);
+  double sum = 0;
+  for (size_t i = 0; i < train.y.size(); ++i) {
+    sum += train.y[i];
+    if (i >= window) sum -= train.y[i - window];
+    smooth.x.push_back(train.x[i]);
+    smooth.y.push_back(sum / std::min(i + 1, window));
+  }
+  std::string png = render_line_plot_png({train, smooth, valid}, 900, 500);
+  write_file_atomically(png_path, png.data(), png.size());
+}
+
+TrainLog::TrainLog(std::ostream& progress, const std::string& out_dir, bool write_files,
+                   int64_t first_step, double elapsed_before, const RunClock& clock,
+                   int64_t target_steps, double max_minutes)
+    : progress_(progress),
+      csv_path_(out_dir + "/" + kMetricsCsv),
+      png_path_(out_dir + "/" + kMetricsPng),
+      write_files_(write_files),
+      first_step_(first_step),
+      elapsed_before_(elapsed_before),
+      clock_(clock),
+      target_steps_(target_steps),
+      max_minutes_(max_minutes) {
+  if (!write_files_) return;
+  truncate_metrics_csv(csv_path_, first_step);
+  csv_.open(csv_path_, std::ios::app);
+  if (!csv_) throw Error(csv_path_ + ": cannot open for appending");
+}
+
+void TrainLog::step(int64_t step, double epoch, const StepLosses& losses, double elapsed_seconds,
+                    bool line_due) {
+  interval_tokens_ += losses.batch_tokens;
+  interval_loss_ += losses.sums.loss_sum;
+  interval_nll_ += losses.sums.nll_sum;
+  interval_scored_ += losses.sums.token_count;
+  csv_ << "train," << step << "," << epoch << "," << losses.loss() << "," << losses.ppl() << ","
+       << losses.lr << ",";
+  if (line_due) {
+    const auto now = std::chrono::steady_clock::now();
+    double seconds = std::chrono::duration<double>(now - interval_start_).count();
+    double tokens_per_second = seconds > 0 ? interval_tokens_ / seconds : 0;
+    double step_seconds =
+        (elapsed_seconds - elapsed_before_) / std::max<int64_t>(1, step - first_step_);
+    double eta = eta_seconds(target_steps_, step, step_seconds, max_minutes_, clock_.seconds());
+    progress_ << progress_line(step, epoch, interval_loss_ / std::max<int64_t>(1, interval_scored_),
+                               std::exp(interval_nll_ / std::max<int64_t>(1, interval_scored_)),
+                               losses.lr, tokens_per_second, eta)
+              << std::flush;
+    interval_start_ = std::chrono::steady_clock::now();
+    interval_tokens_ = 0;
+    interval_loss_ = interval_nll_ = 0;
+    interval_scored_ = 0;
+    csv_ << tokens_per_second;
+  }
+  csv_ << ",," << elapsed_seconds << "\n";
+}
+
+void TrainLog::validation(int64_t step, double epoch, double loss, double bleu, bool improved,
+                          double elapsed_seconds) {
+  progress_ << validation_line(step, loss, bleu, improved) << std::flush;
+  csv_ << "valid," << step << "," << epoch << "," << loss << "," << std::exp(loss) << ",,"
+       << "," << bleu << "," << elapsed_seconds << "\n";
+  csv_.flush();
+}
+
+void TrainLog::finish() {
+  if (!write_files_) return;
+  csv_.close();
+  write_metrics_plot(csv_path_, png_path_);
+}
+
+}  // namespace xf::trainer
