@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "xf/format/model_file.h"
-#include "xf/metrics.h"
+#include "xf/utf8.h"
 
 namespace xf {
 
@@ -43,7 +43,7 @@ class Model::Side {
   }
 
   std::vector<int32_t> encode(std::string_view text, const char* label) const {
-    metrics::check_utf8(text, label);
+    check_utf8(text, label);
     std::vector<int32_t> out;
     if (pieces_.empty()) {
       std::vector<int> ids;

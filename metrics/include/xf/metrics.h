@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "xf/utf8.h"
+
 namespace xf::metrics {
 
 constexpr int kBleuMaxOrder = 4;
@@ -22,11 +24,9 @@ constexpr int kChrfBeta = 2;
 
 // ---- Text --------------------------------------------------------------------------------------
 
-// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
-// U+10FFFF: what Python's strict utf-8 decoder accepts).
-bool is_valid_utf8(std::string_view text);
-// Throws xf::Error("<where>: invalid UTF-8 at byte N") when `text` is not valid UTF-8.
-void check_utf8(std::string_view text, const std::string& where);
+// UTF-8 validity (xf/utf8.h, in xf_common), also under these names.
+using xf::check_utf8;
+using xf::is_valid_utf8;
 
 // `text` without trailing whitespace (Python's str.rstrip()).
 std::string_view rstrip_whitespace(std::string_view text);

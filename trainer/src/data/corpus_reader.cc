@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "xf/error.h"
-#include "xf/metrics.h"
 #include "xf/trainer/data.h"
+#include "xf/utf8.h"
 
 namespace xf::trainer {
 namespace {
@@ -39,7 +39,7 @@ class MalformedPairs {
 
   // Checks a pair's fields; false (recorded) when one is malformed.
   bool check_fields(std::string_view first, std::string_view second, size_t line) {
-    if (!metrics::is_valid_utf8(first) || !metrics::is_valid_utf8(second)) {
+    if (!is_valid_utf8(first) || !is_valid_utf8(second)) {
       add(invalid_utf8, line, "invalid UTF-8");
       return false;
     }
@@ -116,7 +116,7 @@ std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
     ++line_number;
     if (line.empty()) continue;
     ++seen;
-    if (!metrics::is_valid_utf8(line)) {
+    if (!is_valid_utf8(line)) {
       malformed.add(MalformedPairs::invalid_utf8, line_number, "invalid UTF-8");
       continue;
     }
@@ -243,7 +243,7 @@ std::vector<TextPair> parse_csv(std::string_view text, const std::string& label,
       continue;
     }
     bool valid = true;
-    for (const std::string& field : record.fields) valid = valid && metrics::is_valid_utf8(field);
+    for (const std::string& field : record.fields) valid = valid && is_valid_utf8(field);
     if (!valid) {
       malformed.add(MalformedPairs::invalid_utf8, record.line, "invalid UTF-8");
       continue;

@@ -43,7 +43,7 @@ std::string csv_column_for_language(const std::string& language);
 
 // Parsers over a file's bytes; `label` names the file in errors ("<label>:<line>: <problem>").
 // A pair is malformed (see CorpusLanguages) unless both fields are valid UTF-8 (checked with
-// xf::metrics::is_valid_utf8) and not empty.
+// xf::is_valid_utf8, xf/utf8.h) and not empty.
 // TSV: one pair per line, exactly two tab-separated fields, '\r\n' accepted; empty lines skipped.
 std::vector<TextPair> parse_tsv(std::string_view text, const std::string& label,
                                 const CorpusLanguages& languages);
