@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   try {
     auto model = xf::Model::open(argv[1]);
     xf::TranslatorOptions options;  // CPU, batches of 32, sources up to 256 tokens, beam 4
-    if (argc == 4) options.beam = std::atoi(argv[3]);
+    if (argc == 4) options.max_beam = std::atoi(argv[3]);
     xf::Translator translator(model, options);
     const auto results = translator.translate({argv[2]});
     std::printf("%s\n", results[0].hypotheses[0].text.c_str());

@@ -100,7 +100,7 @@ class PyTranslator {
     xf::TranslatorOptions options;
     options.device = xf::parse_device(device);
     options.max_batch = max_batch;
-    options.beam = max_beam;
+    options.max_beam = max_beam;
     options.threads = threads;
     options.max_source_len = max_source_len;
     if (weight_dtype) options.weight_dtype = xf::parse_dtype(*weight_dtype);
@@ -287,7 +287,7 @@ NB_MODULE(_xf, m) {
       .def_prop_ro("decoding_defaults", &PyTranslator::decoding_defaults)
       .def_prop_ro("threads", [](const PyTranslator& t) { return t.options().threads; })
       .def_prop_ro("max_batch", [](const PyTranslator& t) { return t.options().max_batch; })
-      .def_prop_ro("max_beam", [](const PyTranslator& t) { return t.options().beam; })
+      .def_prop_ro("max_beam", [](const PyTranslator& t) { return t.options().max_beam; })
       .def_prop_ro("max_source_len", [](const PyTranslator& t) { return t.options().max_source_len; })
       .def_prop_ro("device", [](const PyTranslator& t) { return std::string(xf::device_name(t.options().device)); });
 }

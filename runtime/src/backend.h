@@ -13,7 +13,7 @@
 
 #include "xf/format/config.h"
 #include "xf/format/model_file.h"
-#include "xf/translator.h"
+#include "xf/translation_types.h"
 
 namespace xf {
 class Model;

@@ -108,7 +108,7 @@ xf_translator_options translator_defaults() {
   c.device = XF_DEVICE_CPU;
   c.max_batch = cpp.max_batch;
   c.max_source_len = cpp.max_source_len;
-  c.beam = cpp.beam;
+  c.max_beam = cpp.max_beam;
   c.threads = cpp.threads;
   c.max_len_a = cpp.max_len_a;
   c.max_len_b = cpp.max_len_b;
@@ -229,7 +229,7 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
     cpp.device = options->device == XF_DEVICE_CUDA ? xf::Device::cuda : xf::Device::cpu;
     cpp.max_batch = options->max_batch;
     cpp.max_source_len = options->max_source_len;
-    cpp.beam = options->beam;
+    cpp.max_beam = options->max_beam;
     cpp.threads = options->threads;
     cpp.max_len_a = options->max_len_a;
     cpp.max_len_b = options->max_len_b;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "xf/error.h"
+#include "xf/model.h"
 
 namespace xf::runtime {
 namespace {
@@ -24,11 +25,10 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& given_options) {
-  // Beam 0 is xf's default beam (the Translator has given it the model's).
-  TranslatorOptions options = given_options;
-  if (options.beam == 0) options.beam = DecodingDefaults{}.beam;
+  // max_beam 0 is xf's default beam (the Translator has given it the model's).
+  const TranslatorOptions options = given_options.with_defaults(DecodingDefaults{});
   require(options.max_batch >= 1, "max_batch must be at least 1, got " + std::to_string(options.max_batch));
-  require(options.beam >= 1, "beam must be at least 1, got " + std::to_string(options.beam));
+  require(options.max_beam >= 1, "max_beam must be at least 1, got " + std::to_string(options.max_beam));
   require(options.threads >= 1, "threads must be at least 1, got " + std::to_string(options.threads));
   require(options.max_source_len >= 1,
           "max_source_len must be at least 1, got " + std::to_string(options.max_source_len));
@@ -36,15 +36,15 @@ MemoryPlan make_memory_plan(const ModelConfig& config, const TranslatorOptions& 
           "max_source_len " + std::to_string(options.max_source_len) +
               " exceeds the model's max_positions " + std::to_string(config.max_positions));
   // The beam search takes the best `beam` continuations of each hypothesis.
-  require(static_cast<uint64_t>(options.beam) <= config.target_vocab_size,
-          "beam " + std::to_string(options.beam) + " is too wide for a target vocabulary of " +
+  require(static_cast<uint64_t>(options.max_beam) <= config.target_vocab_size,
+          "max_beam " + std::to_string(options.max_beam) + " is too wide for a target vocabulary of " +
               std::to_string(config.target_vocab_size));
   require(std::isfinite(options.max_len_a) && options.max_len_a >= 0.0f,
           "max_len_a must be a non-negative number");
 
   MemoryPlan plan;
   plan.max_sentences = options.max_batch;
-  plan.max_beam = options.beam;
+  plan.max_beam = options.max_beam;
   plan.max_rows = plan.max_sentences * plan.max_beam;
   plan.max_source_len = options.max_source_len;
   const double target = std::floor(static_cast<double>(options.max_len_a) * options.max_source_len +

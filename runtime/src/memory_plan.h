@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "xf/format/config.h"
-#include "xf/translator.h"
+#include "xf/translation_types.h"
 
 namespace xf::runtime {
 

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "memory_plan.h"
 #include "xf/error.h"
+#include "xf/model.h"
 #include "xf/kernels_cpu/kernels.h"
 
 namespace xf::runtime {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
-#include "xf/translator.h"
+#include "xf/translation_types.h"
 
 namespace xf::runtime {
 

@@ -68,6 +68,12 @@ void check_options(const TranslateOptions& options, int64_t beam) {
 
 }  // namespace
 
+TranslatorOptions TranslatorOptions::with_defaults(const DecodingDefaults& defaults) const {
+  TranslatorOptions full = *this;
+  if (full.max_beam == 0) full.max_beam = defaults.beam;
+  return full;
+}
+
 TranslateOptions TranslateOptions::with_defaults(const DecodingDefaults& defaults) const {
   TranslateOptions full = *this;
   if (!full.length_penalty) full.length_penalty = defaults.length_penalty;
@@ -77,11 +83,11 @@ TranslateOptions TranslateOptions::with_defaults(const DecodingDefaults& default
 }
 
 Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptions& options)
-    : model_(std::move(model)), options_(options) {
+    : model_(std::move(model)) {
   if (!model_) throw Error("Translator: no model");
+  options_ = options.with_defaults(model_->decoding_defaults());
   if (options_.threads < 0)
     throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
-  if (options_.beam == 0) options_.beam = model_->decoding_defaults().beam;
   if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
   backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);

@@ -17,7 +17,7 @@ TEST(cuda_runtime_unavailable, DeviceCudaSaysXfWasBuiltWithoutCuda) {
   TranslatorOptions options;
   options.device = Device::cuda;
   options.max_batch = 2;
-  options.beam = 2;
+  options.max_beam = 2;
   options.max_source_len = 16;
   try {
     Translator translator(Model::open(path), options);

@@ -44,7 +44,7 @@ std::string temp_file(const std::string& name) { return test::make_temp_dir("imp
 std::vector<TranslationResult> translate(const std::string& model_path, const std::vector<std::string>& sentences,
                                          int beam, float max_len_a, int max_len_b, int max_decoding_length) {
   TranslatorOptions options;
-  options.beam = 4;
+  options.max_beam = 4;
   options.max_batch = static_cast<int>(sentences.size());
   options.max_source_len = 64;  // the hf fixture's max_position_embeddings
   Translator translator(Model::open(model_path), options);
@@ -113,7 +113,7 @@ TEST_F(ImportHuggingFace, FirstStepLogProbabilitiesWithin1e4) {
   }
   TranslatorOptions options;
   options.max_batch = static_cast<int>(batch);
-  options.beam = 1;
+  options.max_beam = 1;
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);

@@ -56,7 +56,7 @@ TEST_P(SteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   auto model = model_with(c.dtype);
   TranslatorOptions topts;
   topts.max_batch = 8;
-  topts.beam = 4;
+  topts.max_beam = 4;
   topts.max_source_len = 32;
   topts.threads = c.threads;
   Translator translator(model, topts);
@@ -106,7 +106,7 @@ TEST_P(OptionSteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   auto model = model_with(DType::f32);
   TranslatorOptions topts;
   topts.max_batch = 8;
-  topts.beam = 4;
+  topts.max_beam = 4;
   topts.max_source_len = 32;
   Translator translator(model, topts);
   TranslateOptions options;

@@ -46,7 +46,7 @@ void expect_batch_independent(std::optional<xf::DType> weight_dtype) {
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " is not in this checkout";
   xf::TranslatorOptions options;
   options.max_batch = 32;
-  options.beam = 4;
+  options.max_beam = 4;
   options.threads = 2;
   options.weight_dtype = weight_dtype;
   xf::Translator translator(xf::Model::open(kModel), options);

@@ -44,7 +44,7 @@ TEST(CApi, TranslatesLikeTheCppApi) {
   xf_translator_options topts;
   xf_translator_options_init(&topts);
   topts.max_batch = 4;
-  topts.beam = 3;
+  topts.max_beam = 3;
   xf_translator* translator = nullptr;
   ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
   xf_model_free(model);  // the translator keeps it alive
@@ -61,7 +61,7 @@ TEST(CApi, TranslatesLikeTheCppApi) {
 
   xf::TranslatorOptions cpp_options;
   cpp_options.max_batch = 4;
-  cpp_options.beam = 3;
+  cpp_options.max_beam = 3;
   xf::Translator cpp(xf::Model::open(model_path()), cpp_options);
   xf::TranslateOptions cpp_translate;
   cpp_translate.n_best = 2;
@@ -199,7 +199,7 @@ TEST(CApi, ErrorsBecomeStatusCodes) {
   xf_translator_options topts;
   xf_translator_options_init(&topts);
   topts.max_source_len = 4;
-  topts.beam = 2;
+  topts.max_beam = 2;
   xf_translator* translator = nullptr;
   topts.max_batch = 0;
   EXPECT_EQ(xf_translator_create(model, &topts, &translator), XF_ERROR);
@@ -275,7 +275,7 @@ TEST(CApi, TheModelsDecodingSettingsAreTheDefaults) {
   ASSERT_EQ(xf_model_open(path.c_str(), &model), XF_OK) << xf_last_error();
   xf_translator_options topts;
   xf_translator_options_init(&topts);
-  EXPECT_EQ(topts.beam, 0);
+  EXPECT_EQ(topts.max_beam, 0);
   xf_translator* translator = nullptr;
   ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
   const std::vector<std::string> lines = xf::test::sample_sentences(5, 33);
@@ -357,7 +357,7 @@ TEST(CApi, OptionStructsOfOtherReleasesAreReadByTheirSize) {
   std::memset(older.bytes, 0xAB, sizeof(older.bytes));
   xf_translator_options_init_sized(older.get(), first);
   older.get()->max_batch = 2;
-  older.get()->beam = 2;
+  older.get()->max_beam = 2;
   ASSERT_EQ(xf_translator_create(model, older.get(), &translator), XF_OK) << xf_last_error();
   xf_translator_free(translator);
 
@@ -386,7 +386,7 @@ TEST(CApi, OptionStructsOfOtherReleasesAreReadByTheirSize) {
   xf_translator_options topts;
   xf_translator_options_init(&topts);
   topts.max_batch = 2;
-  topts.beam = 2;
+  topts.max_beam = 2;
   ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
   const char* lines[] = {"the cat"};
   xf_results* results = nullptr;

@@ -145,7 +145,7 @@ bool has_repeated_ngram(const std::vector<int32_t>& ids, size_t n) {
 TranslatorOptions small_translator() {
   TranslatorOptions topts;
   topts.max_batch = 4;
-  topts.beam = 4;
+  topts.max_beam = 4;
   topts.max_source_len = 32;
   topts.max_len_b = 20;
   return topts;
@@ -451,10 +451,10 @@ TEST(DecodingOptions, TheModelsDecodingSettingsAreTheDefaults) {
   TranslatorOptions unset;  // beam 0: the model's
   unset.max_batch = 4;
   Translator translator(model, unset);
-  EXPECT_EQ(translator.options().beam, 3);
+  EXPECT_EQ(translator.options().max_beam, 3);
   TranslatorOptions four = unset;
-  four.beam = 4;
-  EXPECT_EQ(Translator(model, four).options().beam, 4) << "a beam given explicitly wins";
+  four.max_beam = 4;
+  EXPECT_EQ(Translator(model, four).options().max_beam, 4) << "a beam given explicitly wins";
   Translator plain_translator(plain, four);
 
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 41, 10);
@@ -557,7 +557,7 @@ TEST(DecodingOptions, SamplingTopOneEqualsGreedy) {
   auto model = default_model();
   const ModelConfig& config = model->config();
   TranslatorOptions topts = small_translator();
-  topts.beam = 1;
+  topts.max_beam = 1;
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
   const auto sources = test::random_source_ids(4, config.source_vocab_size, 39, 15);

@@ -64,7 +64,7 @@ TEST_P(Golden, EncoderOutputAndIncrementalDecoderLogits) {
   const int64_t batch = source.shape[0], source_len = source.shape[1], d = config.d_model;
   TranslatorOptions options;
   options.max_batch = static_cast<int>(batch);
-  options.beam = 1;
+  options.max_beam = 1;
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
   auto backend = runtime::make_cpu_backend(*model_, plan, 1);
@@ -115,7 +115,7 @@ TEST_P(Golden, GreedyAndBeamOutputs) {
     SCOPED_TRACE("max_batch " + std::to_string(max_batch));
     TranslatorOptions options;
     options.max_batch = max_batch;
-    options.beam = 4;
+    options.max_beam = 4;
     options.max_source_len = 64;
     Translator translator(model_, options);
     std::vector<TokenTranslation> results;

@@ -42,7 +42,7 @@ std::vector<std::string> texts(const std::vector<xf::TranslationResult>& results
 xf::TranslatorOptions small_options() {
   xf::TranslatorOptions options;
   options.max_batch = 4;
-  options.beam = 2;
+  options.max_beam = 2;
   options.threads = 1;
   return options;
 }
@@ -75,7 +75,7 @@ TEST(Threads, OneTranslatorCalledFromTwoThreadsAtOnceIsSerialized) {
   xf_translator_options options;
   xf_translator_options_init(&options);
   options.max_batch = 4;
-  options.beam = 2;
+  options.max_beam = 2;
   options.threads = 1;
   xf_translator* translator = nullptr;
   ASSERT_EQ(xf_translator_create(model, &options, &translator), XF_OK) << xf_last_error();

@@ -72,7 +72,7 @@ TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
   const ModelConfig& config = model->config();
   TranslatorOptions topts;
   topts.max_batch = 5;
-  topts.beam = 1;
+  topts.max_beam = 1;
   Translator translator(model, topts);
   const auto sources = test::random_source_ids(5, config.source_vocab_size, 11, 12);
   TranslateOptions options;
@@ -121,7 +121,7 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
   const ModelConfig& config = model->config();
   TranslatorOptions topts;
   topts.max_batch = 6;
-  topts.beam = 1;
+  topts.max_beam = 1;
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
   const auto sources = test::random_source_ids(6, config.source_vocab_size, 12, 15);
@@ -149,7 +149,7 @@ TEST(Translator, BatchEqualsOneByOne) {
   for (int beam : {1, 3}) {
     TranslatorOptions topts;
     topts.max_batch = 4;
-    topts.beam = 3;
+    topts.max_beam = 3;
     Translator translator(model, topts);
     TranslateOptions options;
     options.beam = beam;
@@ -170,7 +170,7 @@ TEST(Translator, BatchEqualsOneByOne) {
 TEST(Translator, NBestIsSortedDistinctAndScoredWithTheLengthPenalty) {
   auto model = default_model();
   TranslatorOptions topts;
-  topts.beam = 4;
+  topts.max_beam = 4;
   Translator translator(model, topts);
   TranslateOptions options;
   options.n_best = 4;
@@ -200,7 +200,7 @@ TEST(Translator, MaxLengthRuleCutsOutputs) {
   never_ends.eos_bias = -50.0f;  // EOS never wins
   auto model = tiny_model(never_ends, "never_ends");
   TranslatorOptions topts;
-  topts.beam = 2;
+  topts.max_beam = 2;
   topts.max_source_len = 20;
   topts.max_len_a = 1.0f;
   topts.max_len_b = 5;
@@ -228,7 +228,7 @@ TEST(Translator, RequestsBeyondThePlanAreClearErrors) {
   auto model = default_model();
   TranslatorOptions topts;
   topts.max_source_len = 8;
-  topts.beam = 2;
+  topts.max_beam = 2;
   Translator translator(model, topts);
   std::vector<TokenTranslation> results;
   auto message_of = [&](const std::vector<std::vector<int32_t>>& sources, const TranslateOptions& o) {
@@ -269,11 +269,11 @@ TEST(Translator, RequestsBeyondThePlanAreClearErrors) {
   o.max_batch = 0;
   EXPECT_NE(options_error(o).find("max_batch"), std::string::npos);
   o = {};
-  o.beam = 1000;
+  o.max_beam = 1000;
   EXPECT_NE(options_error(o).find("too wide"), std::string::npos);
   o = {};
   o.device = Device::cuda;
-  o.beam = 17;  // beyond the CUDA top-k limit: the error names cuda whether a GPU is present or not
+  o.max_beam = 17;  // beyond the CUDA top-k limit: the error names cuda whether a GPU is present or not
   EXPECT_NE(options_error(o).find("cuda"), std::string::npos);
 }
 
@@ -281,7 +281,7 @@ TEST(Translator, TextPathEmptyLinesAndOrder) {
   auto model = default_model();
   TranslatorOptions topts;
   topts.max_batch = 3;
-  topts.beam = 2;
+  topts.max_beam = 2;
   Translator translator(model, topts);
   std::vector<std::string> lines = test::sample_sentences(7, 99);
   lines.insert(lines.begin() + 2, "");

@@ -85,7 +85,7 @@ TEST(XfRun, TranslatesAFileInOrderLikeTheLibrary) {
   ASSERT_EQ(out.size(), lines.size());
 
   xf::TranslatorOptions options;
-  options.beam = 3;
+  options.max_beam = 3;
   options.max_batch = 4;
   xf::Translator translator(xf::Model::open(model_path()), options);
   const auto expected = translator.translate(lines);
@@ -101,7 +101,7 @@ TEST(XfRun, IdsModeAndNBest) {
   // Two hypotheses for each sentence; the empty line has just one (the empty output).
   ASSERT_EQ(out.size(), 5u);
   xf::TranslatorOptions options;
-  options.beam = 2;
+  options.max_beam = 2;
   xf::Translator translator(xf::Model::open(model_path()), options);
   xf::TranslateOptions translate;
   translate.n_best = 2;

@@ -219,7 +219,7 @@ int run(Options options) {
         "\"device_allocations\": %llu, \"kernels_isa\": \"%s\", \"products\": {%s}}\n",
         tokens / seconds, sentences / seconds, p50, p90, step_p50, step_p90, peak_rss_mb,
         static_cast<unsigned long long>(allocations.xf), static_cast<unsigned long long>(allocations.backend),
-        static_cast<unsigned long long>(sentences), static_cast<unsigned long long>(tokens), seconds, t.beam,
+        static_cast<unsigned long long>(sentences), static_cast<unsigned long long>(tokens), seconds, t.max_beam,
         t.max_batch, t.threads, xf::device_name(t.device), dtype.c_str(),
         model->file().file_size() / 1048576.0, translator.arena_bytes() / 1048576.0, device_mb,
         device_allocations, kernels_isa, products.c_str());
@@ -227,7 +227,7 @@ int run(Options options) {
     std::printf("model        %s (%s, %.1f MB)\n", options.cli.model_path.c_str(), dtype.c_str(),
                 model->file().file_size() / 1048576.0);
     std::printf("settings     device %s, beam %d, batch %d, threads %d, arena %.1f MB\n",
-                xf::device_name(t.device), t.beam, t.max_batch, t.threads, translator.arena_bytes() / 1048576.0);
+                xf::device_name(t.device), t.max_beam, t.max_batch, t.threads, translator.arena_bytes() / 1048576.0);
     std::printf("sentences    %llu in %.3f s\n", static_cast<unsigned long long>(sentences), seconds);
     std::printf("tokens/s     %.1f\n", tokens / seconds);
     std::printf("sentences/s  %.2f\n", sentences / seconds);

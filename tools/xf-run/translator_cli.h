@@ -54,7 +54,7 @@ struct TranslatorCli {
       if (name != "cpu" && name != "cuda") throw UsageError{"--device expects cpu or cuda, got '" + name + "'"};
       translator.device = parse_device(name);
     } else if (arg == "--beam") {
-      translator.beam = static_cast<int>(parse_integer(arg, value(), 1, 64));
+      translator.max_beam = static_cast<int>(parse_integer(arg, value(), 1, 64));
     } else if (arg == "--n-best") {
       translate.n_best = static_cast<int>(parse_integer(arg, value(), 1, 64));
     } else if (arg == "--max-batch" || arg == "--batch") {
@@ -113,11 +113,11 @@ struct TranslatorCli {
   // After parsing: checks what is required and fits the plan to the model, whose decoding
   // settings are the defaults of the options not given (the Translator applies the others).
   void finish(const Model* model) {
-    if (model != nullptr && translator.beam == 0) translator.beam = model->decoding_defaults().beam;
-    if (translator.beam != 0 && translate.n_best > translator.beam)
+    if (model != nullptr) translator = translator.with_defaults(model->decoding_defaults());
+    if (translator.max_beam != 0 && translate.n_best > translator.max_beam)
       throw UsageError{"--n-best " + std::to_string(translate.n_best) + " exceeds --beam " +
-                       std::to_string(translator.beam)};
-    translate.beam = translator.beam;
+                       std::to_string(translator.max_beam)};
+    translate.beam = translator.max_beam;
     if (model != nullptr && !max_source_len_given)
       translator.max_source_len = static_cast<int>(
           std::min<uint32_t>(static_cast<uint32_t>(translator.max_source_len), model->config().max_positions));

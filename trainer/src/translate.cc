@@ -19,7 +19,7 @@ std::vector<std::vector<int32_t>> translate_greedy(const ModelConfig& config, co
   for (const auto& source : sources) longest = std::max(longest, source.size());
   TranslatorOptions plan;  // xf-run's defaults, but greedy and no longer than needed
   plan.device = Device::cpu;
-  plan.beam = 1;
+  plan.max_beam = 1;
   plan.threads = threads;
   plan.max_source_len = static_cast<int>(std::min<size_t>(longest + 1, config.max_positions));
   Translator translator(model, plan);

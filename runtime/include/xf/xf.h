@@ -73,7 +73,7 @@ typedef struct xf_translator_options {
   xf_device device;
   int max_batch;
   int max_source_len;
-  int beam; /* the widest beam; 0 (the default): the model's decoding.beam, else 4 */
+  int max_beam; /* the widest beam; 0 (the default): the model's decoding.beam, else 4 */
   int threads;
   float max_len_a;
   int max_len_b;
@@ -86,7 +86,7 @@ typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_bat
  * init leaves them NAN or -1, which mean "not given"; any other value wins over the model's. */
 typedef struct xf_translate_options {
   size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
-  int beam; /* 0: the translator's beam */
+  int beam; /* 0: the translator's max_beam */
   int n_best;
   float length_penalty; /* model's: NAN; else GNMT alpha (xf's default 0.6) */
   float max_len_a;

@@ -1,0 +1,140 @@
+#pragma once
+// The Translator's option and result types (translator.h), apart from the class that uses them,
+// so that the runtime's inner parts (memory plan, search, backends) include these without
+// including the Translator.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xf/dtype.h"
+#include "xf/export.h"
+
+namespace xf {
+
+struct DecodingDefaults;  // xf/model.h: the model file's decoding.* settings
+
+enum class Device { cpu, cuda };
+XF_API const char* device_name(Device device);      // "cpu", "cuda"
+XF_API Device parse_device(const std::string& name);  // throws xf::Error on an unknown name
+
+struct TranslatorOptions {
+  Device device = Device::cpu;
+  int max_batch = 32;        // sentences decoded together
+  int max_source_len = 256;  // source tokens, EOS included
+  int max_beam = 0;          // the widest beam a call may ask for; 0: the model's decoding.beam
+                             // (DecodingDefaults, model.h), else 4
+  int threads = 1;           // CPU threads for the kernels; 0: every core
+  // Weight matrices converted at load: f32 (widens f16/bf16/int8) or int8 (per-row symmetric
+  // quantization of f32/f16/bf16). Unset: as stored, with f16/bf16 widened to f32 on the CPU.
+  // On CUDA this is the compute type: f32, or f16 (f32 accumulation); int8 is CPU-only; unset
+  // computes in f16 when the matrices are stored in f16/bf16, else in f32.
+  std::optional<DType> weight_dtype;
+  // The plan's longest output, in generated tokens (EOS included):
+  // max_len_a * max_source_len + max_len_b, capped by the model's max_positions.
+  float max_len_a = 1.0f;
+  int max_len_b = 50;
+
+  // These options with max_beam given its value when 0: the model's decoding.beam (xf's
+  // default when the file sets none). The one place of that rule; the memory plan is the one
+  // place that checks the limit (make_memory_plan: 1 up to the target vocabulary).
+  TranslatorOptions with_defaults(const DecodingDefaults& defaults) const;
+};
+
+// How a call cuts its sentences into batches (CTranslate2's batch_type).
+enum class BatchType { examples, tokens };
+XF_API const char* batch_type_name(BatchType type);         // "examples", "tokens"
+XF_API BatchType parse_batch_type(const std::string& name);  // throws xf::Error on an unknown name
+
+// Per-call decoding options; names follow CTranslate2's where the meaning is the same.
+// An option left unset (std::nullopt) takes the model's value (its DecodingDefaults: the
+// file's decoding.* metadata), else xf's default written beside it.
+struct TranslateOptions {
+  int beam = 0;                 // 0: the Translator's max_beam. 1: greedy search.
+  int n_best = 1;               // hypotheses returned per sentence, <= beam
+  // GNMT alpha: score = log_prob / ((5 + length) / 6)^alpha (default 0.6).
+  std::optional<float> length_penalty;
+  // A sentence's longest output: max_len_a * source_tokens + max_len_b (source tokens with EOS,
+  // output tokens with EOS), capped by the plan.
+  float max_len_a = 1.0f;
+  int max_len_b = 50;
+  // A cap on every sentence's output, in generated tokens (EOS and target prefix included);
+  // 0: only the rule above.
+  int max_decoding_length = 0;
+  // At least this many tokens before EOS (target prefix included): EOS is banned until then,
+  // unless the length limits above end the output first (0: none; CTranslate2's default is 1).
+  int min_decoding_length = 0;
+  // The unknown token (the model's unk_id) is never generated.
+  bool disable_unk = false;
+
+  // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
+  // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);
+  // 0: the Translator's max_batch. Never more sentences than the Translator's max_batch.
+  int max_batch_size = 0;
+  BatchType batch_type = BatchType::examples;
+
+  // Random sampling, greedy search only (beam 1): a sentence's next token is drawn from the
+  // sampling_topk most likely tokens (0: the whole vocabulary; 1: no sampling, the argmax),
+  // cut to the smallest set whose probability reaches sampling_topp, with the probabilities
+  // raised to 1 / sampling_temperature. Reproducible: each sentence draws from its own stream,
+  // seeded from seed and its index in the call, so the same call gives the same outputs.
+  int sampling_topk = 1;
+  float sampling_topp = 1.0f;
+  float sampling_temperature = 1.0f;
+  uint64_t seed = 0;
+
+  // The logits of tokens already in a hypothesis (target prefix included) are divided by
+  // repetition_penalty when positive, multiplied when negative (default 1: off; CTRL's rule).
+  std::optional<float> repetition_penalty;
+  // A token that would repeat an n-gram of this size already in the hypothesis is banned
+  // (default 0: off).
+  std::optional<int> no_repeat_ngram_size;
+
+  // Whether an option needs the raw logits on the host (the CPU backend; CUDA refuses these).
+  bool sampling() const { return sampling_topk != 1; }
+  bool adjusts_logits() const {
+    return repetition_penalty.value_or(1.0f) != 1.0f || no_repeat_ngram_size.value_or(0) > 0 ||
+           min_decoding_length > 0 || disable_unk;
+  }
+  // These options with every unset one given its value: the model's, else xf's default.
+  TranslateOptions with_defaults(const DecodingDefaults& defaults) const;
+};
+
+struct TokenHypothesis {
+  std::vector<int32_t> ids;  // target ids, without BOS and EOS
+  float score = 0.0f;        // log_prob with the length penalty applied
+  float log_prob = 0.0f;     // sum of the token log-probabilities, EOS included when produced
+};
+
+struct TokenTranslation {
+  std::vector<TokenHypothesis> hypotheses;  // best first, n_best of them
+};
+
+struct Hypothesis {
+  std::string text;
+  std::vector<int32_t> ids;
+  float score = 0.0f;
+  float log_prob = 0.0f;
+};
+
+// Device memory in use (cudaMemGetInfo: every context on the device, the CUDA context included)
+// and the device and pinned-host allocation calls xf's CUDA code made since the process started.
+struct DeviceUsage {
+  size_t used_bytes = 0;
+  uint64_t allocations = 0;
+};
+
+struct TranslationResult {
+  std::vector<Hypothesis> hypotheses;  // best first, n_best of them
+};
+
+// A given translation scored by the model (CTranslate2's score_batch): each target token's
+// log-probability given the source and the tokens before it.
+struct ScoringResult {
+  std::vector<int32_t> ids;      // the target ids, then EOS
+  std::vector<float> log_probs;  // one per id
+  float log_prob() const;        // their sum: the translation's log-probability
+};
+
+}  // namespace xf
