@@ -225,7 +225,7 @@ TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
        "xf-train: unknown option '--frobnicate' (try --help)\n", 2},
       {kBin + "xf-train --train " + train + " --out " + kDir + "/x --heads 3 --d-model 64",
        "xf-train: --heads 3 does not divide --d-model 64\n", 2},
-#ifndef XF_TRAINER_CUDA  // built with CUDA training, it trains where a GPU is (tests/cuda checks)
+#ifndef XF_TRAINER_CUDA  // built with CUDA training, it trains where a GPU is (tests/trainer/cuda checks)
       {kBin + "xf-train --train " + train + " --out " + kDir + "/x --device cuda --max-steps 1",
        "xf-train: --device cuda: xf-train was built without CUDA training support (use --device cpu)\n", 1},
 #endif
