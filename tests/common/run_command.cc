@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -55,15 +54,14 @@ int wait_status(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string read_line_from(int fd, int seconds) {
+std::string read_from(int fd, int quiet_ms, bool one_line) {
   std::string text;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+  while (!(one_line && text.find('\n') != std::string::npos)) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) continue;
+    if (::poll(&p, 1, quiet_ms) <= 0) break;
     char buffer[4096];
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n <= 0) break;
+    if (n <= 0) break;  // the end (EIO for a terminal whose other side is closed)
     text.append(buffer, static_cast<size_t>(n));
   }
   return text;

@@ -30,8 +30,9 @@ pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::st
 // Waits for `pid`: its exit status, or 128 + the signal that ended it.
 int wait_status(pid_t pid);
 
-// Reads `fd` until a newline has arrived, it ends or `seconds` pass; what was read.
-std::string read_line_from(int fd, int seconds = 60);
+// Reads `fd` until it ends, nothing more comes for `quiet_ms`, or (when `one_line`) a newline
+// has come; what was read.
+std::string read_from(int fd, int quiet_ms, bool one_line);
 
 // The last line of `text` (its final newline kept), e.g. a tool's error after progress lines.
 std::string last_line(const std::string& text);

@@ -113,7 +113,7 @@ TEST_F(ToolOutput, XfRunAnswersALineBeforeTheInputEnds) {
   const std::string line = sentence + "\n";
   ASSERT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
 
-  const std::string answer = xf::test::read_line_from(from_child[0], 120);
+  const std::string answer = xf::test::read_from(from_child[0], 120000, true);
   ::close(to_child[1]);  // only now does the input end
   std::string rest;
   char buffer[4096];

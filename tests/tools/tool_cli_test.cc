@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -205,24 +204,16 @@ TEST_F(ToolResults, XfRunPrintsProgressLinesWhenStderrIsATerminal) {
   const auto translate = [&](const std::string& sentence) {
     const std::string line = sentence + "\n";
     EXPECT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
-    EXPECT_NE(xf::test::read_line_from(from_child[0]).find('\n'), std::string::npos);
+    EXPECT_NE(xf::test::read_from(from_child[0], 60000, true).find('\n'), std::string::npos);
   };
   translate(sentences[0]);
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));
   translate(sentences[1]);
   ::close(to_child[1]);
-  xf::test::read_line_from(from_child[0]);  // the end of the output
+  xf::test::read_from(from_child[0], 60000, true);  // the end of the output
   ::close(from_child[0]);
   EXPECT_EQ(xf::test::wait_status(pid), 0);
-  std::string on_terminal;
-  for (;;) {  // what the terminal holds; EIO once it is drained and the other side is closed
-    pollfd p{master, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) break;
-    char buffer[4096];
-    const ssize_t n = ::read(master, buffer, sizeof buffer);
-    if (n <= 0) break;
-    on_terminal.append(buffer, static_cast<size_t>(n));
-  }
+  const std::string on_terminal = xf::test::read_from(master, 200, false);  // what the terminal holds
   ::close(master);
   // The progress line after the pause, then the summary (however loaded the machine).
   EXPECT_TRUE(std::regex_search(on_terminal, std::regex("xf-run: 2 lines, [0-9]+\\.[0-9] s, [0-9]+ tokens/s\r?\n")))
