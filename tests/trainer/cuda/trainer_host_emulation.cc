@@ -11,7 +11,7 @@
 // each emulated kernel follows its contract in xf/kernels_cuda/backward.h, mostly by calling the
 // CPU trainer's float kernel it mirrors, checks the spans it touches, and runs at once. What this
 // cannot show is anything about the real kernels' numerics or asynchrony, which the GPU run of
-// xf_cuda_trainer_model_tests covers.
+// xf_cuda_trainer_tests covers.
 #include "runtime_host_emulation.cc"  // NOLINT: one translation unit, shared allocation table
 
 #include "xf/kernels_common/dropout_hash.h"  // the device hash, compiled for the host here
