@@ -206,9 +206,9 @@ models="$work/models"
 mkdir -p "$models" "$work/outputs"
 if [ ! -f "$models/base.xfm" ]; then
   if [ "$mode" = "selftest" ]; then  # a small model of the same kind: the CPU is slow
-    xf "$build/bin/xf_cuda_write_random_model" "$models/base.xfm" 64 4 128 2 1000 f32 1 >>"$out/decode.log" 2>&1
+    xf "$build/bin/xf_test_write_tiny_model" "$models/base.xfm" 64 4 128 2 1000 f32 1 >>"$out/decode.log" 2>&1
   else
-    xf "$build/bin/xf_cuda_write_random_model" "$models/base.xfm" 512 8 2048 6 32000 f32 1 >>"$out/decode.log" 2>&1
+    xf "$build/bin/xf_test_write_tiny_model" "$models/base.xfm" 512 8 2048 6 32000 f32 1 >>"$out/decode.log" 2>&1
   fi || { note "could not write the base model (decode.log)"; status=1; }
 fi
 vocab=$( [ "$mode" = "selftest" ] && echo 1000 || echo 32000 )

@@ -19,4 +19,4 @@ cmake --install "$build" --prefix "$build/sdk" --component xf_sdk >/dev/null
 # pytest's temporary files go under BUILD and are removed after the run.
 trap 'rm -rf "$build/pytest-tmp"' EXIT
 (cd "$build" && XF_RUN="$build/bin/xf-run" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  --basetemp="$build/pytest-tmp" "$root/python/tests")
+  --basetemp="$build/pytest-tmp" "$root/tests/python")

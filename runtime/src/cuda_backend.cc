@@ -7,7 +7,7 @@
 // the cuBLAS workspace, the cached attention's split-key workspace, device copies of the
 // inputs) and one pinned host block for what crosses the bus (source ids, lengths, tokens,
 // positions, parents, row offsets, the top-k output). Translating makes no cudaMalloc, cudaFree
-// or cudaMallocHost call (tests/cuda/runtime_allocation_test.cc counts them).
+// or cudaMallocHost call (tests/runtime/cuda/runtime_allocation_test.cc counts them).
 //
 // Compute type: TranslatorOptions::weight_dtype, f32 or f16 (f16 storage, f32 accumulation in
 // every product and reduction); unset: f16 when every matrix of the model file is f16 or bf16,

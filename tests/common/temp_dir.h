@@ -4,6 +4,7 @@
 // checks it). Header-only: every test executable gets one list of its folders.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -38,5 +39,30 @@ inline std::string make_temp_dir(const std::string& label) {
   dirs.paths.push_back(pattern);
   return pattern;
 }
+
+// A fresh folder from make_temp_dir that is removed with its files as soon as the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& label = "test") : path_(make_temp_dir(label)) {}
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::vector<std::string> entries() const {  // the names in the folder, sorted
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(path_))
+      names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace xf::test

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"
 #include "xf/format/model_file.h"
 
 namespace {
@@ -33,13 +34,10 @@ std::string random_word(std::mt19937& rng) {
 
 std::string reversed(const std::string& s) { return std::string(s.rbegin(), s.rend()); }
 
-// Runs a shell command; its stderr goes to a log file that a failure prints.
-void run(const std::string& command, const std::string& log) {
-  int status = std::system((command + " 2> " + log).c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_EQ(status, 0) << command << "\n" << text.str();
+// Runs a shell command, its stdout and stderr kept in `dir`; a failure prints the stderr.
+void run(const std::string& command, const std::string& dir) {
+  const xf::test::CommandRun r = xf::test::run_command(command, dir);
+  ASSERT_EQ(r.status, 0) << command << "\n" << r.err;
 }
 
 std::vector<std::string> read_lines(const std::string& path) {
@@ -85,15 +83,13 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   run(kBin + "xf-train --train " + kDir + "/train.tsv --out " + run_dir +
           " --spm-type char --vocab-size 100 --layers 2 --d-model 64 --heads 4 --d-ff 256"
           " --dropout 0 --label-smoothing 0 --warmup 200 --lr-scale 0.5 --batch-tokens 1024"
-          " --max-steps 1500 --save-every 500 --valid-every 0 --log-every 100 --threads 2 --seed 3",
-      kDir + "/train.log");
+          " --max-steps 1500 --save-every 500 --valid-every 0 --log-every 100 --threads 2 --seed 3", kDir);
   ASSERT_TRUE(fs::exists(run_dir + "/step-001500"));
   ASSERT_TRUE(fs::exists(run_dir + "/metrics.png"));
 
   for (const char* dtype : {"f32", "int8"}) {
     const std::string model = kDir + "/reverse_" + dtype + ".xfm";
-    run(kBin + "xf-convert " + run_dir + "/step-001500 -o " + model + " --dtype " + dtype,
-        kDir + "/convert.log");
+    run(kBin + "xf-convert " + run_dir + "/step-001500 -o " + model + " --dtype " + dtype, kDir);
     auto file = xf::ModelFile::open(model);
     EXPECT_EQ(file->metadata_value("training.steps"), "1500");
     EXPECT_FALSE(file->source_tokenizer().empty());
@@ -101,8 +97,7 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
     for (int beam : {1, 4}) {
       const std::string output = kDir + "/out_" + dtype + "_beam" + std::to_string(beam) + ".txt";
       run(kBin + "xf-run --model " + model + " --beam " + std::to_string(beam) +
-              " --threads 2 < " + kDir + "/heldout.txt > " + output,
-          kDir + "/run.log");
+              " --threads 2 < " + kDir + "/heldout.txt > " + output, kDir);
       auto lines = read_lines(output);
       ASSERT_EQ(lines.size(), heldout_.size());
       int wrong = 0;
@@ -119,8 +114,7 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   // metadata and the tokenizer, and refuses an index past the stack.
   const std::string one_layer = kDir + "/reverse_one_decoder_layer.xfm";
   run(kBin + "xf-convert " + kDir + "/reverse_f32.xfm -o " + one_layer +
-          " --keep-decoder-layers 1",
-      kDir + "/convert.log");
+          " --keep-decoder-layers 1", kDir);
   auto kept = xf::ModelFile::open(one_layer);
   EXPECT_EQ(kept->config().decoder_layers, 1u);
   EXPECT_EQ(kept->config().encoder_layers, 2u);
@@ -164,8 +158,7 @@ TEST_F(ReverseTask, ValidationBleuIsXfEvalOfXfRunOnTheConvertedCheckpoint) {
           run_dir +
           " --spm-type char --vocab-size 30 --layers 2 --d-model 64 --heads 4 --d-ff 128"
           " --dropout 0 --warmup 100 --batch-tokens 1024 --max-steps 600 --save-every 600"
-          " --valid-every 600 --valid-bleu-sentences 100 --log-every 100 --threads 2 --seed 1",
-      kDir + "/train.log");
+          " --valid-every 600 --valid-bleu-sentences 100 --log-every 100 --threads 2 --seed 1", kDir);
   std::string logged_bleu;
   for (const std::string& line : read_lines(run_dir + "/metrics.csv")) {
     // kind,step,epoch,loss,ppl,lr,tokens_per_second,bleu,elapsed_seconds
@@ -177,17 +170,13 @@ TEST_F(ReverseTask, ValidationBleuIsXfEvalOfXfRunOnTheConvertedCheckpoint) {
   ASSERT_FALSE(logged_bleu.empty()) << "no validation at step 600 in metrics.csv";
 
   const std::string model = kDir + "/phrases.xfm";
-  run(kBin + "xf-convert " + run_dir + "/step-000600 -o " + model + " --dtype f32",
-      kDir + "/convert.log");
-  run(kBin + "xf-eval --print-sources --ref-tsv " + kDir + "/dev.tsv > " + kDir + "/sources.txt",
-      kDir + "/eval.log");
+  run(kBin + "xf-convert " + run_dir + "/step-000600 -o " + model + " --dtype f32", kDir);
+  run(kBin + "xf-eval --print-sources --ref-tsv " + kDir + "/dev.tsv > " + kDir + "/sources.txt", kDir);
   ASSERT_EQ(read_lines(kDir + "/sources.txt").size(), 40u);  // distinct sources
   run(kBin + "xf-run --model " + model + " --beam 1 --threads 2 < " + kDir + "/sources.txt > " +
-          kDir + "/hyp.txt",
-      kDir + "/run.log");
+          kDir + "/hyp.txt", kDir);
   run(kBin + "xf-eval --json --hyp " + kDir + "/hyp.txt --ref-tsv " + kDir + "/dev.tsv > " +
-          kDir + "/eval.json",
-      kDir + "/eval.log");
+          kDir + "/eval.json", kDir);
   const std::string json = read_lines(kDir + "/eval.json").at(0);
   const size_t at = json.find("\"bleu\": ");
   ASSERT_NE(at, std::string::npos) << json;
@@ -198,19 +187,6 @@ TEST_F(ReverseTask, ValidationBleuIsXfEvalOfXfRunOnTheConvertedCheckpoint) {
   std::ostringstream printed;  // as metrics.csv prints it
   printed << bleu;
   EXPECT_EQ(logged_bleu, printed.str());
-}
-
-// Runs a command; returns its exit status and the last line of its stderr (progress lines may
-// come before the error).
-std::pair<int, std::string> run_for_error(const std::string& command, const std::string& log) {
-  int status = std::system((command + " > /dev/null 2> " + log).c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string all = text.str();
-  size_t start = all.size() >= 2 ? all.rfind('\n', all.size() - 2) : std::string::npos;
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-          start == std::string::npos ? all : all.substr(start + 1)};
 }
 
 TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
@@ -225,7 +201,7 @@ TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
        "xf-train: unknown option '--frobnicate' (try --help)\n", 2},
       {kBin + "xf-train --train " + train + " --out " + kDir + "/x --heads 3 --d-model 64",
        "xf-train: --heads 3 does not divide --d-model 64\n", 2},
-#ifndef XF_TRAINER_CUDA  // built with CUDA training, it trains where a GPU is (tests/cuda checks)
+#ifndef XF_TRAINER_CUDA  // built with CUDA training, it trains where a GPU is (tests/trainer/cuda checks)
       {kBin + "xf-train --train " + train + " --out " + kDir + "/x --device cuda --max-steps 1",
        "xf-train: --device cuda: xf-train was built without CUDA training support (use --device cpu)\n", 1},
 #endif
@@ -244,9 +220,9 @@ TEST_F(ReverseTask, ToolsRefuseBadInputWithOneLine) {
        "xf-convert: --shared-vocabulary: give one model file (checkpoints share it already)\n", 1},
   };
   for (const Case& c : cases) {
-    auto [status, error] = run_for_error(c.command, kDir + "/error.log");
-    EXPECT_EQ(status, c.status) << c.command;
-    EXPECT_EQ(error, c.expected) << c.command;
+    const xf::test::CommandRun r = xf::test::run_command(c.command, kDir);
+    EXPECT_EQ(r.status, c.status) << c.command;
+    EXPECT_EQ(xf::test::last_line(r.err), c.expected) << c.command;  // progress lines may come first
   }
 }
 

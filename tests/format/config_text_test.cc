@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "error_of.h"
 #include "format_test_support.h"
-#include "xf/error.h"
 #include "xf/format/config.h"
 
 namespace xf::test {
@@ -21,13 +21,9 @@ ModelConfig config_of(const std::map<std::string, std::string>& values) {
   });
 }
 
+// The message reading `values` throws ("no error" when it reads).
 std::string error_of(const std::map<std::string, std::string>& values) {
-  try {
-    config_of(values);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of([&] { config_of(values); });
 }
 
 // Every field away from its default, so a field the list missed shows.
@@ -125,7 +121,7 @@ TEST(FormatConfigText, BadValuesAreOneLineErrors) {
     values[name] = value;
     return error_of(values);
   };
-  EXPECT_EQ(error_of(good), "(no error)");
+  EXPECT_EQ(error_of(good), "no error");
   EXPECT_EQ(with("d_model", "-8"), "d_model: '-8' is not a non-negative integer");
   EXPECT_EQ(with("d_model", "8x"), "d_model: '8x' is not a non-negative integer");
   EXPECT_EQ(with("d_model", "4294967296"), "d_model is out of range");

@@ -1,11 +1,7 @@
 #include "format_test_support.h"
 
-#include <dirent.h>
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -19,19 +15,6 @@
 #include "xf_model_generated.h"
 
 namespace xf::test {
-
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.source_vocab_size = 12;
-  c.target_vocab_size = 12;
-  c.d_model = 8;
-  c.num_heads = 2;
-  c.d_ff = 16;
-  c.encoder_layers = 1;
-  c.decoder_layers = 1;
-  c.max_positions = 32;
-  return c;
-}
 
 namespace {
 
@@ -169,27 +152,6 @@ TensorEntry& HandMadeModel::tensor(const std::string& name) {
     if (t.name == name) return t;
   }
   throw std::runtime_error("test bug: no tensor '" + name + "' in the hand-made model");
-}
-
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/xf_format_test.XXXXXX";
-  if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
-std::vector<std::string> TempDir::entries() const {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(path_)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {

@@ -1,20 +1,18 @@
 #pragma once
 // Helpers shared by the format tests, the fuzz seed generator and the xf-inspect tests:
-// small model configs, random parameters, and a hand-made header builder for broken files.
+// random parameters and a hand-made header builder for broken files.
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"   // TempDir
+#include "tiny_model.h"  // tiny_config
 #include "xf/format/config.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
 
 namespace xf::test {
-
-// A model small enough that a file is a few KB: vocab 12, d_model 8, 2 heads, d_ff 16,
-// one encoder and one decoder layer. Shared embeddings, post-norm, tied output, no bias.
-ModelConfig tiny_config();
 
 // The stored bytes of one parameter, as a test expects to read them back.
 struct TensorBytes {
@@ -61,21 +59,6 @@ struct HandMadeModel {
   static HandMadeModel describe(const std::vector<uint8_t>& file_bytes);
   std::vector<uint8_t> build() const;
   TensorEntry& tensor(const std::string& name);  // throws std::runtime_error when absent
-};
-
-// A fresh directory under the test temp dir, removed with its files by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> entries() const;  // names in the directory, sorted
-
- private:
-  std::string path_;
 };
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);

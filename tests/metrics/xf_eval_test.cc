@@ -1,14 +1,13 @@
 // xf-eval the program: output lines, JSON, TSV sources, exit codes and one-line errors. Expected
 // scores come from sacreBLEU (data/expected.txt, written by data/make_expected.py).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "run_command.h"
+#include "temp_dir.h"
 #include "test_data.h"
 #include "xf/metrics.h"
 
@@ -20,37 +19,19 @@ using testing::expected;
 using testing::expected_number;
 using testing::write_temp_file;
 
-struct ProgramRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  return contents.str();
-}
+using ProgramRun = xf::test::CommandRun;
 
 // Runs xf-eval with `arguments` (already shell-quoted where needed).
 ProgramRun run_xf_eval(const std::string& arguments) {
-  const std::string out_path = write_temp_file("stdout", ""), err_path = write_temp_file("stderr", "");
-  const std::string command =
-      std::string("'") + XF_EVAL_PATH + "' " + arguments + " > '" + out_path + "' 2> '" + err_path + "'";
-  const int status = std::system(command.c_str());
-  ProgramRun run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = slurp(out_path);
-  run.err = slurp(err_path);
-  return run;
+  static const std::string dir = xf::test::make_temp_dir("xf_eval");  // removed at exit
+  return xf::test::run_command(std::string("'") + XF_EVAL_PATH + "' " + arguments, dir);
 }
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // An error is one line on stderr, "xf-eval: ...", nothing on stdout.
 void expect_one_line_error(const ProgramRun& run, int exit_code, const std::string& fragment) {
-  EXPECT_EQ(run.exit_code, exit_code) << run.err;
+  EXPECT_EQ(run.status, exit_code) << run.err;
   EXPECT_EQ(run.out, "");
   ASSERT_FALSE(run.err.empty());
   EXPECT_EQ(run.err.rfind("xf-eval: ", 0), 0u) << run.err;
@@ -67,27 +48,27 @@ double json_number(const std::string& json, const std::string& key) {
 TEST(XfEval, PrintsSacrebleuLinesForParallelReferences) {
   const ProgramRun run = run_xf_eval("--hyp " + quoted(data_path("hyp.txt")) + " --ref " + quoted(data_path("ref.a.txt")) +
                               " --ref " + quoted(data_path("ref.b.txt")));
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, expected().at("text.multi") + "\n");
 }
 
 TEST(XfEval, GroupsTsvReferencesBySource) {
   const ProgramRun run = run_xf_eval("--hyp " + quoted(data_path("hyp.tsv-sources.txt")) + " --ref-tsv " +
                               quoted(data_path("refs.tsv")));
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, expected().at("text.tsv") + "\n");
 }
 
 TEST(XfEval, PrintsDistinctSourcesInFirstAppearanceOrder) {
   const ProgramRun run = run_xf_eval("--ref-tsv " + quoted(data_path("refs.tsv")) + " --print-sources");
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, "Stop!\nI'm hit!\nHello.\nIt costs 3.50 euros.\nWhere is the station?\nNothing.\n");
 }
 
 TEST(XfEval, JsonHasFullPrecisionScores) {
   const ProgramRun run = run_xf_eval("--json --hyp " + quoted(data_path("hyp.txt")) + " --ref " +
                               quoted(data_path("ref.a.txt")));
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_NEAR(json_number(run.out, "bleu"), expected_number("corpus_bleu.single.score"), 1e-9) << run.out;
   EXPECT_NEAR(json_number(run.out, "chrf2"), expected_number("corpus_chrf.single"), 1e-9) << run.out;
   EXPECT_NEAR(json_number(run.out, "bleu_bp"), expected_number("corpus_bleu.single.bp"), 1e-12) << run.out;
@@ -107,21 +88,21 @@ TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
   char first_row[128];
   std::snprintf(first_row, sizeof first_row, "| 1-5 | 6 | %.2f | %.2f |\n", bleu, chrf);
   const ProgramRun run = run_xf_eval(args + " --by-length");
-  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, expected().at("text.tsv") + "\n" +
                          "| source words | sentences | BLEU | chrF2 |\n| --- | ---: | ---: | ---: |\n" +
                          first_row +
                          "| 6-10 | 0 | - | - |\n| 11-15 | 0 | - | - |\n| 16-25 | 0 | - | - |\n"
                          "| 26+ | 0 | - | - |\n");
   const ProgramRun json = run_xf_eval(args + " --by-length --json");
-  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(json.status, 0) << json.err;
   EXPECT_NE(json.out.find("\"by_length\": [{\"words\": \"1-5\", \"sentences\": 6, \"bleu\": "),
             std::string::npos) << json.out;
   EXPECT_NE(json.out.find("{\"words\": \"26+\", \"sentences\": 0, \"bleu\": null, \"chrf2\": null}]"),
             std::string::npos) << json.out;
   // Edges 1,3: "Stop!", "Hello.", "Nothing." (1 word); "I'm hit!" (2); two of 4 words.
   const ProgramRun custom = run_xf_eval(args + " --by-length --length-buckets 1,3");
-  EXPECT_EQ(custom.exit_code, 0) << custom.err;
+  EXPECT_EQ(custom.status, 0) << custom.err;
   EXPECT_NE(custom.out.find("| 1-1 | 3 | "), std::string::npos) << custom.out;
   EXPECT_NE(custom.out.find("| 2-3 | 1 | "), std::string::npos) << custom.out;
   EXPECT_NE(custom.out.find("| 4+ | 2 | "), std::string::npos) << custom.out;
@@ -131,7 +112,7 @@ TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
   const std::string ref = write_temp_file("one_ref.txt", "le chat est sur la table\n");
   const ProgramRun with_src = run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --src " +
                                           quoted(sources) + " --by-length");
-  EXPECT_EQ(with_src.exit_code, 0) << with_src.err;
+  EXPECT_EQ(with_src.status, 0) << with_src.err;
   EXPECT_NE(with_src.out.find("| 1-5 | 0 | - | - |\n| 6-10 | 1 | 100.00 | 100.00 |\n"), std::string::npos)
       << with_src.out;
   expect_one_line_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --by-length"), 2,
@@ -148,7 +129,7 @@ TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
 
 TEST(XfEval, HelpExitsZero) {
   const ProgramRun run = run_xf_eval("--help");
-  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.status, 0);
   EXPECT_EQ(run.out.rfind("usage: xf-eval", 0), 0u) << run.out;
 }
 

@@ -15,12 +15,9 @@ namespace xf {
 namespace {
 
 std::shared_ptr<const Model> model_with(DType dtype) {
-  static const std::string dir = test::make_temp_dir("alloc");
   test::TinyModelOptions options;
   options.matrix_dtype = dtype;
-  const std::string path = dir + "/" + dtype_name(dtype) + ".xfm";
-  test::write_tiny_model(path, options);
-  return Model::open(path);
+  return Model::open(test::tiny_model_file(options, dtype_name(dtype)));
 }
 
 std::vector<std::vector<int32_t>> sources(size_t count, uint32_t vocab) {

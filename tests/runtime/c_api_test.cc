@@ -19,11 +19,7 @@
 namespace {
 
 const std::string& model_path() {
-  static const std::string path = [] {
-    const std::string p = xf::test::make_temp_dir("c_api") + "/tiny.xfm";
-    xf::test::write_tiny_model(p);
-    return p;
-  }();
+  static const std::string path = xf::test::tiny_model_file();
   return path;
 }
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -23,17 +22,8 @@
 namespace xf {
 namespace {
 
-// The test's model files, removed when the process ends.
-struct TempDir {
-  std::string path = test::make_temp_dir("decoding_options");
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 std::shared_ptr<const Model> model_named(const test::TinyModelOptions& options, const std::string& name) {
-  static const TempDir dir;
-  const std::string path = dir.path + "/" + name + ".xfm";
-  test::write_tiny_model(path, options);
-  return Model::open(path);
+  return Model::open(test::tiny_model_file(options, name));
 }
 
 std::shared_ptr<const Model> default_model() {

@@ -10,12 +10,7 @@ file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
-function(run_step)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "failed (${status}): ${ARGN}\n${out}\n${err}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../common/steps.cmake)
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
@@ -42,36 +37,16 @@ endif()
 
 # What the installed xf-run says, to compare with.
 set(sentence "the dog runs to the river")
-file(WRITE ${WORK_DIR}/input.txt "${sentence}\n")
 if(SHARED)
   set(ENV{LD_LIBRARY_PATH} "${prefix}/lib:$ENV{LD_LIBRARY_PATH}")
 endif()
-execute_process(COMMAND ${prefix}/bin/xf-run --model ${MODEL} INPUT_FILE ${WORK_DIR}/input.txt
-  RESULT_VARIABLE status OUTPUT_VARIABLE expected ERROR_VARIABLE err)
-if(NOT status EQUAL 0)
-  message(FATAL_ERROR "the installed xf-run failed (${status}): ${err}")
-endif()
-string(STRIP "${expected}" stripped)
-if(stripped STREQUAL "")
-  message(FATAL_ERROR "xf-run printed an empty translation: the comparison would prove little")
-endif()
-
-function(expect_translation program)
-  execute_process(COMMAND ${program} ${MODEL} ${sentence}
-    RESULT_VARIABLE status OUTPUT_VARIABLE printed ERROR_VARIABLE err)
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "${program} failed (${status}): ${err}")
-  endif()
-  if(NOT printed STREQUAL expected)
-    message(FATAL_ERROR "${program} printed '${printed}', xf-run '${expected}'")
-  endif()
-endfunction()
+xf_run_translation(expected ${prefix}/bin/xf-run ${MODEL} "${sentence}" ${WORK_DIR})
 
 # A C-only CMake consumer (the project enables no C++).
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/c_api -B ${WORK_DIR}/cmake-build
   -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build)
-expect_translation(${WORK_DIR}/cmake-build/translate_c)
+expect_translation(${WORK_DIR}/cmake-build/translate_c ${MODEL} "${sentence}" "${expected}")
 
 # A pkg-config consumer: nothing but the .pc file's flags.
 set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
@@ -83,5 +58,5 @@ endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run_step(${C_COMPILER} -std=c99 -Wall -Wextra -pedantic-errors -Werror
   ${SOURCE_DIR}/examples/c_api/translate.c ${flags} -o ${WORK_DIR}/translate_pkg_config)
-expect_translation(${WORK_DIR}/translate_pkg_config)
-message(STATUS "the tools, public headers only; the CMake C89 and pkg-config C99 consumers agree with xf-run: ${stripped}")
+expect_translation(${WORK_DIR}/translate_pkg_config ${MODEL} "${sentence}" "${expected}")
+message(STATUS "the tools, public headers only; the CMake C89 and pkg-config C99 consumers agree with xf-run: ${expected}")

@@ -32,10 +32,7 @@ namespace {
 using test::TinyModelOptions;
 
 std::shared_ptr<const Model> tiny_model(const TinyModelOptions& options, const std::string& name) {
-  static const std::string dir = test::make_temp_dir("translator");
-  const std::string path = dir + "/" + name + ".xfm";
-  test::write_tiny_model(path, options);
-  return Model::open(path);
+  return Model::open(test::tiny_model_file(options, name));
 }
 
 std::shared_ptr<const Model> default_model() {
@@ -474,9 +471,7 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
   options.vocab_size = 600;
   options.d_model = 128;
   options.d_ff = 512;
-  static const std::string dir = test::make_temp_dir("release_pages");
-  const std::string path = dir + "/model.xfm";
-  test::write_tiny_model(path, options);
+  const std::string path = test::tiny_model_file(options, "release_pages");
   auto mapped = Model::open(path);
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

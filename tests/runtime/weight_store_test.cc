@@ -19,12 +19,9 @@ namespace xf::runtime {
 namespace {
 
 std::shared_ptr<const ModelFile> tiny_file(DType matrix_dtype) {
-  static const std::string dir = test::make_temp_dir("weight-store");
-  const std::string path = dir + "/" + dtype_name(matrix_dtype) + ".xfm";
   test::TinyModelOptions options;
   options.matrix_dtype = matrix_dtype;
-  test::write_tiny_model(path, options);
-  return ModelFile::open(path);
+  return ModelFile::open(test::tiny_model_file(options, dtype_name(matrix_dtype)));
 }
 
 const TensorView& first_of_rank(const ModelFile& file, uint32_t rank) {

@@ -4,13 +4,10 @@
 // command line.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "format_test_support.h"
+#include "run_command.h"
 #include "tiny_model.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
@@ -19,27 +16,8 @@
 namespace xf::test {
 namespace {
 
-struct ToolResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-ToolResult run_inspect(const std::string& arguments, const TempDir& dir) {
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string command = std::string("'") + XF_INSPECT + "' " + arguments + " >'" + out + "' 2>'" + err + "'";
-  const int status = std::system(command.c_str());
-  ToolResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+CommandRun run_inspect(const std::string& arguments, const TempDir& dir) {
+  return run_command(std::string("'") + XF_INSPECT + "' " + arguments, dir.path());
 }
 
 std::vector<std::vector<std::string>> token_lines(const std::string& text) {
@@ -89,8 +67,8 @@ TEST(XfInspect, PrintsConfigMetadataTokenizersAndTable) {
   const std::string path = dir.file("model.xfm");
   writer.write(path);
 
-  const ToolResult r = run_inspect("'" + path + "'", dir);
-  EXPECT_EQ(r.exit_code, 0);
+  const CommandRun r = run_inspect("'" + path + "'", dir);
+  EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.err, "");
   const auto lines = token_lines(r.out);
   EXPECT_TRUE(has_line(lines, {"format", "version", "1"}));
@@ -134,8 +112,8 @@ TEST(XfInspect, SharedAndMissingTokenizers) {
     if (with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
     add_parameters(writer, random_parameters(config, DType::f32, 2));
     writer.write(dir.file("model.xfm"));
-    const ToolResult r = run_inspect("'" + dir.file("model.xfm") + "'", dir);
-    EXPECT_EQ(r.exit_code, 0);
+    const CommandRun r = run_inspect("'" + dir.file("model.xfm") + "'", dir);
+    EXPECT_EQ(r.status, 0);
     const auto lines = token_lines(r.out);
     if (with_tokenizer) {
       EXPECT_TRUE(has_line(lines, {"source", std::to_string(tiny_sentencepiece_model().size()), "bytes,",
@@ -167,18 +145,18 @@ TEST(XfInspect, BadFilesGiveOneLineAndExitOne) {
     write_bytes(path, bytes);
     const std::string problem = open_error(path);
     ASSERT_NE(problem, "") << name;
-    const ToolResult r = run_inspect("'" + path + "'", dir);
-    EXPECT_EQ(r.exit_code, 1) << name;
+    const CommandRun r = run_inspect("'" + path + "'", dir);
+    EXPECT_EQ(r.status, 1) << name;
     EXPECT_EQ(r.out, "") << name;
     EXPECT_EQ(r.err, "xf-inspect: " + problem + "\n") << name;
   }
   // Not a file at all.
-  const ToolResult missing = run_inspect("'" + dir.file("absent.xfm") + "'", dir);
-  EXPECT_EQ(missing.exit_code, 1);
+  const CommandRun missing = run_inspect("'" + dir.file("absent.xfm") + "'", dir);
+  EXPECT_EQ(missing.status, 1);
   EXPECT_EQ(missing.err,
             "xf-inspect: " + dir.file("absent.xfm") + ": cannot open: No such file or directory\n");
-  const ToolResult directory = run_inspect("'" + dir.path() + "'", dir);
-  EXPECT_EQ(directory.exit_code, 1);
+  const CommandRun directory = run_inspect("'" + dir.path() + "'", dir);
+  EXPECT_EQ(directory.status, 1);
   EXPECT_EQ(directory.err, "xf-inspect: " + dir.path() + ": is a directory, not a model file\n");
 }
 
@@ -200,8 +178,8 @@ TEST(XfInspect, ATokenizerThatDoesNotLoadOrDoesNotMatchIsRefused) {
   std::string garbage = tiny_sentencepiece_model();
   for (size_t i = 0; i < garbage.size(); i += 7) garbage[i] = static_cast<char>(garbage[i] ^ 0x5a);
   const std::string bad_bytes = write(config, garbage, "", "garbage.xfm");
-  const ToolResult r = run_inspect("'" + bad_bytes + "'", dir);
-  EXPECT_EQ(r.exit_code, 1);
+  const CommandRun r = run_inspect("'" + bad_bytes + "'", dir);
+  EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err.rfind("xf-inspect: " + bad_bytes + ": source tokenizer: cannot load the SentencePiece model: ", 0), 0u)
       << r.err;
@@ -210,8 +188,8 @@ TEST(XfInspect, ATokenizerThatDoesNotLoadOrDoesNotMatchIsRefused) {
   ModelConfig more = config;
   more.source_vocab_size = more.target_vocab_size = tiny_pieces() + 5;
   const std::string wrong_count = write(more, tiny_sentencepiece_model(), "", "count.xfm");
-  const ToolResult count = run_inspect("'" + wrong_count + "'", dir);
-  EXPECT_EQ(count.exit_code, 1);
+  const CommandRun count = run_inspect("'" + wrong_count + "'", dir);
+  EXPECT_EQ(count.status, 1);
   EXPECT_EQ(count.err, "xf-inspect: " + wrong_count + ": source tokenizer: the SentencePiece model has " +
                            std::to_string(tiny_pieces()) + " pieces but the vocabulary has " +
                            std::to_string(tiny_pieces() + 5) + "\n");
@@ -220,27 +198,27 @@ TEST(XfInspect, ATokenizerThatDoesNotLoadOrDoesNotMatchIsRefused) {
   pruned.shared_embeddings = false;
   pruned.target_vocab_size = 10;
   const std::string wrong_target = write(pruned, tiny_sentencepiece_model(), tiny_target_tokenizer(9), "target.xfm");
-  const ToolResult target = run_inspect("'" + wrong_target + "'", dir);
-  EXPECT_EQ(target.exit_code, 1);
+  const CommandRun target = run_inspect("'" + wrong_target + "'", dir);
+  EXPECT_EQ(target.status, 1);
   EXPECT_EQ(target.err, "xf-inspect: " + wrong_target +
                             ": target tokenizer: the SentencePiece model has 9 pieces but the vocabulary has 10\n");
 }
 
 TEST(XfInspect, HelpAndBadArguments) {
   TempDir dir;
-  const ToolResult help = run_inspect("--help", dir);
-  EXPECT_EQ(help.exit_code, 0);
+  const CommandRun help = run_inspect("--help", dir);
+  EXPECT_EQ(help.status, 0);
   EXPECT_EQ(help.out.rfind("usage: xf-inspect MODEL.xfm\n", 0), 0u) << help.out;
   EXPECT_EQ(help.err, "");
 
-  const ToolResult none = run_inspect("", dir);
-  EXPECT_EQ(none.exit_code, 2);
+  const CommandRun none = run_inspect("", dir);
+  EXPECT_EQ(none.status, 2);
   EXPECT_EQ(none.err, "xf-inspect: no model file given (try --help)\n");
-  const ToolResult option = run_inspect("--verbose", dir);
-  EXPECT_EQ(option.exit_code, 2);
+  const CommandRun option = run_inspect("--verbose", dir);
+  EXPECT_EQ(option.status, 2);
   EXPECT_EQ(option.err, "xf-inspect: unknown option '--verbose' (try --help)\n");
-  const ToolResult two = run_inspect("a.xfm b.xfm", dir);
-  EXPECT_EQ(two.exit_code, 2);
+  const CommandRun two = run_inspect("a.xfm b.xfm", dir);
+  EXPECT_EQ(two.status, 2);
   EXPECT_EQ(two.err, "xf-inspect: one model file at a time (try --help)\n");
 }
 

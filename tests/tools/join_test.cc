@@ -2,10 +2,8 @@
 // their references joined part by part, one row per reference, the same file for the same seed,
 // and one-line errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -14,26 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"
 #include "temp_dir.h"
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
+using xf::test::read_file;
 
-struct Exit {
-  int code = -1;
-  std::string err;
-};
-
-Exit run_join(const std::string& arguments, const std::string& dir) {
-  const std::string err = dir + "/stderr";
-  const int status = std::system((std::string("'") + XF_JOIN + "' " + arguments + " 2> '" + err + "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(err)};
+xf::test::CommandRun run_join(const std::string& arguments, const std::string& dir) {
+  return xf::test::run_command(std::string("'") + XF_JOIN + "' " + arguments, dir);
 }
 
 std::vector<std::pair<std::string, std::string>> read_rows(const std::string& path) {
@@ -61,8 +48,8 @@ TEST(XfJoin, JoinsEverySourceOnceWithItsReferences) {
   }
   const std::string in = dir + "/in.tsv";
   std::ofstream(in) << tsv;
-  const Exit done = run_join("--in '" + in + "' --out '" + dir + "/a.tsv' --seed 3", dir);
-  ASSERT_EQ(done.code, 0) << done.err;
+  const xf::test::CommandRun done = run_join("--in '" + in + "' --out '" + dir + "/a.tsv' --seed 3", dir);
+  ASSERT_EQ(done.status, 0) << done.err;
   EXPECT_NE(done.err.find("40 sources -> "), std::string::npos) << done.err;
 
   std::multiset<std::string> used;
@@ -107,11 +94,11 @@ TEST(XfJoin, JoinsEverySourceOnceWithItsReferences) {
   EXPECT_LE(outputs, 20u);
 
   // Deterministic by seed; --probability 0 copies the sources one by one.
-  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/b.tsv' --seed 3", dir).code, 0);
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/b.tsv' --seed 3", dir).status, 0);
   EXPECT_EQ(read_file(dir + "/a.tsv"), read_file(dir + "/b.tsv"));
-  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/c.tsv' --seed 4", dir).code, 0);
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/c.tsv' --seed 4", dir).status, 0);
   EXPECT_NE(read_file(dir + "/a.tsv"), read_file(dir + "/c.tsv"));
-  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/d.tsv' --probability 0", dir).code, 0);
+  ASSERT_EQ(run_join("--in '" + in + "' --out '" + dir + "/d.tsv' --probability 0", dir).status, 0);
   for (const auto& [source, reference] : read_rows(dir + "/d.tsv")) {
     EXPECT_EQ(source.find(' '), std::string::npos) << source;
   }
@@ -125,8 +112,8 @@ TEST(XfJoin, BadCommandLinesAndInputsAreOneLine) {
            {"--in a --out b --max-pairs 1", 2, "--max-pairs expects a number from 2 to 64, got '1'"},
            {"--in a --out b --probability 2", 2, "--probability expects a number from 0 to 1"},
            {"--in /nonexistent/in.tsv --out '" + dir + "/o.tsv'", 1, "/nonexistent/in.tsv"}}) {
-    const Exit run = run_join(arguments, dir);
-    EXPECT_EQ(run.code, code) << arguments;
+    const xf::test::CommandRun run = run_join(arguments, dir);
+    EXPECT_EQ(run.status, code) << arguments;
     EXPECT_EQ(run.err.rfind("xf-join: ", 0), 0u) << run.err;
     EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
     EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;

@@ -3,12 +3,10 @@
 // dtype keeps its own target vocabulary), and xf-bench naming the weight matrices' dtype.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "run_command.h"
 #include "tiny_model.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
@@ -18,34 +16,17 @@
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using Result = xf::test::CommandRun;
+using xf::test::last_line;
 
 class ModelFiles : public ::testing::Test {
  protected:
-  Result run(const std::string& command) const {
-    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
-    const int status = std::system((command + " > " + out + " 2> " + err).c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-  }
+  Result run(const std::string& command) const { return xf::test::run_command(command, dir_); }
   // The tiny model as a checkpoint (config, f32 parameters, tokenizer).
   xf::trainer::Checkpoint tiny_checkpoint() const {
     const std::string path = dir_ + "/tiny.xfm";
     xf::test::write_tiny_model(path);
     return xf::trainer::checkpoint_from_model_file(*xf::ModelFile::open(path));
-  }
-  static std::string last_line(const std::string& text) {
-    const size_t start = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
-    return start == std::string::npos ? text : text.substr(start + 1);
   }
 
   std::string dir_ = xf::test::make_temp_dir("model_files");

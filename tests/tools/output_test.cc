@@ -5,62 +5,35 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "run_command.h"
 #include "tiny_model.h"
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/data.h"
 #include "xf/translator.h"
 
-extern char** environ;
-
 namespace {
-namespace fs = std::filesystem;
-
-// A fresh folder, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() : path_(xf::test::make_temp_dir("tools_output")) {}
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using xf::test::CommandRun;
+using xf::test::last_line;
+using xf::test::read_file;
+using xf::test::spawn;
+using xf::test::wait_status;
+using xf::test::TempDir;
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
-}
-
-// The last line of a tool's stderr (xf-convert prints progress before its error).
-std::string last_line(const std::string& text) {
-  const size_t start = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
-  return start == std::string::npos ? text : text.substr(start + 1);
 }
 
 // A character device node like /dev/full (1, 7) or /dev/null (1, 3) at `path`. False (the test
@@ -76,43 +49,7 @@ bool is_char_device(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
 }
 
-struct Exit {
-  int status = -1;
-  std::string err;
-};
-
-// Runs `command` with sh; stderr is captured.
-Exit shell(const std::string& command, const TempDir& dir) {
-  const std::string err = dir.file("stderr");
-  const int status = std::system((command + " 2> " + err).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(err)};
-}
-
-// Starts `argv` with the given descriptors as its stdin and stdout (-1: /dev/null's) and its
-// stderr into `err_path`.
-pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::string& err_path,
-            const std::vector<int>& close_in_child = {}) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, STDIN_FILENO);
-  else posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  for (int fd : close_in_child) posix_spawn_file_actions_addclose(&actions, fd);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
-}
-
-int wait_status(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+CommandRun shell(const std::string& command, const TempDir& dir) { return xf::test::run_command(command, dir.path()); }
 
 class ToolOutput : public ::testing::Test {
  protected:
@@ -126,7 +63,7 @@ class ToolOutput : public ::testing::Test {
   }
   std::string xf_run() const { return std::string(XF_RUN) + " --model " + model_ + " --max-batch 8"; }
 
-  TempDir dir_;
+  TempDir dir_{"tools_output"};
   std::string model_, input_;
 };
 
@@ -134,7 +71,7 @@ TEST_F(ToolOutput, XfRunIntoAFullDeviceFailsWithOneLine) {
   const std::string full = dir_.file("full");
   std::string why;
   if (!make_char_device(full, 7, why)) GTEST_SKIP() << why;
-  const Exit r = shell(xf_run() + " < " + input_ + " > " + full, dir_);
+  const CommandRun r = shell(xf_run() + " < " + input_ + " > " + full, dir_);
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "xf-run: output: write failed: No space left on device\n");
   EXPECT_TRUE(is_char_device(full));
@@ -144,7 +81,7 @@ TEST_F(ToolOutput, XfRunIntoAFullDeviceFailsWithOneLine) {
 // the size limit, ENOSPC for the disk: the same path through write()).
 TEST_F(ToolOutput, XfRunIntoAFileThatCannotGrowFailsWithOneLine) {
   const std::string out = dir_.file("out.txt");
-  const Exit r = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + xf_run() + " < " + input_ + " > " + out + "\"", dir_);
+  const CommandRun r = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + xf_run() + " < " + input_ + " > " + out + "\"", dir_);
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err, "xf-run: output: write failed: File too large\n");
 }
@@ -176,16 +113,7 @@ TEST_F(ToolOutput, XfRunAnswersALineBeforeTheInputEnds) {
   const std::string line = sentence + "\n";
   ASSERT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
 
-  std::string answer;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (answer.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{from_child[0], POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) continue;
-    char buffer[4096];
-    const ssize_t n = ::read(from_child[0], buffer, sizeof buffer);
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
+  const std::string answer = xf::test::read_from(from_child[0], 120000, true);
   ::close(to_child[1]);  // only now does the input end
   std::string rest;
   char buffer[4096];
@@ -228,22 +156,17 @@ TEST_F(ToolOutput, XfConvertWritesDevicesInPlace) {
   const std::string full = dir_.file("full"), null = dir_.file("null");
   if (!make_char_device(full, 7, why) || !make_char_device(null, 3, why)) GTEST_SKIP() << why;
 
-  const Exit to_full = shell(convert + full, dir_);
+  const CommandRun to_full = shell(convert + full, dir_);
   EXPECT_EQ(to_full.status, 1);
   EXPECT_EQ(last_line(to_full.err), "xf-convert: " + full + ": write failed: No space left on device\n");
   EXPECT_TRUE(is_char_device(full));
 
-  const Exit to_null = shell(convert + null, dir_);
+  const CommandRun to_null = shell(convert + null, dir_);
   EXPECT_EQ(to_null.status, 0) << to_null.err;
   EXPECT_TRUE(is_char_device(null));
-  EXPECT_EQ(std::vector<std::string>({"full", "input.txt", "null", "stderr", "step-000001", "tiny.xfm"}),
-            [&] {
-              std::vector<std::string> names;
-              for (const auto& e : fs::directory_iterator(fs::path(full).parent_path()))
-                names.push_back(e.path().filename().string());
-              std::sort(names.begin(), names.end());
-              return names;
-            }()) << "no temporary file left beside the devices";
+  EXPECT_EQ(std::vector<std::string>({"full", "input.txt", "null", "stderr", "stdout", "step-000001", "tiny.xfm"}),
+            dir_.entries())
+      << "no temporary file left beside the devices";
 }
 
 TEST_F(ToolOutput, XfConvertWritesAFifoInPlaceAndFailsOnAFileThatCannotGrow) {
@@ -255,7 +178,7 @@ TEST_F(ToolOutput, XfConvertWritesAFifoInPlaceAndFailsOnAFileThatCannotGrow) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   std::string through_fifo;
   std::thread reader([&] { through_fifo = read_file(fifo); });
-  const Exit r = shell(std::string(XF_CONVERT) + " " + checkpoint + " -o " + fifo, dir_);
+  const CommandRun r = shell(std::string(XF_CONVERT) + " " + checkpoint + " -o " + fifo, dir_);
   reader.join();
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(through_fifo, read_file(regular));
@@ -265,7 +188,7 @@ TEST_F(ToolOutput, XfConvertWritesAFifoInPlaceAndFailsOnAFileThatCannotGrow) {
 
   // A full filesystem: the write fails, the old file stays, no temporary is left.
   const std::string before = read_file(regular);
-  const Exit full = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + std::string(XF_CONVERT) + " " +
+  const CommandRun full = shell("sh -c \"trap '' XFSZ; ulimit -f 1; exec " + std::string(XF_CONVERT) + " " +
                               checkpoint + " --dtype f32 -o " + regular + "\"", dir_);
   EXPECT_EQ(full.status, 1);
   EXPECT_EQ(last_line(full.err), "xf-convert: " + regular + ": write failed: File too large\n");

@@ -15,16 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"
 #include "tiny_model.h"
 #include "xf/translator.h"
 
 namespace {
 
-struct ProgramRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using ProgramRun = xf::test::CommandRun;
+using xf::test::read_file;
 
 const std::string& work_dir() {
   static const std::string dir = xf::test::make_temp_dir("tools");
@@ -32,30 +30,12 @@ const std::string& work_dir() {
 }
 
 const std::string& model_path() {
-  static const std::string path = [] {
-    const std::string p = work_dir() + "/tiny.xfm";
-    xf::test::write_tiny_model(p);
-    return p;
-  }();
+  static const std::string path = xf::test::tiny_model_file();
   return path;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 ProgramRun run(const std::string& program, const std::string& arguments, const std::string& stdin_path = "/dev/null") {
-  const std::string out = work_dir() + "/stdout", err = work_dir() + "/stderr";
-  const std::string command = program + " " + arguments + " < " + stdin_path + " > " + out + " 2> " + err;
-  ProgramRun r;
-  const int status = std::system(command.c_str());
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
+  return xf::test::run_command(program + " " + arguments + " < " + stdin_path, work_dir());
 }
 
 std::string write_lines(const std::string& name, const std::vector<std::string>& lines) {

@@ -5,12 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,40 +21,23 @@
 #include <vector>
 
 #include "progress.h"
+#include "run_command.h"
 #include "tiny_model.h"
 #include "xf/xf.h"
 
-extern char** environ;
-
 namespace {
 
-struct ToolRun {
-  int status = -1;
-  std::string out, err;
-};
+using ToolRun = xf::test::CommandRun;
+using xf::test::read_file;
 
 const std::string& work_dir() {
   static const std::string dir = xf::test::make_temp_dir("tool_cli");
   return dir;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `command` (a shell command line) with stdout into `out_path` (default: a file).
-ToolRun shell(const std::string& command, std::string out_path = "") {
-  if (out_path.empty()) out_path = work_dir() + "/stdout";
-  const std::string err = work_dir() + "/stderr";
-  const int status = std::system((command + " < /dev/null > " + out_path + " 2> " + err).c_str());
-  ToolRun r;
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (out_path == work_dir() + "/stdout") r.out = read_file(out_path);
-  r.err = read_file(err);
-  return r;
+// Runs `command` (a shell command line) with stdout into `out_path` (default: captured).
+ToolRun shell(const std::string& command, const std::string& out_path = "") {
+  return xf::test::run_command(out_path.empty() ? command : command + " > " + out_path, work_dir());
 }
 
 // A node like /dev/full in the test's folder; empty (the test skips) where mknod is refused.
@@ -204,21 +184,6 @@ TEST_F(ToolResults, XfRunEndsWithASummaryLine) {
   EXPECT_EQ(summary.substr(summary.size() - tail.size()), tail) << summary;
 }
 
-// Reads `fd` until a newline arrives (or a minute passes); what was read.
-std::string read_line_from(int fd) {
-  std::string text;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 1000) <= 0) continue;
-    char buffer[4096];
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n <= 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  return text;
-}
-
 // With stderr a terminal, xf-run prints a progress line when more than a few seconds have passed
 // since the last one: here a line, a pause of 3.5 s, another line; then the summary.
 TEST_F(ToolResults, XfRunPrintsProgressLinesWhenStderrIsATerminal) {
@@ -230,45 +195,25 @@ TEST_F(ToolResults, XfRunPrintsProgressLinesWhenStderrIsATerminal) {
   int to_child[2], from_child[2];
   ASSERT_EQ(::pipe(to_child), 0);
   ASSERT_EQ(::pipe(from_child), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, terminal.c_str(), O_WRONLY | O_NOCTTY, 0);
-  for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], master})
-    posix_spawn_file_actions_addclose(&actions, fd);
-  std::string program = tool("xf-run"), model_option = "--model", model = model_;
-  char* argv[] = {program.data(), model_option.data(), model.data(), nullptr};
-  pid_t pid = -1;
-  const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = xf::test::spawn({tool("xf-run"), "--model", model_}, to_child[0], from_child[1], terminal,
+                                    {to_child[1], from_child[0], master});
   ::close(to_child[0]);
   ::close(from_child[1]);
-  ASSERT_EQ(spawned, 0);
+  ASSERT_GT(pid, 0);
   const auto sentences = xf::test::sample_sentences(2, 6);
   const auto translate = [&](const std::string& sentence) {
     const std::string line = sentence + "\n";
     EXPECT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
-    EXPECT_NE(read_line_from(from_child[0]).find('\n'), std::string::npos);
+    EXPECT_NE(xf::test::read_from(from_child[0], 60000, true).find('\n'), std::string::npos);
   };
   translate(sentences[0]);
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));
   translate(sentences[1]);
   ::close(to_child[1]);
-  read_line_from(from_child[0]);  // the end of the output
+  xf::test::read_from(from_child[0], 60000, true);  // the end of the output
   ::close(from_child[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::string on_terminal;
-  for (;;) {  // what the terminal holds; EIO once it is drained and the other side is closed
-    pollfd p{master, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) break;
-    char buffer[4096];
-    const ssize_t n = ::read(master, buffer, sizeof buffer);
-    if (n <= 0) break;
-    on_terminal.append(buffer, static_cast<size_t>(n));
-  }
+  EXPECT_EQ(xf::test::wait_status(pid), 0);
+  const std::string on_terminal = xf::test::read_from(master, 200, false);  // what the terminal holds
   ::close(master);
   // The progress line after the pause, then the summary (however loaded the machine).
   EXPECT_TRUE(std::regex_search(on_terminal, std::regex("xf-run: 2 lines, [0-9]+\\.[0-9] s, [0-9]+ tokens/s\r?\n")))

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "error_of.h"
+#include "tiny_model.h"
 #include "xf/error.h"
 #include "xf/format/parameters.h"
 #include "xf/trainer/checkpoint.h"
@@ -19,15 +20,10 @@ namespace {
 using test::error_of;
 namespace fs = std::filesystem;
 
+// tests/common's tiny config, pre-norm with unequal layer counts, so that a swapped field shows.
 ModelConfig tiny_config() {
-  ModelConfig config;
-  config.source_vocab_size = config.target_vocab_size = 12;
-  config.d_model = 8;
-  config.num_heads = 2;
-  config.d_ff = 16;
-  config.encoder_layers = 1;
+  ModelConfig config = test::tiny_config();
   config.decoder_layers = 2;
-  config.max_positions = 32;
   config.norm_position = NormPosition::pre;
   config.layer_norm_epsilon = 1e-5f;
   return config;

@@ -13,6 +13,7 @@
 
 #include "error_of.h"
 #include "reverse_corpus.h"
+#include "run_command.h"  // read_file
 #include "temp_dir.h"
 #include "xf/error.h"
 #include "xf/trainer/checkpoint.h"
@@ -25,12 +26,7 @@ namespace {
 using test::error_of;
 namespace fs = std::filesystem;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_file;
 
 // The PID of a process that has ended (a child started and waited for).
 pid_t dead_pid() {
@@ -53,7 +49,7 @@ TEST(DataRunDirectory, ASecondHolderIsRefusedNamingTheFirstAndTheLockGoesWithIt)
   std::ostringstream log;
   {
     RunDirectory held(dir, false, false, log);
-    EXPECT_EQ(read_text(lock), std::to_string(::getpid()) + " " + host() + "\n");
+    EXPECT_EQ(read_file(lock), std::to_string(::getpid()) + " " + host() + "\n");
     // flock() locks per open file: a second claim conflicts even from the same process.
     EXPECT_EQ(error_of([&] { RunDirectory(dir, true, false, log); }),
               dir + ": in use by xf-train process " + std::to_string(::getpid()) + " (lock file " + lock + ")");
@@ -68,7 +64,7 @@ TEST(DataRunDirectory, ALockFileOfADeadProcessIsTakenOver) {
   std::ofstream(dir + "/xf-train.lock") << dead_pid() << " " << host() << "\n";
   std::ostringstream log;
   RunDirectory taken(dir, true, false, log);
-  EXPECT_EQ(read_text(dir + "/xf-train.lock"), std::to_string(::getpid()) + " " + host() + "\n");
+  EXPECT_EQ(read_file(dir + "/xf-train.lock"), std::to_string(::getpid()) + " " + host() + "\n");
 }
 
 TEST(DataRunDirectory, LeftoversOfDeadProcessesAreTidiedAndALiveOnesAreKept) {
@@ -90,7 +86,7 @@ TEST(DataRunDirectory, LeftoversOfDeadProcessesAreTidiedAndALiveOnesAreKept) {
   EXPECT_FALSE(fs::exists(dir + "/.step-000009.tmp." + dead));
   EXPECT_FALSE(fs::exists(dir + "/metrics.png.tmp." + dead));
   EXPECT_FALSE(fs::exists(dir + "/.best.old." + dead));
-  EXPECT_EQ(read_text(dir + "/best/checkpoint.txt"), "the previous best");
+  EXPECT_EQ(read_file(dir + "/best/checkpoint.txt"), "the previous best");
   EXPECT_FALSE(fs::exists(dir + "/.step-000004.old." + dead));
   EXPECT_TRUE(fs::exists(dir + "/step-000004"));
   EXPECT_TRUE(fs::exists(dir + "/.step-000010.tmp." + alive));
@@ -128,7 +124,7 @@ TEST(DataRunDirectory, ANewRunIntoAnEarlierOneIsRefusedUnlessOverwrite) {
   ASSERT_EQ(checkpoints.size(), 1u);
   EXPECT_EQ(read_checkpoint(checkpoints[0]).config.d_model, 32u);
   EXPECT_EQ(replaced.first_step, 0);
-  EXPECT_EQ(read_text(dir + "/run/notes.txt"), "the user's");
+  EXPECT_EQ(read_file(dir + "/run/notes.txt"), "the user's");
   // The metrics hold the new run's single step only.
   std::ifstream csv(dir + "/run/metrics.csv");
   int train_rows = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gradient_check.h"
+#include "tiny_model.h"
 #include "xf/error.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
@@ -16,14 +17,11 @@
 namespace xf::trainer {
 namespace {
 
+// tests/common's tiny config with two layers a side, so that gradients cross a layer boundary.
 ModelConfig tiny_config(uint32_t vocab = 13) {
-  ModelConfig c;
-  c.source_vocab_size = c.target_vocab_size = vocab;
-  c.d_model = 8;
-  c.num_heads = 2;
+  ModelConfig c = test::tiny_config(vocab);
   c.d_ff = 12;
-  c.encoder_layers = 2;
-  c.decoder_layers = 2;
+  c.encoder_layers = c.decoder_layers = 2;
   c.max_positions = 64;
   return c;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Running xf-train as users do, in one process or under mpirun, and comparing the runs: the
 // helpers of the data-parallel tests (tests/trainer/parallel_mpi_test.cc over MPI,
-// tests/cuda/parallel_nccl_test.cc over NCCL). XF_MPIEXEC names mpirun.
+// tests/trainer/cuda/parallel_nccl_test.cc over NCCL). XF_MPIEXEC names mpirun.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

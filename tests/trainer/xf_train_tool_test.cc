@@ -3,34 +3,24 @@
 // directory is refused in one line naming the first one's PID.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "reverse_corpus.h"
+#include "run_command.h"
 #include "temp_dir.h"
 #include "xf/trainer/checkpoint.h"
-
-extern char** environ;
 
 namespace xf::trainer {
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_file;
+using test::wait_status;
 
 // The tiny run's options on `train` into `out`, then `extra`.
 std::vector<std::string> tiny_arguments(const std::string& train, const std::string& out,
@@ -48,35 +38,17 @@ std::vector<std::string> tiny_arguments(const std::string& train, const std::str
 pid_t start_xf_train(const std::vector<std::string>& arguments, const std::string& err) {
   std::vector<std::string> args = {XF_TRAIN};
   args.insert(args.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
+  return test::spawn(args, -1, -1, err);
 }
 
 // Waits until `path` holds `text` (a progress line); false after a minute.
 bool wait_for_text(const std::string& path, const std::string& text) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (read_text(path).find(text) != std::string::npos) return true;
+    if (read_file(path).find(text) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
-}
-
-// The exit status, or 128 + the signal that ended it.
-int wait_status(pid_t pid) {
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 class XfTrainProcess : public ::testing::TestWithParam<int> {
@@ -91,18 +63,18 @@ TEST_P(XfTrainProcess, AStopSignalSavesACheckpointAndExitsZeroAndTheRunResumes) 
   const std::string out = dir_ + "/run", err = dir_ + "/stderr";
   const pid_t pid = start_xf_train(tiny_arguments(train_, out, {"--max-steps", "1000000", "--log-every", "1"}), err);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_for_text(err, "\nstep ")) << read_text(err);
+  ASSERT_TRUE(wait_for_text(err, "\nstep ")) << read_file(err);
   ASSERT_EQ(::kill(pid, signal), 0);
-  EXPECT_EQ(wait_status(pid), 0) << read_text(err);
+  EXPECT_EQ(wait_status(pid), 0) << read_file(err);
   const auto checkpoints = list_checkpoints(out);
-  ASSERT_EQ(checkpoints.size(), 1u) << read_text(err);
+  ASSERT_EQ(checkpoints.size(), 1u) << read_file(err);
   const int64_t step = read_checkpoint(checkpoints.back()).progress.step;
-  EXPECT_NE(read_text(err).find("interrupted at step " + std::to_string(step) + "; checkpoint saved"),
-            std::string::npos) << read_text(err);
+  EXPECT_NE(read_file(err).find("interrupted at step " + std::to_string(step) + "; checkpoint saved"),
+            std::string::npos) << read_file(err);
 
-  const std::string command = std::string(XF_TRAIN) + " --resume --out " + out + " --max-steps " +
-                              std::to_string(step + 1) + " 2> " + err;
-  ASSERT_EQ(std::system(command.c_str()), 0) << read_text(err);
+  const test::CommandRun resumed = test::run_command(
+      std::string(XF_TRAIN) + " --resume --out " + out + " --max-steps " + std::to_string(step + 1), dir_);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_EQ(read_checkpoint(list_checkpoints(out).back()).progress.step, step + 1);
 }
 
@@ -120,7 +92,7 @@ TEST(XfTrainLock, ASecondRunIntoARunningOnesDirectoryIsRefusedNamingItsPid) {
       tiny_arguments(train, out, {"--max-steps", "1000000", "--log-every", "1", "--save-every", "1", "--keep", "2"}),
       dir + "/first");
   ASSERT_GT(first, 0);
-  ASSERT_TRUE(wait_for_text(dir + "/first", "\nstep ")) << read_text(dir + "/first");
+  ASSERT_TRUE(wait_for_text(dir + "/first", "\nstep ")) << read_file(dir + "/first");
   // A checkpoint, so that --resume gets as far as the lock.
   for (int tries = 0; tries < 1200 && list_checkpoints(out).empty(); ++tries)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -131,11 +103,11 @@ TEST(XfTrainLock, ASecondRunIntoARunningOnesDirectoryIsRefusedNamingItsPid) {
     const pid_t second = start_xf_train(arguments, dir + "/second");
     ASSERT_GT(second, 0);
     EXPECT_EQ(wait_status(second), 1);
-    EXPECT_EQ(read_text(dir + "/second"), "xf-train: " + out + ": in use by xf-train process " +
+    EXPECT_EQ(read_file(dir + "/second"), "xf-train: " + out + ": in use by xf-train process " +
                                               std::to_string(first) + " (lock file " + out + "/xf-train.lock)\n");
   }
   ::kill(first, SIGTERM);
-  EXPECT_EQ(wait_status(first), 0) << read_text(dir + "/first");
+  EXPECT_EQ(wait_status(first), 0) << read_file(dir + "/first");
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 // cuBLAS and xf_kernels_cuda and runs trainer_model_test.cc on the same compiled
 // xf_trainer_cuda. Test names start with host_emulated.
 //
-// It extends the runtime's emulation (runtime_host_emulation.cc, compiled into this translation
-// unit for its allocation table, span checks and forward kernels) with the trainer's calls:
+// It extends the runtime's emulation (tests/runtime/cuda/runtime_host_emulation.cc, compiled into
+// this translation unit for its allocation table, span checks and forward kernels) with the
+// trainer's calls:
 // each emulated kernel follows its contract in xf/kernels_cuda/backward.h, mostly by calling the
 // CPU trainer's float kernel it mirrors, checks the spans it touches, and runs at once. What this
 // cannot show is anything about the real kernels' numerics or asynchrony, which the GPU run of

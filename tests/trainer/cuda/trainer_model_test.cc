@@ -15,6 +15,7 @@
 
 #include "cuda_test_support.h"
 #include "random_inputs.h"
+#include "tiny_model.h"
 #include "xf/trainer/cuda_model.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
@@ -41,13 +42,10 @@ struct ModelCase {
 void PrintTo(const ModelCase& c, std::ostream* out) { *out << c.name; }
 
 ModelConfig tiny_config(const ModelCase& c) {
-  ModelConfig config;
-  config.source_vocab_size = config.target_vocab_size = 29;
+  ModelConfig config = test::tiny_config(29);
   config.d_model = 16;
-  config.num_heads = 2;
   config.d_ff = 24;
-  config.encoder_layers = 2;
-  config.decoder_layers = 2;
+  config.encoder_layers = config.decoder_layers = 2;
   config.max_positions = 64;
   config.norm_position = c.norm;
   config.shared_embeddings = c.shared;

@@ -32,15 +32,14 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
   XF_SKIP_WITHOUT_GPU();
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  static const std::string dir = test::make_temp_dir("cuda-runtime-allocation");
   test::TinyModelOptions model_options;
   model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
   model_options.with_tokenizer = false;
   model_options.matrix_dtype = GetParam().dtype;
   model_options.round_to_f16 = GetParam().dtype == DType::f16;
-  const std::string path = dir + "/model-" + dtype_name(GetParam().dtype) + ".xfm";
-  const ModelConfig config = test::write_tiny_model(path, model_options);
-  const auto model = Model::open(path);
+  const auto model =
+      Model::open(test::tiny_model_file(model_options, std::string("allocation-") + dtype_name(GetParam().dtype)));
+  const ModelConfig& config = model->config();
 
   std::vector<std::vector<int32_t>> batch(8);
   for (auto& sentence : batch) {

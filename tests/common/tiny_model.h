@@ -1,6 +1,6 @@
 #pragma once
-// Tiny random models for runtime and tool tests: random weights written with ModelWriter, and a
-// tiny SentencePiece model trained in the test process on generated lines.
+// Tiny models for tests: a tiny config, random weights written with ModelWriter, and a tiny
+// SentencePiece model trained in the test process on generated lines.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -10,6 +10,12 @@
 #include "xf/format/config.h"
 
 namespace xf::test {
+
+// A model small enough that a file is a few KB and a gradient check takes milliseconds: vocab
+// `vocab`, d_model 8, 2 heads, d_ff 16, one encoder and one decoder layer, 32 positions; the rest
+// ModelConfig's defaults (shared embeddings, post-norm, tied output, no bias). Tests change the
+// fields they vary.
+ModelConfig tiny_config(uint32_t vocab = 12);
 
 struct TinyModelOptions {
   uint32_t seed = 1;
@@ -52,6 +58,9 @@ std::vector<std::vector<int32_t>> random_source_ids(size_t count, uint32_t vocab
 
 // Writes a model file to `path`; returns its config.
 ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& options = {});
+
+// Writes the model as "<name>.xfm" into a folder of the test process (removed at exit); its path.
+std::string tiny_model_file(const TinyModelOptions& options = {}, const std::string& name = "tiny");
 
 
 }  // namespace xf::test

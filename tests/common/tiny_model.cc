@@ -40,6 +40,17 @@ class LineIterator : public sentencepiece::SentenceIterator {
 
 }  // namespace
 
+ModelConfig tiny_config(uint32_t vocab) {
+  ModelConfig c;
+  c.source_vocab_size = c.target_vocab_size = vocab;
+  c.d_model = 8;
+  c.num_heads = 2;
+  c.d_ff = 16;
+  c.encoder_layers = c.decoder_layers = 1;
+  c.max_positions = 32;
+  return c;
+}
+
 std::vector<std::vector<int32_t>> random_source_ids(size_t count, uint32_t vocab, uint32_t seed,
                                                     size_t max_length) {
   std::mt19937 rng(seed);
@@ -143,6 +154,13 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   }
   writer.write(path);
   return config;
+}
+
+std::string tiny_model_file(const TinyModelOptions& options, const std::string& name) {
+  static const std::string dir = make_temp_dir("tiny_models");
+  const std::string path = dir + "/" + name + ".xfm";
+  write_tiny_model(path, options);
+  return path;
 }
 
 }  // namespace xf::test

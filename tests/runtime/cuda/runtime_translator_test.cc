@@ -357,7 +357,6 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
   const bool f32 = c.dtype == DType::f32;
   const double tolerance = f32 ? kF32Tolerance : kF16Tolerance;
 
-  static const std::string dir = test::make_temp_dir("cuda-runtime-random");
   test::TinyModelOptions model_options;
   model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
   model_options.with_tokenizer = false;
@@ -375,9 +374,8 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
     model_options.position_encoding = PositionEncoding::sin_then_cos;
     model_options.scale_embeddings = false;
   }
-  const std::string path = dir + "/model-" + std::to_string(model_options.seed) + ".xfm";
-  const ModelConfig config = test::write_tiny_model(path, model_options);
-  const auto model = Model::open(path);
+  const auto model = Model::open(test::tiny_model_file(model_options, "random-" + std::to_string(model_options.seed)));
+  const ModelConfig& config = model->config();
 
   const int64_t sentences = 3, beam = 3, rows = sentences * beam, source_len = 24, steps = 300;
   const int64_t vocab = config.target_vocab_size;
@@ -467,13 +465,11 @@ TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchC
   XF_SKIP_WITHOUT_GPU();
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  static const std::string dir = test::make_temp_dir("cuda-runtime-groups");
   test::TinyModelOptions model_options;
   model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
   model_options.with_tokenizer = false;
-  const std::string path = dir + "/model.xfm";
-  const ModelConfig config = test::write_tiny_model(path, model_options);
-  const auto model = Model::open(path);
+  const auto model = Model::open(test::tiny_model_file(model_options, "groups"));
+  const ModelConfig& config = model->config();
 
   const int64_t sentences = 200, source_len = 24, beam = 2, rows = sentences * beam, d = config.d_model;
   const int64_t vocab = config.target_vocab_size;

@@ -1,0 +1,75 @@
+#include "run_command.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace xf::test {
+
+CommandRun run_command(const std::string& command, const std::string& dir) {
+  const std::string out = dir + "/stdout", err = dir + "/stderr";
+  // A group, so that the redirections apply to a whole pipeline and come after the command's own.
+  const int status = std::system(("{ " + command + "\n} < /dev/null > '" + out + "' 2> '" + err + "'").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::string& err_path,
+            const std::vector<int>& close_in_child) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (in >= 0) posix_spawn_file_actions_adddup2(&actions, in, STDIN_FILENO);
+  else posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (out >= 0) posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
+  else posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY, 0644);
+  for (int fd : close_in_child) posix_spawn_file_actions_addclose(&actions, fd);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+int wait_status(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_from(int fd, int quiet_ms, bool one_line) {
+  std::string text;
+  while (!(one_line && text.find('\n') != std::string::npos)) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, quiet_ms) <= 0) break;
+    char buffer[4096];
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;  // the end (EIO for a terminal whose other side is closed)
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+std::string last_line(const std::string& text) {
+  const size_t start = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  return start == std::string::npos ? text : text.substr(start + 1);
+}
+
+}  // namespace xf::test

@@ -1,0 +1,40 @@
+#pragma once
+// Running a tool as users do, for the tests of programs: through sh with its exit status, stdout
+// and stderr, or started with pipes; and reading what it wrote.
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace xf::test {
+
+struct CommandRun {
+  int status = -1;  // the exit status; -1 when it did not exit (a signal)
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs the shell command line `command` with stdin from /dev/null (a redirection inside the
+// command wins) and its stdout and stderr captured in files in `dir`.
+CommandRun run_command(const std::string& command, const std::string& dir);
+
+// The whole file, bytes as they are ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
+// Starts `args` (args[0] a path) with the descriptors `in` and `out` as its stdin and stdout
+// (-1: /dev/null) and its stderr into the file or terminal `err_path`, closing `close_in_child`
+// (the parent's ends of pipes) in the child; its PID, or -1.
+pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::string& err_path,
+            const std::vector<int>& close_in_child = {});
+
+// Waits for `pid`: its exit status, or 128 + the signal that ended it.
+int wait_status(pid_t pid);
+
+// Reads `fd` until it ends, nothing more comes for `quiet_ms`, or (when `one_line`) a newline
+// has come; what was read.
+std::string read_from(int fd, int quiet_ms, bool one_line);
+
+// The last line of `text` (its final newline kept), e.g. a tool's error after progress lines.
+std::string last_line(const std::string& text);
+
+}  // namespace xf::test
