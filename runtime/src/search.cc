@@ -9,7 +9,7 @@
 #include "backend.h"
 #include "memory_plan.h"
 #include "xf/error.h"
-#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels/softmax.h"
 
 namespace xf::runtime {
 

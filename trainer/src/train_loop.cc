@@ -15,7 +15,7 @@
 
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/metrics.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/communicator.h"
