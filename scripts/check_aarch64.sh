@@ -28,7 +28,7 @@ for f in common/src/*.cc format/src/*.cc modules/src/*.cc kernels_cpu/src/*.cc r
   count=$((count + 1))
   # XF_VERSION_STRING, XF_MODULE_ABI: what runtime/ and modules/CMakeLists.txt define.
   if ! $cxx -std=c++17 -O2 -fopenmp -DXF_VERSION_STRING='"0.0.0"' -DXF_MODULE_ABI='"0.0.0"' -c -o "$out/object.o" \
-      -I common/include -I format/include -I modules/include -I kernels_common/include -I kernels_cpu/include \
+      -I common/include -I format/include -I modules/include -I kernels/include -I kernels_cpu/include \
       -I runtime/include -I metrics/include -I trainer/include -I trainer/comm/include -I runtime/src \
       -I "$build/format/generated" -I "$headers" "$f" 2>"$out/errors.txt"; then
     echo "check_aarch64: $f does not compile for aarch64:" >&2

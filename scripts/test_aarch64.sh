@@ -38,7 +38,7 @@ compile() {
   local source=$1 object
   object="$out/obj/$(echo "$source" | tr / _).o"
   $launcher $cxx -std=c++17 -O3 -fopenmp -DXF_SOURCE_DIR="\"$root\"" \
-    -I common/include -I format/include -I kernels_common/include -I kernels_cpu/include \
+    -I common/include -I format/include -I kernels/include -I kernels_cpu/include \
     -I tests/kernels -I tests/common -I "$build/format/generated" -I "$out/include" \
     -c -o "$object" "$source" || { echo "test_aarch64: $source does not compile" >&2; return 1; }
 }

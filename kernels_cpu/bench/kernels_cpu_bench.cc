@@ -11,9 +11,12 @@
 #include <tuple>
 #include <vector>
 
-#include "xf/format/dtype_convert.h"
-#include "xf/kernels_cpu/kernels.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/softmax.h"
 
 namespace {
 
@@ -36,7 +39,7 @@ void BM_StaticMatmul(benchmark::State& state) {
   const std::vector<float> weights = random_values(n * k);
   std::vector<int8_t> quantized(n * k);
   std::vector<float> scales(n);
-  xf::quantize_rows_int8(weights.data(), n, k, quantized.data(), scales.data());
+  quantize_int8_per_row(weights.data(), n, k, quantized.data(), scales.data(), threads());
   CpuEngine engine(threads());
   engine.set_weight_packing(variant == 0);
   const WeightMatrix matrix =

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -22,9 +23,11 @@
 #include "parallel_cpu.h"
 #include "simd_cpu.h"
 #include "xf/error.h"
-#include "xf/format/dtype_convert.h"
+#include "xf/dtype.h"
 #include "xf/kernels_cpu/isa.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/convert.h"     // the int8 product quantizes its input and scales its rows
+#include "xf/kernels/layer_norm.h"  // bias_backward, in linear_backward
+#include "xf/kernels/matmul.h"
 
 namespace xf::cpu {
 namespace {
@@ -1057,5 +1060,73 @@ void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
 }
 
 bool inside_backend_call() { return g_backend_depth.load(std::memory_order_relaxed) > 0; }
+
+}  // namespace xf::cpu
+
+// ---- The trainer's products (float: gemm() or Bf16Gemm; double: plain loops) ----
+namespace xf::cpu {
+namespace {
+
+// C[M, N] = alpha * op(A) op(B) + beta * C, row-major.
+template <typename T>
+void general_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha,
+                  const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc,
+                  int threads, Bf16Gemm* bf16) {
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    // oneDNN runs on the OpenMP pool the caller sized (Bf16Gemm: at its own thread count).
+    if (bf16) bf16->run(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else xf::cpu::gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    if (bf16) throw Error("gemm: bf16 products are for float");
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        T sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const T av = transpose_a ? a[p * lda + i] : a[i * lda + p];
+          const T bv = transpose_b ? b[j * ldb + p] : b[p * ldb + j];
+          sum += av * bv;
+        }
+        c[i * ldc + j] = alpha * sum + (beta == T(0) ? T(0) : beta * c[i * ldc + j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void linear_forward(const T* x, const T* weight, const T* bias, int64_t rows, int64_t in,
+                    int64_t out, T* y, int threads, Bf16Gemm* bf16) {
+  // The bias is written first and the product added onto it (beta = 1): one pass over y.
+  T beta = 0;
+  if (bias) {
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
+    beta = 1;
+  }
+  general_gemm<T>(false, true, rows, out, in, T(1), x, in, weight, in, beta, y, out, threads, bf16);
+}
+
+template <typename T>
+void linear_backward(const T* dy, const T* x, const T* weight, int64_t rows, int64_t in,
+                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads,
+                     Bf16Gemm* bf16) {
+  if (dx)  // dx[rows, in] = dy[rows, out] W[out, in]
+    general_gemm<T>(false, false, rows, in, out, T(1), dy, out, weight, in, accumulate_dx ? T(1) : T(0),
+            dx, in, threads, bf16);
+  // dW[out, in] += dy^T[out, rows] x[rows, in]
+  general_gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dweight, in, threads, bf16);
+  if (dbias) bias_backward(dy, rows, out, dbias, threads);
+}
+
+#define XF_INSTANTIATE(T) \
+  template void linear_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, \
+                                  int, Bf16Gemm*); \
+  template void linear_backward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, T*, \
+                                   bool, T*, T*, int, Bf16Gemm*);
+XF_INSTANTIATE(float)
+XF_INSTANTIATE(double)
 
 }  // namespace xf::cpu

@@ -93,3 +93,7 @@ inline void require(bool condition, const char* kernel, const std::string& what)
 }
 
 }  // namespace xf::cuda::detail
+
+namespace xf::cuda {
+using namespace detail;  // the .cu files name these helpers unqualified
+}  // namespace xf::cuda

@@ -1,17 +1,16 @@
 // log_softmax over rows, alone or followed by the row's k best entries (beam search), with the
 // CPU kernel's rules: rank raw logits (ties to the lower column, NaN never ranked), then
-// value = ((x - max) - log(sum exp(x - max))) + row_offset.
+// value = ((x - max) - log(sum exp(x - max))) + row_offset; and the fused label-smoothed
+// cross-entropy with its gradient (trainer only).
 #include <climits>
 #include <cmath>
+#include <string>
 
 #include "device_utils.cuh"
-#include "xf/kernels_cuda/kernels.h"
+#include "xf/kernels/softmax.h"
 
 namespace xf::cuda {
 namespace {
-
-using detail::require;
-using detail::to_float;
 
 constexpr int kSoftmaxThreads = 256;
 constexpr int kTopK = static_cast<int>(kMaxTopK);
@@ -154,6 +153,72 @@ void log_softmax(float* logits, int64_t rows, int64_t vocab, cudaStream_t stream
   log_softmax_kernel<<<detail::grid_dim(rows, "log_softmax"), kSoftmaxThreads, 0, stream>>>(
       logits, vocab);
   XF_CUDA_CHECK_LAUNCH("log_softmax_kernel");
+}
+
+namespace {
+
+// ---- label-smoothed cross-entropy: one block per row --------------------------------------------
+
+constexpr int kLossThreads = 512;
+
+__global__ void cross_entropy_kernel(float* logits, const int32_t* targets, int64_t vocab,
+                                     float smoothing, int32_t ignore_id, bool write_gradient,
+                                     float gradient_scale, double* row_loss, double* row_nll) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  float* z = logits + r * vocab;
+  const int32_t target = targets[r];
+  if (target == ignore_id || target < 0 || target >= vocab) {
+    if (threadIdx.x == 0) {
+      row_loss[r] = 0.0;
+      row_nll[r] = 0.0;
+    }
+    if (write_gradient)
+      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) z[j] = 0.0f;
+    return;
+  }
+  float local_max = -INFINITY, local_sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    local_max = fmaxf(local_max, z[j]);
+    local_sum += z[j];
+  }
+  const float max_z = detail::block_max(local_max, scratch);
+  const float sum_z = detail::block_sum(local_sum, scratch);
+  float local_exp = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) local_exp += expf(z[j] - max_z);
+  const float sum_exp = detail::block_sum(local_exp, scratch);
+  // -log p_j = log_norm - z_j;  loss = (1 - eps) * nll + eps * mean_j(-log p_j)
+  const float log_norm = max_z + logf(sum_exp);
+  const float target_z = z[target];
+  if (threadIdx.x == 0) {
+    const float nll = log_norm - target_z;
+    const float mean_neg_log_p = log_norm - sum_z / static_cast<float>(vocab);
+    row_nll[r] = nll;
+    row_loss[r] = (1.0f - smoothing) * nll + smoothing * mean_neg_log_p;
+  }
+  if (!write_gradient) return;
+  __syncthreads();  // everyone has read z[target] before it is overwritten
+  const float inv_sum = 1.0f / sum_exp, uniform = smoothing / static_cast<float>(vocab);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float q = uniform + (j == target ? 1.0f - smoothing : 0.0f);
+    z[j] = gradient_scale * (expf(z[j] - max_z) * inv_sum - q);
+  }
+}
+
+}  // namespace
+
+void label_smoothed_cross_entropy(float* logits, const int32_t* targets, int64_t rows,
+                                  int64_t vocab, float smoothing, int32_t ignore_id,
+                                  bool write_gradient, float gradient_scale, double* row_loss,
+                                  double* row_nll, cudaStream_t stream) {
+  const char* name = "label_smoothed_cross_entropy";
+  require(rows >= 0 && vocab > 0, name, "rows must be >= 0 and vocab > 0");
+  require(smoothing >= 0.0f && smoothing < 1.0f, name, "smoothing must be in [0, 1)");
+  if (rows == 0) return;
+  cross_entropy_kernel<<<grid_dim(rows, name), kLossThreads, 0, stream>>>(
+      logits, targets, vocab, smoothing, ignore_id, write_gradient, gradient_scale, row_loss,
+      row_nll);
+  XF_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
 
 }  // namespace xf::cuda

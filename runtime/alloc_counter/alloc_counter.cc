@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "xf/alloc_counter.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 
 extern "C" {
 void* __libc_malloc(size_t size);

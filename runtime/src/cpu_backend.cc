@@ -24,9 +24,13 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
-#include "xf/kernels_cpu/beam_reorder.h"
-#include "xf/kernels_cpu/kernels.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/softmax.h"
 #include "xf/model.h"
 
 namespace xf::runtime {

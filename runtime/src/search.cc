@@ -9,8 +9,8 @@
 #include "backend.h"
 #include "memory_plan.h"
 #include "xf/error.h"
+#include "xf/kernels/softmax.h"
 #include "xf/model.h"
-#include "xf/kernels_cpu/kernels.h"
 
 namespace xf::runtime {
 

@@ -7,7 +7,7 @@
 
 #include "cuda_test_support.h"
 #include "random_inputs.h"
-#include "xf/kernels_cuda/matmul.h"
+#include "xf/kernels/matmul.h"
 
 namespace xf::test {
 namespace {

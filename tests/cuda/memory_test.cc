@@ -9,7 +9,13 @@
 #include "error_of.h"
 #include "xf/error.h"
 #include "xf/kernels_cuda/check.h"
-#include "xf/kernels_cuda/kernels.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/softmax.h"
 #include "xf/kernels_cuda/memory.h"
 
 namespace xf::test {

@@ -10,7 +10,13 @@
 
 #include "cuda_test_support.h"
 #include "random_inputs.h"
-#include "xf/kernels_cuda/kernels.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/softmax.h"
 
 namespace xf::test {
 namespace {

@@ -11,9 +11,14 @@
 
 #include "cuda_test_support.h"
 #include "random_inputs.h"
-#include "xf/kernels_cpu/backward.h"
-#include "xf/kernels_cpu/training.h"
-#include "xf/kernels_cuda/backward.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/dropout.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/optimizer.h"
+#include "xf/kernels/softmax.h"
 #include "xf/trainer/optimizer.h"
 
 namespace xf::test {

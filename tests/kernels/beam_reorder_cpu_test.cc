@@ -6,7 +6,7 @@
 
 #include "random_inputs.h"
 #include "xf/error.h"
-#include "xf/kernels_cpu/beam_reorder.h"
+#include "xf/kernels/gather.h"
 
 namespace xf::cpu {
 namespace {

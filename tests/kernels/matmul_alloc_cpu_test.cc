@@ -9,8 +9,14 @@
 #include <vector>
 
 #include "xf/alloc_counter.h"
-#include "xf/kernels_cpu/kernels.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/softmax.h"
 
 namespace xf::cpu {
 namespace {

@@ -14,7 +14,8 @@
 #include "random_inputs.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/matmul.h"
 
 namespace xf::cpu {
 namespace {

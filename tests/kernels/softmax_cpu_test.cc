@@ -7,7 +7,13 @@
 #include <vector>
 
 #include "random_inputs.h"
-#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/softmax.h"
 
 namespace xf::cpu {
 namespace {

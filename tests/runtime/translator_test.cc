@@ -23,7 +23,7 @@
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
-#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels/convert.h"
 #include "xf/translator.h"
 
 namespace xf {

@@ -14,7 +14,7 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/plot.h"
 #include "xf/trainer/train_loop.h"

@@ -8,13 +8,17 @@
 #include <vector>
 
 #include "gradient_check.h"
-#include "xf/kernels_cpu/backward.h"
-#include "xf/kernels_cpu/training.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/dropout.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
 
 namespace xf::trainer {
 namespace {
 
-using namespace cpu;  // the kernels under test (training.h, backward.h)
+using namespace cpu;  // the kernels under test (xf/kernels/)
 
 using testing::random_values;
 

@@ -38,7 +38,7 @@
 #include "xf/error.h"
 #include "xf/format/config.h"
 #include "xf/kernels_cpu/isa.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/trainer/device_training.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"

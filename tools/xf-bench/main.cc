@@ -19,7 +19,7 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/kernels_cpu/isa.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/translator.h"
 
 namespace {

@@ -3,11 +3,13 @@
 // offsets, strides, the split of Q/K/V into the cache, the beam reorder, staging) is tested on
 // machines without a GPU: the xf_cuda_runtime_emulated_tests executable links this file instead
 // ahead of libcudart, cuBLAS and xf_kernels_cuda (the linker takes a symbol from an object file
-// before any library, and pulls no xf_kernels_cuda kernel object whose symbols are all defined
-// here; a missing one would pull its object and fail the link with duplicate definitions), and
-// runs the same tests as xf_cuda_runtime_tests on the same compiled xf_runtime.
+// before any library, and pulls an archive's object only for a symbol still undefined: every
+// kernel the backend calls is defined here, so no family object of xf_kernels_cuda (one per
+// kernels_cuda/src/<family>.cu, forward and backward together) is pulled; a kernel missing here
+// would pull its family's object and fail the link with duplicate definitions of the others),
+// and runs the same tests as xf_cuda_runtime_tests on the same compiled xf_runtime.
 //
-// Each emulated kernel follows its contract in xf/kernels_cuda/kernels.h (mostly by calling the
+// Each emulated kernel follows its contract in xf/kernels/<family>.h (mostly by calling the
 // CPU kernel it mirrors), reads and writes f16 buffers through f32 exactly as the CUDA kernels
 // do (f32 arithmetic, one rounding at the store), and checks that every span it touches lies
 // inside one emulated device allocation. Work runs at once, in call order: what this cannot
@@ -28,9 +30,13 @@
 
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
-#include "xf/kernels_cpu/kernels.h"
-#include "xf/kernels_cuda/kernels.h"
-#include "xf/kernels_cuda/matmul.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/gather.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/softmax.h"
 
 namespace {
 
@@ -106,8 +112,6 @@ void narrow(const std::vector<float>& values, T* out) {
 }
 
 int g_dummy_object;  // streams, events and handles point here
-
-xf::cpu::HeadStrides cpu_strides(const xf::cuda::HeadStrides& s) { return {s.batch, s.head, s.position}; }
 
 }  // namespace
 
@@ -336,10 +340,8 @@ void emulated_attention(const T* q, HeadStrides q_strides, const T* k, HeadStrid
                            wv = widen(v, v_bytes / sizeof(T));
   std::vector<float> result = widen(out, out_bytes / sizeof(T));
   std::vector<float> scratch(std::max<int64_t>(shape.key_len, 1));
-  const cpu::AttentionShape cpu_shape{shape.batch, shape.heads, shape.query_len, shape.key_len, shape.head_dim};
-  cpu::attention(wq.data(), cpu_strides(q_strides), wk.data(), cpu_strides(k_strides), wv.data(),
-                 cpu_strides(v_strides), result.data(), cpu_strides(out_strides), cpu_shape, key_lengths,
-                 causal_offset, probabilities, scratch.data(), 1);
+  cpu::attention(wq.data(), q_strides, wk.data(), k_strides, wv.data(), v_strides, result.data(), out_strides,
+                 shape, key_lengths, causal_offset, probabilities, scratch.data(), 1);
   narrow(result, out);
 }
 

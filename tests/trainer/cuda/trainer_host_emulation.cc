@@ -8,16 +8,21 @@
 // It extends the runtime's emulation (tests/runtime/cuda/runtime_host_emulation.cc, compiled into
 // this translation unit for its allocation table, span checks and forward kernels) with the
 // trainer's calls:
-// each emulated kernel follows its contract in xf/kernels_cuda/backward.h, mostly by calling the
+// each emulated kernel follows its contract in xf/kernels/<family>.h, mostly by calling the
 // CPU trainer's float kernel it mirrors, checks the spans it touches, and runs at once. What this
 // cannot show is anything about the real kernels' numerics or asynchrony, which the GPU run of
 // xf_cuda_trainer_tests covers.
 #include "runtime_host_emulation.cc"  // NOLINT: one translation unit, shared allocation table
 
-#include "xf/kernels_common/dropout_hash.h"  // the device hash, compiled for the host here
-#include "xf/kernels_cpu/backward.h"
-#include "xf/kernels_cpu/matmul.h"
-#include "xf/kernels_cuda/backward.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/dropout.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/optimizer.h"
+#include "xf/kernels/softmax.h"
 
 extern "C" {
 
@@ -97,7 +102,7 @@ void gemm(cublasHandle_t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
   emulated_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// As backward_elementwise.cu plans it: [chunks, 2 * dim].
+// As layer_norm.cu plans it: [chunks, 2 * dim].
 size_t column_reduction_workspace_floats(int64_t rows, int64_t dim) {
   const int64_t chunks = std::min<int64_t>(128, std::max<int64_t>(1, (rows + 15) / 16));
   return static_cast<size_t>(chunks * 2 * dim);
@@ -165,12 +170,10 @@ void attention_backward(const float* dout, HeadStrides dout_strides, const float
   std::vector<uint8_t> mask(has_dropout ? scores : 0);
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = kept(*dropout, static_cast<int64_t>(i));
   std::vector<float> scratch(static_cast<size_t>(2 * tk));
-  cpu::attention_backward<float>(dout, cpu_strides(dout_strides), q, cpu_strides(q_strides), k,
-                                 cpu_strides(k_strides), v, cpu_strides(v_strides), probabilities,
-                                 has_dropout ? mask.data() : nullptr,
-                                 has_dropout ? dropout->scale : 1.0f, dq, cpu_strides(dq_strides),
-                                 dk, cpu_strides(dk_strides), dv, cpu_strides(dv_strides),
-                                 cpu::AttentionShape{b, h, tq, tk, dh}, scratch.data(), 1);
+  cpu::attention_backward<float>(dout, dout_strides, q, q_strides, k, k_strides, v, v_strides,
+                                 probabilities, has_dropout ? mask.data() : nullptr,
+                                 has_dropout ? dropout->scale : 1.0f, dq, dq_strides, dk,
+                                 dk_strides, dv, dv_strides, shape, scratch.data(), 1);
 }
 
 void attention_dropout_values(const float* probabilities, const DropoutRule& dropout,

@@ -11,10 +11,16 @@
 #include <utility>
 
 #include "xf/error.h"
-#include "xf/kernels_cuda/backward.h"
+#include "xf/kernels/activation.h"
+#include "xf/kernels/attention.h"
+#include "xf/kernels/convert.h"
+#include "xf/kernels/dropout.h"
+#include "xf/kernels/embedding.h"
+#include "xf/kernels/layer_norm.h"
+#include "xf/kernels/matmul.h"
+#include "xf/kernels/optimizer.h"
+#include "xf/kernels/softmax.h"
 #include "xf/kernels_cuda/check.h"
-#include "xf/kernels_cuda/kernels.h"
-#include "xf/kernels_cuda/matmul.h"
 #include "xf/kernels_cuda/memory.h"
 #include "xf/trainer/transformer_graph.h"
 

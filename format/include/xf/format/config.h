@@ -9,17 +9,11 @@
 #include <vector>
 
 #include "xf/dtype.h"
+#include "xf/model_math.h"
 
 namespace xf {
 
 enum class NormPosition : uint8_t { post = 0, pre = 1 };
-// The feed-forward inner layer's activation: max(0, x); x * sigmoid(x); x * Phi(x) (erf).
-enum class Activation : uint8_t { relu = 0, swish = 1, gelu = 2 };
-// The sinusoid added to the embeddings at position p, column c of d (frequencies f_i):
-//   interleaved       f_i = 10000^(-2i/d); column 2i sin(p f_i), column 2i+1 cos(p f_i) (the paper)
-//   sin_then_cos      the same f_i; columns [0, d/2) sin(p f_i), [d/2, d) cos(p f_i) (Hugging Face Marian)
-//   marian_sin_then_cos  f_i = exp(-i ln(10000) / (d/2 - 1)) in float; sin then cos (Marian)
-enum class PositionEncoding : uint8_t { interleaved = 0, sin_then_cos = 1, marian_sin_then_cos = 2 };
 
 // Every field of ModelConfig, in the schema's order (ModelConfig in format/xf_model.fbs), with
 // the paper's base model as defaults: X(type, name, default). This is the one list of the

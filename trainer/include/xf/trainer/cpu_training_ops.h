@@ -1,13 +1,13 @@
 #pragma once
-// TrainingOps on the CPU (training_ops.h): kernels_cpu's training kernels (training.h,
-// backward.h; oneDNN sgemm for float, plain loops for double) on OpenMP threads, host memory
+// TrainingOps on the CPU (training_ops.h): kernels_cpu's training kernels (xf/kernels/, forward
+// and backward; oneDNN sgemm for float, plain loops for double) on OpenMP threads, host memory
 // throughout. Dropout masks are drawn into a scratch buffer at each use.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/trainer/training_ops.h"
 
 namespace xf::trainer {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "xf/kernels_cpu/backward.h"
+#include "xf/kernels/optimizer.h"
 
 namespace xf::trainer {
 

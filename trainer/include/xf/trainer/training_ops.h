@@ -14,15 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels/types.h"
 
 namespace xf::trainer {
 
-// Attention shapes and strided head views, the same on every device (kernels_cuda mirrors them).
-using AttentionShape = cpu::AttentionShape;
-using HeadStrides = cpu::HeadStrides;
+// Attention shapes and strided head views: one definition for every device (xf/kernels/types.h).
+using xf::AttentionShape;
+using xf::HeadStrides;
 
-// One dropout site's draw (xf/kernels_common/dropout_hash.h): element i of the site is kept with
+// One dropout site's draw (xf/kernels/dropout.h): element i of the site is kept with
 // probability 1 - p, decided by hashing (seed, site, first_index + i); kept elements are scaled
 // by 1 / (1 - p). The same draw gives the same mask on every device, in forward and backward.
 struct DropoutDraw {

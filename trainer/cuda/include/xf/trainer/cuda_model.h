@@ -1,7 +1,7 @@
 #pragma once
 // The Transformer's training step on a CUDA GPU: the same model, forward and backward passes as
-// TransformerModel (transformer.h), with cuBLAS matrix products and the kernels of
-// xf/kernels_cuda (forward: kernels.h, backward: backward.h), plus Adam on the device.
+// TransformerModel (transformer.h), with cuBLAS matrix products and the CUDA kernels (contracts
+// in xf/kernels/, forward and backward), plus Adam on the device.
 //
 // Parameters, gradients and Adam's moments live in device buffers with exactly the host layout
 // (one slot per transformer_parameters(config) entry, in that order), so checkpoints copy them

@@ -1,7 +1,9 @@
 #pragma once
-// Matrix products through oneDNN.
+// Matrix products: y = x W^T for the runtime, and the trainer's general products with their
+// backward. The CPU multiplies through oneDNN, CUDA through cuBLAS; all matrices are row-major,
+// W as stored in the model file (one row per output feature).
 //
-// The runtime uses StaticMatmul: one oneDNN primitive per static shape, made at plan time,
+// CPU: the runtime uses StaticMatmul: one oneDNN primitive per static shape, made at plan time,
 // executed with a user scratchpad (DESIGN.md: runtime-dim primitives and dnnl_sgemm allocate on
 // every call). Every execute goes through run_primitive() so a test can count oneDNN's own
 // bookkeeping allocations apart from ours.
@@ -14,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels/types.h"
 
 namespace dnnl {
 struct engine;
@@ -102,7 +104,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
 bool bf16_products_in_hardware();
 
 // The trainer's bf16 matrix products (xf-train --bf16): gemm()'s C = alpha op(A) op(B) + beta C
-// with A and B rounded to bf16 (float_to_bfloat16, xf/format/dtype_convert.h) and their
+// with A and B rounded to bf16 (float_to_bfloat16, xf/dtype.h) and their
 // products summed in f32 into an f32 C.
 // Keeps the bf16 copies of A and B and one oneDNN primitive per shape (a trainer's shapes repeat
 // from batch to batch), so it allocates while those grow: never on the runtime's path.
@@ -160,4 +162,58 @@ void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
 // runtime/alloc_counter/include/xf/alloc_counter.h) uses it to count oneDNN's allocations apart from xf's.
 bool inside_backend_call();
 
+// ---- The trainer's products, templated on the scalar type like its other kernels ----
+
+// y = x W^T (+ bias).                          x: [rows, in]; weight: [out, in]; y: [rows, out]
+// float: oneDNN sgemm, or bf16 products through `bf16` when given (xf-train --bf16); double:
+// plain loops, `bf16` must be null.
+template <typename T>
+void linear_forward(const T* x, const T* weight, const T* bias, int64_t rows, int64_t in,
+                    int64_t out, T* y, int threads, Bf16Gemm* bf16 = nullptr);
+
+// Backward of y = x W^T + b: dweight += dy^T x; dbias += column sums of dy (dbias may be null);
+// dx = dy W (or dx += dy W when accumulate_dx; dx may be null).
+template <typename T>
+void linear_backward(const T* dy, const T* x, const T* weight, int64_t rows, int64_t in,
+                     int64_t out, T* dx, bool accumulate_dx, T* dweight, T* dbias, int threads,
+                     Bf16Gemm* bf16 = nullptr);
+
 }  // namespace xf::cpu
+
+// CUDA: f32 products take f32 inputs with f32 accumulation (no TF32); f16 products take f16
+// inputs with f32 accumulation and an f16 or f32 output. The caller owns the handle, the stream
+// and a fixed workspace (DESIGN.md: cuBLAS gets a fixed workspace, so nothing allocates while
+// translating). All pointers on the device.
+namespace xf::cuda {
+
+// What cuBLAS recommends per GPU for its workspace: 32 MiB on Hopper (sm 90) and newer, 4 MiB
+// below. Used to size the caller's workspace when a Translator is built.
+size_t recommended_cublas_workspace_bytes(int device);
+
+// Puts `handle` on `stream` with the caller's workspace. Call once when the Translator is built
+// (cublasSetStream resets the workspace to cuBLAS's own pool, so this sets the stream first).
+// workspace: device memory of workspace_bytes, 256-byte aligned, alive as long as the handle.
+void bind_cublas_handle(cublasHandle_t handle, cudaStream_t stream, void* workspace,
+                        size_t workspace_bytes);
+
+// y = x W^T with cublasGemmEx on the handle's stream and workspace.  x: [m, k], w: [n, k], y: [m, n]
+void matmul(cublasHandle_t handle, const float* x, const float* w, float* y, int64_t m,
+            int64_t n, int64_t k);
+void matmul(cublasHandle_t handle, const half* x, const half* w, half* y, int64_t m,
+            int64_t n, int64_t k);
+// f16 inputs, f32 output: the output projection, whose logits feed log_softmax_top_k in f32.
+void matmul(cublasHandle_t handle, const half* x, const half* w, float* y, int64_t m,
+            int64_t n, int64_t k);
+
+// The trainer's products: C[m, n] = alpha * op(A) op(B) + beta * C, C f32, on the handle's stream
+// and workspace. op(A) is [m, k] (A stored [k, m] when transpose_a), op(B) is [k, n] (B stored
+// [n, k] when transpose_b); lda, ldb, ldc are row strides in elements. f16 inputs: the
+// mixed-precision trainer's low-precision copies. Their backward is products of the same kind.
+void gemm(cublasHandle_t handle, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+          int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc);
+void gemm(cublasHandle_t handle, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+          int64_t k, float alpha, const half* a, int64_t lda, const half* b, int64_t ldb,
+          float beta, float* c, int64_t ldc);
+
+}  // namespace xf::cuda

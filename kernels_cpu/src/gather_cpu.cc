@@ -1,4 +1,5 @@
-#include "xf/kernels_cpu/beam_reorder.h"
+// Row gathers: a plain gather, and the beam search's cache reorder in place.
+#include "xf/kernels/gather.h"
 
 #include <omp.h>
 
@@ -65,6 +66,13 @@ void reorder_rows_in_place(float* rows, int64_t slabs, int64_t slab_stride, int6
   detail::parallel_for(slabs * groups, threads, worth_sharing, [&](int64_t item) {
     const int64_t slab = item / groups, g = item % groups;
     reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, own_scratch());
+  });
+}
+
+void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count,
+                 int64_t row_len, float* dst, int64_t dst_stride, int threads) {
+  detail::parallel_for(count, threads, count * row_len > detail::kMinSharedWork, [&](int64_t i) {
+    std::memcpy(dst + i * dst_stride, src + indices[i] * src_stride, row_len * sizeof(float));
   });
 }
 
