@@ -1,0 +1,252 @@
+#pragma once
+// One test body per op over every device. A KernelDevice runs one device's kernels on host
+// vectors (it uploads the inputs, calls xf::cpu:: or xf::cuda::, and downloads the outputs as
+// f32), so that each op's test file (tests/kernels/<op>_test.cc) writes its double reference,
+// its cases and its assertions once, as TEST_P(..., KernelTest) over the devices:
+//   cpu        xf::cpu's kernels (kernel_device_cpu.cc); always present.
+//   cuda_f32   xf::cuda's kernels on f32 buffers  } kernel_device_cuda.cc, built with CUDA;
+//   cuda_f16   xf::cuda's kernels on f16 buffers  } they skip, saying why, without a GPU.
+// The CUDA host emulation (tests/cuda/runtime_host_emulation.cc) is not a device here: it
+// implements xf::cuda's kernels by calling the CPU kernels, so over it these bodies would test
+// the CPU kernels a second time and the CUDA kernels not at all; it serves the runtime's and
+// trainer's CUDA code instead (the host_emulated.* tests).
+//
+// Inputs go in as f32 values the device can hold (device.representable(); the reference reads
+// the same values); an op a device lacks throws, and a suite is instantiated only over the
+// devices that have its op (devices_with()).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "random_inputs.h"
+#include "xf/kernels_common/adam_constants.h"
+#include "xf/kernels_cpu/kernels.h"
+
+namespace xf::test {
+
+using cpu::AttentionShape;
+using cpu::HeadStrides;
+
+enum class Precision { f32, f16 };
+enum class DeviceKind { cpu, cuda };
+// What a device may lack; the suites that need one run only where it is.
+enum class Feature {
+  f32_only_ops,     // log_softmax and the trainer's kernels: f32 buffers only
+  split_heads,      // add_bias_split_heads (CUDA)
+  convert,          // f32 <-> f16 conversion (CUDA)
+  gather_int32,     // gather_rows of int32 rows (CUDA)
+  dropout_values,   // attention_dropout_values (CUDA)
+};
+// The output buffer that add_bias_residual_layer_norm writes, when not its own.
+enum class Alias { none, x, residual };
+
+struct AttentionResult {
+  std::vector<float> out;            // the whole output buffer
+  std::vector<float> probabilities;  // [batch, heads, query_len, key_len], when asked for
+};
+
+// q, k and v are views into one input buffer (at q_at, k_at, v_at with their strides); the
+// output is a view into its own buffer of out_size floats, or into the input at q when
+// out_over_q. key_lengths empty: no padding; causal_offset < 0: no causal mask.
+struct AttentionCall {
+  std::vector<float> input;
+  int64_t q_at = 0, k_at = 0, v_at = 0;
+  HeadStrides q, k, v, out;
+  int64_t out_size = 0;
+  bool out_over_q = false;
+  AttentionShape shape;
+  std::vector<int32_t> key_lengths;
+  int64_t causal_offset = -1;
+  bool probabilities = false;
+  int cpu_threads = 2;
+};
+
+// The trainer's attention backward: q, k, v, dout as separate [batch, len, width] buffers with
+// the given strides, probabilities from the forward, dropout (seed, site, p) applied to them
+// where p > 0.
+struct AttentionBackwardCall {
+  std::vector<float> dout, q, k, v, probabilities;
+  HeadStrides q_strides, k_strides;
+  AttentionShape shape;
+  uint64_t seed = 0, site = 0;
+  float dropout = 0.0f;
+};
+struct AttentionGradients {
+  std::vector<float> dq, dk, dv;
+};
+
+class KernelDevice {
+ public:
+  virtual ~KernelDevice() = default;
+  virtual std::string name() const = 0;
+  virtual DeviceKind kind() const = 0;
+  virtual Precision precision() const = 0;  // of the activation and weight buffers
+  virtual bool has(Feature) const = 0;
+  virtual std::string unavailable_reason() const { return {}; }  // empty: usable here
+
+  // Relative tolerance of results stored in `p` (f32: 1e-5, f16: 1e-2).
+  static double tolerance(Precision p) { return p == Precision::f16 ? 1e-2 : 1e-5; }
+  double tolerance() const { return tolerance(precision()); }
+  // The values a buffer of this device's precision holds for `values`.
+  std::vector<float> representable(std::vector<float> values) const;
+
+  // ---- forward kernels (xf/kernels_cpu/kernels.h, xf/kernels_cuda/kernels.h) ----
+  // `out`: the output precision (CUDA writes either from either table).
+  virtual std::vector<float> embed(const std::vector<float>& table, int64_t vocab, int64_t dim,
+                                   const std::vector<int32_t>& ids,
+                                   const std::vector<int32_t>& positions, float scale,
+                                   PositionEncoding encoding, Precision out) = 0;
+  virtual std::vector<Precision> embed_outputs() const = 0;
+  // Null bias/residual/mean/rstd: not given.
+  virtual std::vector<float> layer_norm(const std::vector<float>& x, const std::vector<float>* bias,
+                                        const std::vector<float>* residual,
+                                        const std::vector<float>& gamma,
+                                        const std::vector<float>& beta, float epsilon,
+                                        int64_t rows, int64_t dim, Alias alias,
+                                        std::vector<float>* mean, std::vector<float>* rstd) = 0;
+  virtual std::vector<float> add_bias_residual(std::vector<float> x, const std::vector<float>* bias,
+                                               const std::vector<float>* residual, int64_t rows,
+                                               int64_t dim) = 0;
+  virtual std::vector<float> bias_relu(std::vector<float> x, const std::vector<float>* bias,
+                                       int64_t rows, int64_t dim) = 0;
+  virtual std::vector<float> bias_activation(std::vector<float> x, const std::vector<float>* bias,
+                                             int64_t rows, int64_t dim, Activation activation) = 0;
+  virtual AttentionResult attention(const AttentionCall& call) = 0;
+  // One decoder step: query rows (stride q_row_stride) against cache positions 0..step.
+  virtual std::vector<float> cached_attention(const std::vector<float>& q, int64_t q_row_stride,
+                                              const std::vector<float>& k_cache,
+                                              const std::vector<float>& v_cache,
+                                              HeadStrides cache, int64_t rows, int64_t heads,
+                                              int64_t head_dim, int64_t max_len, int64_t step) = 0;
+  virtual std::vector<float> log_softmax(std::vector<float> logits, int64_t rows,
+                                         int64_t vocab) = 0;
+  // Empty offsets: none.
+  virtual void log_softmax_top_k(const std::vector<float>& logits,
+                                 const std::vector<float>& offsets, int64_t rows, int64_t vocab,
+                                 int64_t k, std::vector<float>& values,
+                                 std::vector<int32_t>& indices) = 0;
+  virtual std::vector<float> gather_rows(const std::vector<float>& src, int64_t src_stride,
+                                         const std::vector<int32_t>& indices, int64_t row_len,
+                                         std::vector<float> dst, int64_t dst_stride) = 0;
+  // y = x W^T, x [m, k], W [n, k], y in `out` precision.
+  virtual std::vector<float> matmul(const std::vector<float>& x, const std::vector<float>& w,
+                                    int64_t m, int64_t n, int64_t k, Precision out) = 0;
+  virtual std::vector<Precision> matmul_outputs() const = 0;
+  // C = alpha op(A) op(B) + beta C, row-major with leading dimensions; C is f32 everywhere.
+  virtual std::vector<float> gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                                  int64_t k, float alpha, const std::vector<float>& a, int64_t lda,
+                                  const std::vector<float>& b, int64_t ldb, float beta,
+                                  std::vector<float> c, int64_t ldc) = 0;
+
+  // ---- CUDA-only kernels (Feature::split_heads, convert, gather_int32) ----
+  // Parts (Q, K, V or K, V) of packed rows [batch, len, packed_stride] plus bias into head
+  // buffers [.., .., positions, head_dim] at position_offset; outputs hold their prior contents.
+  virtual void add_bias_split_heads(const std::vector<float>& packed, int64_t packed_at,
+                                    int64_t packed_stride, const std::vector<float>& bias,
+                                    int64_t bias_at, int parts, int64_t batch, int64_t len,
+                                    int64_t heads, int64_t head_dim, std::vector<float>* outputs,
+                                    const HeadStrides* strides, int64_t position_offset);
+  // f32 -> f16 -> f32 on the device: the f16 bits and the widened values.
+  virtual void convert(const std::vector<float>& in, std::vector<uint16_t>& half_bits,
+                       std::vector<float>& back);
+  virtual std::vector<int32_t> gather_rows_int32(const std::vector<int32_t>& src,
+                                                 int64_t src_stride,
+                                                 const std::vector<int32_t>& indices,
+                                                 int64_t row_len, std::vector<int32_t> dst,
+                                                 int64_t dst_stride);
+
+  // ---- the trainer's kernels (xf/kernels_cpu/backward.h, xf/kernels_cuda/backward.h), f32 ----
+  // Gradients accumulate into dx, dgamma, dbeta, dbias, dtable as the kernels do.
+  virtual void layer_norm_backward(const std::vector<float>& dout, const std::vector<float>& x,
+                                   const std::vector<float>& mean, const std::vector<float>& rstd,
+                                   const std::vector<float>& gamma, int64_t rows, int64_t dim,
+                                   std::vector<float>& dx, std::vector<float>& dgamma,
+                                   std::vector<float>& dbeta) = 0;
+  virtual void bias_backward(const std::vector<float>& dy, int64_t rows, int64_t dim,
+                             std::vector<float>& dbias) = 0;
+  virtual void bias_relu_backward(std::vector<float>& dy, const std::vector<float>& y,
+                                  int64_t rows, int64_t dim, std::vector<float>& dbias) = 0;
+  virtual void embedding_backward(const std::vector<float>& dout, const std::vector<int32_t>& ids,
+                                  int64_t dim, int64_t vocab, float scale,
+                                  std::vector<float>& dtable) = 0;
+  virtual AttentionGradients attention_backward(const AttentionBackwardCall& call) = 0;
+  // dropout(P) V, the trainer's attention forward after the probabilities (Feature).
+  virtual std::vector<float> attention_dropout_values(const AttentionBackwardCall& call);
+  // Gradients scaled by gradient_scale written over the logits when write_gradient.
+  virtual void cross_entropy(std::vector<float>& logits, const std::vector<int32_t>& targets,
+                             int64_t rows, int64_t vocab, float smoothing, int32_t ignore_id,
+                             bool write_gradient, float gradient_scale, std::vector<double>& loss,
+                             std::vector<double>& nll) = 0;
+  virtual std::vector<float> dropout(std::vector<float> x, uint64_t seed, uint64_t site,
+                                     float p) = 0;
+  virtual void adam_step(std::vector<float>& parameters, const std::vector<float>& gradients,
+                         std::vector<float>& m, std::vector<float>& v,
+                         const AdamConstants& constants) = 0;
+  virtual double sum_of_squares(const std::vector<float>& x) = 0;
+};
+
+// Every device this executable has, and those with a feature / of a precision.
+std::vector<const KernelDevice*> all_devices();
+std::vector<const KernelDevice*> devices_with(Feature feature);
+std::vector<const KernelDevice*> devices_of(Precision precision);
+const KernelDevice& cpu_device();
+#ifdef XF_TEST_CUDA_DEVICES
+const KernelDevice& cuda_device(Precision precision);  // kernel_device_cuda.cc
+#endif
+
+// A test over one device: skips, saying why, where the device cannot run; fresh random inputs
+// (the seed printed on failure, XF_TEST_SEED replays).
+class KernelTest : public ::testing::TestWithParam<const KernelDevice*> {
+ protected:
+  void SetUp() override {
+    const std::string reason = GetParam()->unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason;
+  }
+  // Kernels are const-free calls on a shared adapter.
+  KernelDevice& device() const { return const_cast<KernelDevice&>(*GetParam()); }
+  Precision precision() const { return GetParam()->precision(); }
+  double tolerance() const { return GetParam()->tolerance(); }
+  std::vector<float> uniform(size_t count, float low, float high) {
+    return GetParam()->representable(random.uniform(count, low, high));
+  }
+
+  RandomInputs random;
+  ::testing::ScopedTrace seed_trace{__FILE__, __LINE__, random.describe()};
+};
+
+std::string device_name(const ::testing::TestParamInfo<const KernelDevice*>& info);
+
+// INSTANTIATE over a device list, each test named after its device (.../cpu, .../cuda_f16). A
+// suite whose op no device of this build has (a CUDA-only op without CUDA) has no test.
+#define XF_KERNEL_TEST_DEVICES(suite, devices)                                             \
+  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(suite);                                    \
+  INSTANTIATE_TEST_SUITE_P(, suite, ::testing::ValuesIn(devices), ::xf::test::device_name)
+
+// Every |actual[i] - expected[i]| <= tolerance * (|expected[i]| + scale[i]): relative error,
+// with `scale` the magnitude below which relative error means nothing for that entry (for a
+// dot product, sum |x_j w_j|). Reports the first few mismatches.
+void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
+                  const std::vector<double>& scale, double tolerance);
+// Same, with one scale for every entry.
+void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
+                  double scale, double tolerance);
+// Same, with an allowed error per entry.
+void expect_within(const std::vector<float>& actual, const std::vector<double>& expected,
+                   const std::function<double(size_t)>& allowed);
+
+// Relative to the largest expected entry: sums whose terms cancel (gradients) are only as exact
+// as their largest terms.
+void expect_close_to_largest(const std::vector<float>& actual, const std::vector<double>& expected,
+                             double tolerance);
+
+std::vector<double> to_double(const std::vector<float>& values);
+
+// Value of an IEEE-style binary float with the given field widths, decoded from its bits with
+// ldexp (independent of the bit tricks in format/ and kernels_cpu/): f16 is (5, 10), bf16 (8, 7).
+double decode_binary_float(uint32_t bits, int exponent_bits, int mantissa_bits);
+
+}  // namespace xf::test
