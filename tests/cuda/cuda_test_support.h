@@ -6,6 +6,13 @@
 
 #include <string>
 
+// What the tests including this had from it before (errors, XF_CUDA_CHECK, the counted
+// allocations, f16 conversions).
+#include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/kernels_cuda/check.h"
+#include "xf/kernels_cuda/memory.h"
+
 namespace xf::test {
 
 // Empty when a CUDA device is usable, else why not (asked once per process).

@@ -81,13 +81,6 @@ void expect_within(const std::vector<float>& actual, const std::vector<double>& 
 }
 
 void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
-                  const std::vector<double>& scale, double tolerance) {
-  ASSERT_EQ(scale.size(), expected.size());
-  expect_within(actual, expected,
-                [&](size_t i) { return tolerance * (std::fabs(expected[i]) + scale[i]); });
-}
-
-void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
                   double scale, double tolerance) {
   expect_within(actual, expected,
                 [&](size_t i) { return tolerance * (std::fabs(expected[i]) + scale); });

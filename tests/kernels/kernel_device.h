@@ -30,6 +30,8 @@ namespace xf::test {
 
 using cpu::AttentionShape;
 using cpu::HeadStrides;
+using Floats = std::vector<float>;
+using Ints = std::vector<int32_t>;
 
 enum class Precision { f32, f16 };
 enum class DeviceKind { cpu, cuda };
@@ -45,21 +47,21 @@ enum class Feature {
 enum class Alias { none, x, residual };
 
 struct AttentionResult {
-  std::vector<float> out;            // the whole output buffer
-  std::vector<float> probabilities;  // [batch, heads, query_len, key_len], when asked for
+  Floats out;            // the whole output buffer
+  Floats probabilities;  // [batch, heads, query_len, key_len], when asked for
 };
 
 // q, k and v are views into one input buffer (at q_at, k_at, v_at with their strides); the
 // output is a view into its own buffer of out_size floats, or into the input at q when
 // out_over_q. key_lengths empty: no padding; causal_offset < 0: no causal mask.
 struct AttentionCall {
-  std::vector<float> input;
+  Floats input;
   int64_t q_at = 0, k_at = 0, v_at = 0;
   HeadStrides q, k, v, out;
   int64_t out_size = 0;
   bool out_over_q = false;
   AttentionShape shape;
-  std::vector<int32_t> key_lengths;
+  Ints key_lengths;
   int64_t causal_offset = -1;
   bool probabilities = false;
   int cpu_threads = 2;
@@ -69,14 +71,14 @@ struct AttentionCall {
 // the given strides, probabilities from the forward, dropout (seed, site, p) applied to them
 // where p > 0.
 struct AttentionBackwardCall {
-  std::vector<float> dout, q, k, v, probabilities;
+  Floats dout, q, k, v, probabilities;
   HeadStrides q_strides, k_strides;
   AttentionShape shape;
   uint64_t seed = 0, site = 0;
   float dropout = 0.0f;
 };
 struct AttentionGradients {
-  std::vector<float> dq, dk, dv;
+  Floats dq, dk, dv;
 };
 
 class KernelDevice {
@@ -87,106 +89,81 @@ class KernelDevice {
   virtual Precision precision() const = 0;  // of the activation and weight buffers
   virtual bool has(Feature) const = 0;
   virtual std::string unavailable_reason() const { return {}; }  // empty: usable here
-
   // Relative tolerance of results stored in `p` (f32: 1e-5, f16: 1e-2).
   static double tolerance(Precision p) { return p == Precision::f16 ? 1e-2 : 1e-5; }
   double tolerance() const { return tolerance(precision()); }
   // The values a buffer of this device's precision holds for `values`.
-  std::vector<float> representable(std::vector<float> values) const;
+  Floats representable(Floats values) const;
 
-  // ---- forward kernels (xf/kernels_cpu/kernels.h, xf/kernels_cuda/kernels.h) ----
-  // `out`: the output precision (CUDA writes either from either table).
-  virtual std::vector<float> embed(const std::vector<float>& table, int64_t vocab, int64_t dim,
-                                   const std::vector<int32_t>& ids,
-                                   const std::vector<int32_t>& positions, float scale,
-                                   PositionEncoding encoding, Precision out) = 0;
+  // The kernels, as their headers (xf/kernels_cpu/, xf/kernels_cuda/) state them; a null
+  // pointer is an input not given, `out` an output precision.
+  virtual Floats embed(const Floats& table, int64_t vocab, int64_t dim, const Ints& ids,
+                       const Ints& positions, float scale, PositionEncoding, Precision out) = 0;
   virtual std::vector<Precision> embed_outputs() const = 0;
-  // Null bias/residual/mean/rstd: not given.
-  virtual std::vector<float> layer_norm(const std::vector<float>& x, const std::vector<float>* bias,
-                                        const std::vector<float>* residual,
-                                        const std::vector<float>& gamma,
-                                        const std::vector<float>& beta, float epsilon,
-                                        int64_t rows, int64_t dim, Alias alias,
-                                        std::vector<float>* mean, std::vector<float>* rstd) = 0;
-  virtual std::vector<float> add_bias_residual(std::vector<float> x, const std::vector<float>* bias,
-                                               const std::vector<float>* residual, int64_t rows,
-                                               int64_t dim) = 0;
-  virtual std::vector<float> bias_relu(std::vector<float> x, const std::vector<float>* bias,
-                                       int64_t rows, int64_t dim) = 0;
-  virtual std::vector<float> bias_activation(std::vector<float> x, const std::vector<float>* bias,
-                                             int64_t rows, int64_t dim, Activation activation) = 0;
+  virtual Floats layer_norm(const Floats& x, const Floats* bias, const Floats* residual,
+                            const Floats& gamma, const Floats& beta, float epsilon, int64_t rows,
+                            int64_t dim, Alias alias, Floats* mean, Floats* rstd) = 0;
+  virtual Floats add_bias_residual(Floats x, const Floats* bias, const Floats* residual,
+                                   int64_t rows, int64_t dim) = 0;
+  virtual Floats bias_relu(Floats x, const Floats* bias, int64_t rows, int64_t dim) = 0;
+  virtual Floats bias_activation(Floats x, const Floats* bias, int64_t rows, int64_t dim,
+                                 Activation activation) = 0;
   virtual AttentionResult attention(const AttentionCall& call) = 0;
-  // One decoder step: query rows (stride q_row_stride) against cache positions 0..step.
-  virtual std::vector<float> cached_attention(const std::vector<float>& q, int64_t q_row_stride,
-                                              const std::vector<float>& k_cache,
-                                              const std::vector<float>& v_cache,
-                                              HeadStrides cache, int64_t rows, int64_t heads,
-                                              int64_t head_dim, int64_t max_len, int64_t step) = 0;
-  virtual std::vector<float> log_softmax(std::vector<float> logits, int64_t rows,
-                                         int64_t vocab) = 0;
+  // One decoder step: query rows (q_row_stride apart) against cache positions 0..step; the
+  // output [rows, heads * head_dim].
+  virtual Floats cached_attention(const Floats& q, int64_t q_row_stride, const Floats& k_cache,
+                                  const Floats& v_cache, HeadStrides cache, int64_t rows,
+                                  int64_t heads, int64_t head_dim, int64_t max_len,
+                                  int64_t step) = 0;
+  virtual Floats log_softmax(Floats logits, int64_t rows, int64_t vocab) = 0;
   // Empty offsets: none.
-  virtual void log_softmax_top_k(const std::vector<float>& logits,
-                                 const std::vector<float>& offsets, int64_t rows, int64_t vocab,
-                                 int64_t k, std::vector<float>& values,
-                                 std::vector<int32_t>& indices) = 0;
-  virtual std::vector<float> gather_rows(const std::vector<float>& src, int64_t src_stride,
-                                         const std::vector<int32_t>& indices, int64_t row_len,
-                                         std::vector<float> dst, int64_t dst_stride) = 0;
-  // y = x W^T, x [m, k], W [n, k], y in `out` precision.
-  virtual std::vector<float> matmul(const std::vector<float>& x, const std::vector<float>& w,
-                                    int64_t m, int64_t n, int64_t k, Precision out) = 0;
+  virtual void log_softmax_top_k(const Floats& logits, const Floats& offsets, int64_t rows,
+                                 int64_t vocab, int64_t k, Floats& values, Ints& indices) = 0;
+  virtual Floats gather_rows(const Floats& src, int64_t src_stride, const Ints& indices,
+                             int64_t row_len, Floats dst, int64_t dst_stride) = 0;
+  // y = x W^T, x [m, k], W [n, k].
+  virtual Floats matmul(const Floats& x, const Floats& w, int64_t m, int64_t n, int64_t k,
+                        Precision out) = 0;
   virtual std::vector<Precision> matmul_outputs() const = 0;
   // C = alpha op(A) op(B) + beta C, row-major with leading dimensions; C is f32 everywhere.
-  virtual std::vector<float> gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
-                                  int64_t k, float alpha, const std::vector<float>& a, int64_t lda,
-                                  const std::vector<float>& b, int64_t ldb, float beta,
-                                  std::vector<float> c, int64_t ldc) = 0;
+  virtual Floats gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const Floats& a, int64_t lda, const Floats& b, int64_t ldb,
+                      float beta, Floats c, int64_t ldc) = 0;
 
-  // ---- CUDA-only kernels (Feature::split_heads, convert, gather_int32) ----
-  // Parts (Q, K, V or K, V) of packed rows [batch, len, packed_stride] plus bias into head
-  // buffers [.., .., positions, head_dim] at position_offset; outputs hold their prior contents.
-  virtual void add_bias_split_heads(const std::vector<float>& packed, int64_t packed_at,
-                                    int64_t packed_stride, const std::vector<float>& bias,
-                                    int64_t bias_at, int parts, int64_t batch, int64_t len,
-                                    int64_t heads, int64_t head_dim, std::vector<float>* outputs,
+  // CUDA-only (Feature::split_heads, convert, gather_int32; the base class throws). The split
+  // writes `parts` (Q, K, V or K, V) of packed rows plus bias into outputs[] at position_offset.
+  virtual void add_bias_split_heads(const Floats& packed, int64_t packed_at, int64_t packed_stride,
+                                    const Floats& bias, int64_t bias_at, int parts, int64_t batch,
+                                    int64_t len, int64_t heads, int64_t head_dim, Floats* outputs,
                                     const HeadStrides* strides, int64_t position_offset);
-  // f32 -> f16 -> f32 on the device: the f16 bits and the widened values.
-  virtual void convert(const std::vector<float>& in, std::vector<uint16_t>& half_bits,
-                       std::vector<float>& back);
-  virtual std::vector<int32_t> gather_rows_int32(const std::vector<int32_t>& src,
-                                                 int64_t src_stride,
-                                                 const std::vector<int32_t>& indices,
-                                                 int64_t row_len, std::vector<int32_t> dst,
-                                                 int64_t dst_stride);
+  // f32 -> f16 -> f32: the f16 bits and the widened values.
+  virtual void convert(const Floats& in, std::vector<uint16_t>& half_bits, Floats& back);
+  virtual Ints gather_rows_int32(const Ints& src, int64_t src_stride, const Ints& indices,
+                                 int64_t row_len, Ints dst, int64_t dst_stride);
 
-  // ---- the trainer's kernels (xf/kernels_cpu/backward.h, xf/kernels_cuda/backward.h), f32 ----
-  // Gradients accumulate into dx, dgamma, dbeta, dbias, dtable as the kernels do.
-  virtual void layer_norm_backward(const std::vector<float>& dout, const std::vector<float>& x,
-                                   const std::vector<float>& mean, const std::vector<float>& rstd,
-                                   const std::vector<float>& gamma, int64_t rows, int64_t dim,
-                                   std::vector<float>& dx, std::vector<float>& dgamma,
-                                   std::vector<float>& dbeta) = 0;
-  virtual void bias_backward(const std::vector<float>& dy, int64_t rows, int64_t dim,
-                             std::vector<float>& dbias) = 0;
-  virtual void bias_relu_backward(std::vector<float>& dy, const std::vector<float>& y,
-                                  int64_t rows, int64_t dim, std::vector<float>& dbias) = 0;
-  virtual void embedding_backward(const std::vector<float>& dout, const std::vector<int32_t>& ids,
-                                  int64_t dim, int64_t vocab, float scale,
-                                  std::vector<float>& dtable) = 0;
+  // The trainer's kernels, f32 (Feature::f32_only_ops). Gradients accumulate into dx, dgamma,
+  // dbeta, dbias and dtable, as the kernels do.
+  virtual void layer_norm_backward(const Floats& dout, const Floats& x, const Floats& mean,
+                                   const Floats& rstd, const Floats& gamma, int64_t rows,
+                                   int64_t dim, Floats& dx, Floats& dgamma, Floats& dbeta) = 0;
+  virtual void bias_backward(const Floats& dy, int64_t rows, int64_t dim, Floats& dbias) = 0;
+  virtual void bias_relu_backward(Floats& dy, const Floats& y, int64_t rows, int64_t dim,
+                                  Floats& dbias) = 0;
+  virtual void embedding_backward(const Floats& dout, const Ints& ids, int64_t dim, int64_t vocab,
+                                  float scale, Floats& dtable) = 0;
   virtual AttentionGradients attention_backward(const AttentionBackwardCall& call) = 0;
-  // dropout(P) V, the trainer's attention forward after the probabilities (Feature).
-  virtual std::vector<float> attention_dropout_values(const AttentionBackwardCall& call);
-  // Gradients scaled by gradient_scale written over the logits when write_gradient.
-  virtual void cross_entropy(std::vector<float>& logits, const std::vector<int32_t>& targets,
-                             int64_t rows, int64_t vocab, float smoothing, int32_t ignore_id,
-                             bool write_gradient, float gradient_scale, std::vector<double>& loss,
+  // dropout(P) V, the trainer's attention forward after the probabilities
+  // (Feature::dropout_values).
+  virtual Floats attention_dropout_values(const AttentionBackwardCall& call);
+  // The gradient, times gradient_scale, over the logits when write_gradient.
+  virtual void cross_entropy(Floats& logits, const Ints& targets, int64_t rows, int64_t vocab,
+                             float smoothing, int32_t ignore_id, bool write_gradient,
+                             float gradient_scale, std::vector<double>& loss,
                              std::vector<double>& nll) = 0;
-  virtual std::vector<float> dropout(std::vector<float> x, uint64_t seed, uint64_t site,
-                                     float p) = 0;
-  virtual void adam_step(std::vector<float>& parameters, const std::vector<float>& gradients,
-                         std::vector<float>& m, std::vector<float>& v,
+  virtual Floats dropout(Floats x, uint64_t seed, uint64_t site, float p) = 0;
+  virtual void adam_step(Floats& parameters, const Floats& gradients, Floats& m, Floats& v,
                          const AdamConstants& constants) = 0;
-  virtual double sum_of_squares(const std::vector<float>& x) = 0;
+  virtual double sum_of_squares(const Floats& x) = 0;
 };
 
 // Every device this executable has, and those with a feature / of a precision.
@@ -210,7 +187,7 @@ class KernelTest : public ::testing::TestWithParam<const KernelDevice*> {
   KernelDevice& device() const { return const_cast<KernelDevice&>(*GetParam()); }
   Precision precision() const { return GetParam()->precision(); }
   double tolerance() const { return GetParam()->tolerance(); }
-  std::vector<float> uniform(size_t count, float low, float high) {
+  Floats uniform(size_t count, float low, float high) {
     return GetParam()->representable(random.uniform(count, low, high));
   }
 
@@ -226,24 +203,20 @@ std::string device_name(const ::testing::TestParamInfo<const KernelDevice*>& inf
   GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(suite);                                    \
   INSTANTIATE_TEST_SUITE_P(, suite, ::testing::ValuesIn(devices), ::xf::test::device_name)
 
-// Every |actual[i] - expected[i]| <= tolerance * (|expected[i]| + scale[i]): relative error,
-// with `scale` the magnitude below which relative error means nothing for that entry (for a
-// dot product, sum |x_j w_j|). Reports the first few mismatches.
-void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
-                  const std::vector<double>& scale, double tolerance);
-// Same, with one scale for every entry.
-void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
-                  double scale, double tolerance);
-// Same, with an allowed error per entry.
-void expect_within(const std::vector<float>& actual, const std::vector<double>& expected,
+// Every |actual[i] - expected[i]| <= allowed(i) (a NaN fails); reports the first few misses.
+void expect_within(const Floats& actual, const std::vector<double>& expected,
                    const std::function<double(size_t)>& allowed);
+// allowed = tolerance * (|expected[i]| + scale): relative error, with `scale` the magnitude below
+// which relative error means nothing.
+void expect_close(const Floats& actual, const std::vector<double>& expected, double scale,
+                  double tolerance);
 
 // Relative to the largest expected entry: sums whose terms cancel (gradients) are only as exact
 // as their largest terms.
-void expect_close_to_largest(const std::vector<float>& actual, const std::vector<double>& expected,
+void expect_close_to_largest(const Floats& actual, const std::vector<double>& expected,
                              double tolerance);
 
-std::vector<double> to_double(const std::vector<float>& values);
+std::vector<double> to_double(const Floats& values);
 
 // Value of an IEEE-style binary float with the given field widths, decoded from its bits with
 // ldexp (independent of the bit tricks in format/ and kernels_cpu/): f16 is (5, 10), bf16 (8, 7).
