@@ -129,12 +129,8 @@ class Attention : public KernelTest {
   // Attention on contiguous [batch, heads, len, head_dim] q, k, v. Keys and values a query
   // must not see are NaN, so reading one shows up in the output; with and without the
   // probabilities output.
-  void check_contiguous(const AttentionShape& shape, const std::vector<int32_t>& key_lengths,
-                        int64_t causal_offset, float q_range, int threads = 2) {
-    SCOPED_TRACE("batch " + std::to_string(shape.batch) + " heads " + std::to_string(shape.heads) +
-                 " query_len " + std::to_string(shape.query_len) + " key_len " +
-                 std::to_string(shape.key_len) + " causal_offset " + std::to_string(causal_offset) +
-                 " threads " + std::to_string(threads));
+  // q, k, v in one buffer, each contiguous [batch, heads, len, head_dim], the output like q.
+  AttentionCall contiguous_call(const AttentionShape& shape, float q_range, int64_t causal_offset) {
     AttentionCall call;
     call.shape = shape;
     call.q = call.out = contiguous(shape, shape.query_len);
@@ -142,21 +138,37 @@ class Attention : public KernelTest {
     const int64_t q_size = shape.batch * shape.heads * shape.query_len * shape.head_dim;
     const int64_t kv_size = shape.batch * shape.heads * shape.key_len * shape.head_dim;
     call.input = uniform(q_size, -q_range, q_range);
-    const std::vector<float> kv = uniform(2 * kv_size, -1.0f, 1.0f);
+    const Floats kv = uniform(2 * kv_size, -1.0f, 1.0f);
     call.input.insert(call.input.end(), kv.begin(), kv.end());
     call.k_at = q_size;
     call.v_at = q_size + kv_size;
     call.out_size = q_size;
-    call.key_lengths = key_lengths;
     call.causal_offset = causal_offset;
-    call.cpu_threads = threads;
-    const int32_t* lengths = key_lengths.empty() ? nullptr : key_lengths.data();
+    return call;
+  }
+  Reference reference(const AttentionCall& call) {
     const float* data = call.input.data();
-    const Reference ref = reference_attention({data, call.q}, {data + call.k_at, call.k},
-                                              {data + call.v_at, call.v}, shape, lengths, causal_offset);
-    for (int64_t b = 0; b < shape.batch && lengths != nullptr; ++b)
+    return reference_attention({data + call.q_at, call.q}, {data + call.k_at, call.k},
+                               {data + call.v_at, call.v}, call.shape,
+                               call.key_lengths.empty() ? nullptr : call.key_lengths.data(),
+                               call.causal_offset);
+  }
+
+  // Keys and values a query must not see are NaN, so reading one shows up in the output; with
+  // and without the probabilities output.
+  void check_contiguous(const AttentionShape& shape, const Ints& key_lengths,
+                        int64_t causal_offset, float q_range, int threads = 2) {
+    SCOPED_TRACE("batch " + std::to_string(shape.batch) + " heads " + std::to_string(shape.heads) +
+                 " query_len " + std::to_string(shape.query_len) + " key_len " +
+                 std::to_string(shape.key_len) + " causal_offset " + std::to_string(causal_offset) +
+                 " threads " + std::to_string(threads));
+    AttentionCall call = contiguous_call(shape, q_range, causal_offset);
+    call.key_lengths = key_lengths;
+    call.cpu_threads = threads;
+    const Reference ref = reference(call);
+    for (size_t b = 0; b < key_lengths.size(); ++b)
       for (int64_t h = 0; h < shape.heads; ++h)
-        for (int64_t j = std::max<int64_t>(lengths[b], 0); j < shape.key_len; ++j)
+        for (int64_t j = std::max<int64_t>(key_lengths[b], 0); j < shape.key_len; ++j)
           for (int64_t d = 0; d < shape.head_dim; ++d) {
             const int64_t at = b * call.k.batch + h * call.k.head + j * call.k.position + d;
             call.input[call.k_at + at] = call.input[call.v_at + at] = kNaN;
@@ -225,12 +237,8 @@ TEST_P(Attention, StridedFusedQkvLayout) {
     for (int64_t causal_offset : {int64_t{-1}, int64_t{0}}) {
       SCOPED_TRACE("batch " + std::to_string(s.batch) + " causal_offset " + std::to_string(causal_offset));
       call.causal_offset = causal_offset;
-      const float* data = call.input.data();
-      const Reference ref = reference_attention({data, call.q}, {data + d_model, call.k},
-                                                {data + 2 * d_model, call.v}, s,
-                                                c.key_lengths.data(), causal_offset);
       const AttentionResult got = device().attention(call);
-      expect_matches(got.out, call.out, got.probabilities, ref, s);
+      expect_matches(got.out, call.out, got.probabilities, reference(call), s);
     }
   }
 }
@@ -238,21 +246,9 @@ TEST_P(Attention, StridedFusedQkvLayout) {
 TEST_P(Attention, OutputMayOverwriteTheQueries) {
   for (const auto& [shape, causal_offset] : {std::pair<AttentionShape, int64_t>{{2, 3, 5, 5, 8}, 0},
                                              {{3, 2, 5, 30, 16}, -1}}) {
-    AttentionCall call;
-    call.shape = shape;
-    call.q = call.out = contiguous(shape, shape.query_len);
-    call.k = call.v = contiguous(shape, shape.key_len);
-    const int64_t q_size = shape.batch * shape.heads * shape.query_len * shape.head_dim;
-    const int64_t kv_size = shape.batch * shape.heads * shape.key_len * shape.head_dim;
-    call.input = uniform(q_size + 2 * kv_size, -1.0f, 1.0f);
-    call.k_at = q_size;
-    call.v_at = q_size + kv_size;
+    AttentionCall call = contiguous_call(shape, 1.0f, causal_offset);
     call.out_over_q = true;
-    call.causal_offset = causal_offset;
-    const float* data = call.input.data();
-    const Reference ref = reference_attention({data, call.q}, {data + call.k_at, call.k},
-                                              {data + call.v_at, call.v}, shape, nullptr, causal_offset);
-    expect_matches(device().attention(call).out, call.out, {}, ref, shape);
+    expect_matches(device().attention(call).out, call.out, {}, reference(call), shape);
   }
 }
 

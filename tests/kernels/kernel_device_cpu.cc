@@ -46,8 +46,8 @@ class CpuDevice final : public KernelDevice {
                                       kThreads);
     return out;
   }
-  Floats add_bias_residual(Floats x, const Floats* bias,
-                                       const Floats* residual, int64_t rows, int64_t dim) override {
+  Floats add_bias_residual(Floats x, const Floats* bias, const Floats* residual, int64_t rows,
+                           int64_t dim) override {
     cpu::add_bias_residual(x.data(), get(bias), get(residual), rows, dim, kThreads);
     return x;
   }
@@ -55,19 +55,17 @@ class CpuDevice final : public KernelDevice {
     cpu::bias_relu(x.data(), get(bias), rows, dim, kThreads);
     return x;
   }
-  Floats bias_activation(Floats x, const Floats* bias,
-                                     int64_t rows, int64_t dim, Activation activation) override {
+  Floats bias_activation(Floats x, const Floats* bias, int64_t rows, int64_t dim,
+                         Activation activation) override {
     cpu::bias_activation(x.data(), get(bias), rows, dim, activation, kThreads);
     return x;
   }
 
   AttentionResult attention(const AttentionCall& c) override {
     Floats input = c.input;
-    AttentionResult result;
-    result.out.assign(c.out_size, std::nanf(""));
-    if (c.probabilities)
-      result.probabilities.assign(c.shape.batch * c.shape.heads * c.shape.query_len * c.shape.key_len,
-                                  std::nanf(""));
+    const AttentionShape& s = c.shape;
+    AttentionResult result{Floats(c.out_size, std::nanf("")),
+                           Floats(c.probabilities ? s.batch * s.heads * s.query_len * s.key_len : 0, std::nanf(""))};
     Floats scratch(c.cpu_threads * c.shape.key_len);
     float* out = c.out_over_q ? input.data() + c.q_at : result.out.data();
     cpu::attention(input.data() + c.q_at, c.q, input.data() + c.k_at, c.k, input.data() + c.v_at,
@@ -107,8 +105,8 @@ class CpuDevice final : public KernelDevice {
                      row_len, dst.data(), dst_stride, kThreads);
     return dst;
   }
-  Floats matmul(const Floats& x, const Floats& w, int64_t m,
-                            int64_t n, int64_t k, Precision) override {
+  Floats matmul(const Floats& x, const Floats& w, int64_t m, int64_t n, int64_t k,
+                Precision) override {
     cpu::StaticMatmul product(engine_, m, cpu::WeightMatrix{DType::f32, w.data(), nullptr, n, k},
                               false);
     std::vector<char> workspace(product.workspace_bytes() + 64);

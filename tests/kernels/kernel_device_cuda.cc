@@ -49,31 +49,27 @@ class DeviceBuffer {
 };
 using Device = DeviceBuffer<float>;
 
+// f32 <-> the device's element type, rounding as the format does (float_to_half).
+float to_f32(float v) { return v; }
+float to_f32(half h) { return half_to_float(static_cast<__half_raw>(h).x); }
+template <typename T>
+T from_f32(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  __half_raw raw;
+  raw.x = float_to_half(v);
+  return half(raw);
+}
 template <typename T>
 std::vector<T> narrow(const Floats& values) {
-  if constexpr (std::is_same_v<T, float>) {
-    return values;
-  } else {
-    std::vector<half> out(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      __half_raw raw;
-      raw.x = float_to_half(values[i]);
-      out[i] = half(raw);
-    }
-    return out;
-  }
+  std::vector<T> out;
+  for (float v : values) out.push_back(from_f32<T>(v));
+  return out;
 }
-
 template <typename T>
 Floats widen(const std::vector<T>& values) {
-  if constexpr (std::is_same_v<T, float>) {
-    return values;
-  } else {
-    Floats out(values.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      out[i] = half_to_float(static_cast<__half_raw>(values[i]).x);
-    return out;
-  }
+  Floats out;
+  for (const T& v : values) out.push_back(to_f32(v));
+  return out;
 }
 
 cuda::HeadStrides on_device(HeadStrides s) { return {s.batch, s.head, s.position}; }
