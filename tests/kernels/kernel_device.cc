@@ -9,33 +9,28 @@
 
 namespace xf::test {
 
-std::vector<float> KernelDevice::representable(std::vector<float> values) const {
+Floats KernelDevice::representable(Floats values) const {
   if (precision() == Precision::f16)
     for (float& v : values) v = half_to_float(float_to_half(v));
   return values;
 }
 
+// The CUDA-only kernels: a suite over devices_with() their feature never calls these.
 namespace {
 [[noreturn]] void lacks(const KernelDevice& device, const char* op) {
-  throw std::logic_error(device.name() + " has no " + op + " (instantiate over devices_with())");
+  throw std::logic_error(device.name() + " has no " + op);
 }
 }  // namespace
-
-void KernelDevice::add_bias_split_heads(const std::vector<float>&, int64_t, int64_t,
-                                        const std::vector<float>&, int64_t, int, int64_t,
-                                        int64_t, int64_t, int64_t, std::vector<float>*,
+void KernelDevice::add_bias_split_heads(const Floats&, int64_t, int64_t, const Floats&, int64_t,
+                                        int, int64_t, int64_t, int64_t, int64_t, Floats*,
                                         const HeadStrides*, int64_t) {
   lacks(*this, "add_bias_split_heads");
 }
-void KernelDevice::convert(const std::vector<float>&, std::vector<uint16_t>&, std::vector<float>&) {
-  lacks(*this, "convert");
-}
-std::vector<int32_t> KernelDevice::gather_rows_int32(const std::vector<int32_t>&, int64_t,
-                                                     const std::vector<int32_t>&, int64_t,
-                                                     std::vector<int32_t>, int64_t) {
+void KernelDevice::convert(const Floats&, std::vector<uint16_t>&, Floats&) { lacks(*this, "convert"); }
+Ints KernelDevice::gather_rows_int32(const Ints&, int64_t, const Ints&, int64_t, Ints, int64_t) {
   lacks(*this, "int32 gather_rows");
 }
-std::vector<float> KernelDevice::attention_dropout_values(const AttentionBackwardCall&) {
+Floats KernelDevice::attention_dropout_values(const AttentionBackwardCall&) {
   lacks(*this, "attention_dropout_values");
 }
 
@@ -66,7 +61,7 @@ std::string device_name(const ::testing::TestParamInfo<const KernelDevice*>& inf
   return info.param->name();
 }
 
-void expect_within(const std::vector<float>& actual, const std::vector<double>& expected,
+void expect_within(const Floats& actual, const std::vector<double>& expected,
                    const std::function<double(size_t)>& allowed) {
   ASSERT_EQ(actual.size(), expected.size());
   int reported = 0;
@@ -80,13 +75,13 @@ void expect_within(const std::vector<float>& actual, const std::vector<double>& 
   EXPECT_EQ(reported, 0) << "elements out of tolerance";
 }
 
-void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
+void expect_close(const Floats& actual, const std::vector<double>& expected,
                   double scale, double tolerance) {
   expect_within(actual, expected,
                 [&](size_t i) { return tolerance * (std::fabs(expected[i]) + scale); });
 }
 
-void expect_close_to_largest(const std::vector<float>& actual, const std::vector<double>& expected,
+void expect_close_to_largest(const Floats& actual, const std::vector<double>& expected,
                              double tolerance) {
   double largest = 0;
   for (double v : expected) largest = std::max(largest, std::fabs(v));
@@ -111,7 +106,7 @@ double decode_binary_float(uint32_t bits, int exponent_bits, int mantissa_bits) 
   return negative ? -value : value;
 }
 
-std::vector<double> to_double(const std::vector<float>& values) {
+std::vector<double> to_double(const Floats& values) {
   return std::vector<double>(values.begin(), values.end());
 }
 

@@ -153,15 +153,10 @@ TEST_P(LayerNormBackward, MatchesDoubleReference) {
     // dx, dgamma, dbeta start non-zero: the kernel accumulates.
     std::vector<float> dx = uniform(rows * dim, -1.0f, 1.0f);
     std::vector<float> dgamma = uniform(dim, -1.0f, 1.0f), dbeta = uniform(dim, -1.0f, 1.0f);
-    std::vector<float> mean(rows), rstd(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      double mu = 0, var = 0;
-      for (int64_t c = 0; c < dim; ++c) mu += x[r * dim + c];
-      mu /= dim;
-      for (int64_t c = 0; c < dim; ++c) var += (x[r * dim + c] - mu) * (x[r * dim + c] - mu);
-      mean[r] = static_cast<float>(mu);
-      rstd[r] = static_cast<float>(1.0 / std::sqrt(var / dim + 1e-6));
-    }
+    // The forward's statistics, as f32.
+    const LayerNormReference forward = reference_layer_norm(x, nullptr, nullptr, gamma, gamma, 1e-6, rows, dim);
+    const std::vector<float> mean(forward.mean.begin(), forward.mean.end()),
+        rstd(forward.rstd.begin(), forward.rstd.end());
     std::vector<double> dx_ref = to_double(dx), dgamma_ref = to_double(dgamma),
                         dbeta_ref = to_double(dbeta);
     cpu::layer_norm_backward<double>(to_double(dout).data(), to_double(x).data(),

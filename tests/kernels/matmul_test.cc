@@ -43,6 +43,25 @@ double dot_tolerance(int64_t k, double sum_of_squared_terms) {
   return 4.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k) * sum_of_squared_terms) + 1e-30;
 }
 
+// y = x W^T (+ bias) in double; the allowance of an f32 sum (dot_tolerance) and sum |x w|.
+struct ProductReference {
+  std::vector<double> y, rounding_bound, magnitude;
+  ProductReference(const std::vector<float>& x, const std::vector<float>& w,
+                   const std::vector<float>* bias, int64_t m, int64_t n, int64_t k) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = bias ? (*bias)[j] : 0.0, squares = 0.0, sum_of_magnitudes = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double term = static_cast<double>(x[i * k + c]) * w[j * k + c];
+          sum += term, squares += term * term, sum_of_magnitudes += std::fabs(term);
+        }
+        y.push_back(sum);
+        rounding_bound.push_back(dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum));
+        magnitude.push_back(sum_of_magnitudes);
+      }
+  }
+};
+
 void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bias,
                test::RandomInputs& random) {
   SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
@@ -59,18 +78,8 @@ void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bia
   Workspace workspace(matmul.workspace_bytes());
   std::vector<float> y(m * n, std::nanf(""));
   matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = with_bias ? bias[j] : 0.0, squares = 0.0;
-      for (int64_t c = 0; c < k; ++c) {
-        const double term = static_cast<double>(x[i * k + c]) * weights[j * k + c];
-        sum += term;
-        squares += term * term;
-      }
-      ASSERT_NEAR(y[i * n + j], sum, dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum))
-          << "row " << i << " column " << j;
-    }
-  }
+  const ProductReference ref(x, weights, with_bias ? &bias : nullptr, m, n, k);
+  test::expect_within(y, ref.y, [&](size_t i) { return ref.rounding_bound[i]; });
 }
 
 TEST(StaticMatmul, F32MatchesReference) {
@@ -473,22 +482,13 @@ TEST_P(Matmul, TimesTransposedWeightsMatchesDoubleReference) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 32}, {7, 33, 65}, {32, 512, 512}}) {
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
     const std::vector<float> x = uniform(m * k, -1.0f, 1.0f), w = uniform(n * k, -1.0f, 1.0f);
-    std::vector<double> expected(m * n), allowed(m * n);
+    const cpu::ProductReference ref(x, w, nullptr, m, n, k);
     for (const Precision out : device().matmul_outputs()) {
       const double tolerance = out == Precision::f16 ? 1e-2 : precision() == Precision::f16 ? 1e-4 : 1e-5;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0.0, squares = 0.0, magnitude = 0.0;
-          for (int64_t l = 0; l < k; ++l) {
-            const double term = static_cast<double>(x[i * k + l]) * w[j * k + l];
-            sum += term, squares += term * term, magnitude += std::fabs(term);
-          }
-          expected[i * n + j] = sum;
-          allowed[i * n + j] = device().kind() == DeviceKind::cpu
-                                   ? cpu::dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum)
-                                   : tolerance * (std::fabs(sum) + magnitude);
-        }
-      expect_within(device().matmul(x, w, m, n, k, out), expected, [&](size_t i) { return allowed[i]; });
+      expect_within(device().matmul(x, w, m, n, k, out), ref.y, [&](size_t i) {
+        return device().kind() == DeviceKind::cpu ? ref.rounding_bound[i]
+                                                  : tolerance * (std::fabs(ref.y[i]) + ref.magnitude[i]);
+      });
     }
   }
 }
