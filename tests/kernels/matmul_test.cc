@@ -13,11 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "gradient_check.h"
 #include "kernel_device.h"
 #include "random_inputs.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels_cpu/training.h"
 
 namespace xf::cpu {
 namespace {
@@ -451,6 +453,39 @@ TEST(Bf16Gemm, ProductsOfRoundedInputsInEveryLayout) {
     }
   }
   EXPECT_NE(std::string(bf16.implementation()), "");
+}
+
+// The trainer's linear layer (gemm plus bias) in double: its backward against finite
+// differences of its forward (loss = sum(weights * y)).
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  using trainer::testing::expect_gradient;
+  using trainer::testing::random_values;
+  using trainer::testing::weighted_sum;
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t rows = 5, in = 6, out = 4;
+  auto x = random_values(rng, rows * in);
+  auto weight = random_values(rng, out * in);
+  auto bias = random_values(rng, out);
+  const auto weights = random_values(rng, rows * out);
+  std::vector<double> y(rows * out);
+  auto loss = [&] {
+    linear_forward<double>(x.data(), weight.data(), bias.data(), rows, in, out, y.data(), 1);
+    return weighted_sum(weights, y.data());
+  };
+  const auto dx0 = random_values(rng, rows * in);
+  auto dx = dx0;
+  std::vector<double> dweight(out * in, 0.0), dbias(out, 0.0);
+  linear_backward<double>(weights.data(), x.data(), weight.data(), rows, in, out, dx.data(),
+                          /*accumulate_dx=*/true, dweight.data(), dbias.data(), 1);
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] -= dx0[i];
+  expect_gradient(loss, x.data(), x.size(), dx.data(), "dx");
+  expect_gradient(loss, weight.data(), weight.size(), dweight.data(), "dweight");
+  expect_gradient(loss, bias.data(), bias.size(), dbias.data(), "dbias");
+  // Without accumulate_dx the old contents are replaced.
+  auto dx_overwritten = dx0;
+  linear_backward<double>(weights.data(), x.data(), weight.data(), rows, in, out,
+                          dx_overwritten.data(), false, dweight.data(), dbias.data(), 1);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx_overwritten[i], dx[i], 1e-12);
 }
 
 }  // namespace
