@@ -29,7 +29,7 @@ ln -sfn /usr/include/gtest "$out/include/gtest"
 for f in /usr/include/dnnl*.h* /usr/include/flatbuffers; do ln -sfn "$f" "$out/include/"; done
 
 sources=(common/src/*.cc format/src/*.cc kernels_cpu/src/*.cc
-         tests/kernels/kernel_device.cc tests/kernels/kernel_device_cpu.cc
+         tests/kernels/kernel_device.cc
          $(ls tests/kernels/*_test.cc | grep -v alloc_cpu_test))
 launcher=""
 command -v ccache >/dev/null && launcher=ccache
@@ -47,7 +47,7 @@ printf '%s\n' "${sources[@]}" | xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} b
 compile tests/kernels/cpu_isa_main.cc
 library_objects=("$out"/obj/common_* "$out"/obj/format_* "$out"/obj/kernels_cpu_*)
 $cxx -fopenmp -o "$out/kernels_test" "${library_objects[@]}" "$out"/obj/tests_kernels_*_test.cc.o \
-  "$out"/obj/tests_kernels_kernel_device*.cc.o \
+  "$out"/obj/tests_kernels_kernel_device.cc.o \
   "$arm_libs/libgtest_main.a" "$arm_libs/libgtest.a" "$arm_libs/libdnnl.so.2" -lpthread
 $cxx -fopenmp -o "$out/xf_test_cpu_isa" "${library_objects[@]}" "$out/obj/tests_kernels_cpu_isa_main.cc.o" \
   "$arm_libs/libdnnl.so.2" -lpthread

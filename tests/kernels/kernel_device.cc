@@ -34,6 +34,11 @@ Floats KernelDevice::attention_dropout_values(const AttentionBackwardCall&) {
   lacks(*this, "attention_dropout_values");
 }
 
+const KernelDevice& cpu_device() {
+  static const KernelDevice device;
+  return device;
+}
+
 std::vector<const KernelDevice*> all_devices() {
   std::vector<const KernelDevice*> devices{&cpu_device()};
 #ifdef XF_TEST_CUDA_DEVICES

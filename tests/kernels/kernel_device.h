@@ -3,7 +3,7 @@
 // vectors (it uploads the inputs, calls xf::cpu:: or xf::cuda::, and downloads the outputs as
 // f32), so that each op's test file (tests/kernels/<op>_test.cc) writes its double reference,
 // its cases and its assertions once, as TEST_P(..., KernelTest) over the devices:
-//   cpu        xf::cpu's kernels (kernel_device_cpu.cc); always present.
+//   cpu        xf::cpu's kernels: KernelDevice itself; always present.
 //   cuda_f32   xf::cuda's kernels on f32 buffers  } kernel_device_cuda.cc, built with CUDA;
 //   cuda_f16   xf::cuda's kernels on f16 buffers  } they skip, saying why, without a GPU.
 // The CUDA host emulation (tests/cuda/runtime_host_emulation.cc) is not a device here: it
@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,7 +25,10 @@
 
 #include "random_inputs.h"
 #include "xf/kernels_common/adam_constants.h"
+#include "xf/kernels_cpu/backward.h"
 #include "xf/kernels_cpu/kernels.h"
+#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels_cpu/training.h"
 
 namespace xf::test {
 
@@ -84,10 +88,10 @@ struct AttentionGradients {
 class KernelDevice {
  public:
   virtual ~KernelDevice() = default;
-  virtual std::string name() const = 0;
-  virtual DeviceKind kind() const = 0;
-  virtual Precision precision() const = 0;  // of the activation and weight buffers
-  virtual bool has(Feature) const = 0;
+  virtual std::string name() const { return "cpu"; }
+  virtual DeviceKind kind() const { return DeviceKind::cpu; }
+  virtual Precision precision() const { return Precision::f32; }  // of activations and weights
+  virtual bool has(Feature feature) const { return feature == Feature::f32_only_ops; }
   virtual std::string unavailable_reason() const { return {}; }  // empty: usable here
   // Relative tolerance of results stored in `p` (f32: 1e-5, f16: 1e-2).
   static double tolerance(Precision p) { return p == Precision::f16 ? 1e-2 : 1e-5; }
@@ -95,40 +99,179 @@ class KernelDevice {
   // The values a buffer of this device's precision holds for `values`.
   Floats representable(Floats values) const;
 
-  // The kernels, as their headers (xf/kernels_cpu/, xf/kernels_cuda/) state them; a null
-  // pointer is an input not given, `out` an output precision.
+  // The kernels, as their headers (xf/kernels_cpu/, xf/kernels_cuda/) state them, run here by
+  // xf::cpu's at two threads (the kernels split rows or heads between them); a null pointer is
+  // an input not given, `out` an output precision.
   virtual Floats embed(const Floats& table, int64_t vocab, int64_t dim, const Ints& ids,
-                       const Ints& positions, float scale, PositionEncoding, Precision out) = 0;
-  virtual std::vector<Precision> embed_outputs() const = 0;
+               const Ints& positions, float scale, PositionEncoding encoding, Precision) {
+    Floats out(ids.size() * dim);
+    cpu::embed(cpu::WeightMatrix{DType::f32, table.data(), nullptr, vocab, dim}, ids.data(),
+               positions.data(), static_cast<int64_t>(ids.size()), scale, out.data(), kCpuThreads,
+               encoding);
+    return out;
+  }
+  virtual std::vector<Precision> embed_outputs() const { return {Precision::f32}; }
+
   virtual Floats layer_norm(const Floats& x, const Floats* bias, const Floats* residual,
-                            const Floats& gamma, const Floats& beta, float epsilon, int64_t rows,
-                            int64_t dim, Alias alias, Floats* mean, Floats* rstd) = 0;
-  virtual Floats add_bias_residual(Floats x, const Floats* bias, const Floats* residual,
-                                   int64_t rows, int64_t dim) = 0;
-  virtual Floats bias_relu(Floats x, const Floats* bias, int64_t rows, int64_t dim) = 0;
+                    const Floats& gamma, const Floats& beta, float epsilon, int64_t rows,
+                    int64_t dim, Alias alias, Floats* mean, Floats* rstd) {
+    Floats x_copy = x, residual_copy = residual ? *residual : Floats();
+    Floats separate(rows * dim, std::nanf(""));
+    Floats& out = alias == Alias::x ? x_copy : alias == Alias::residual ? residual_copy : separate;
+    if (mean) mean->assign(rows, std::nanf(""));
+    if (rstd) rstd->assign(rows, std::nanf(""));
+    cpu::add_bias_residual_layer_norm(x_copy.data(), get(bias), residual ? residual_copy.data() : nullptr,
+                                      gamma.data(), beta.data(), epsilon, rows, dim, out.data(),
+                                      mean ? mean->data() : nullptr, rstd ? rstd->data() : nullptr,
+                                      kCpuThreads);
+    return out;
+  }
+  virtual Floats add_bias_residual(Floats x, const Floats* bias, const Floats* residual, int64_t rows,
+                           int64_t dim) {
+    cpu::add_bias_residual(x.data(), get(bias), get(residual), rows, dim, kCpuThreads);
+    return x;
+  }
+  virtual Floats bias_relu(Floats x, const Floats* bias, int64_t rows, int64_t dim) {
+    cpu::bias_relu(x.data(), get(bias), rows, dim, kCpuThreads);
+    return x;
+  }
   virtual Floats bias_activation(Floats x, const Floats* bias, int64_t rows, int64_t dim,
-                                 Activation activation) = 0;
-  virtual AttentionResult attention(const AttentionCall& call) = 0;
-  // One decoder step: query rows (q_row_stride apart) against cache positions 0..step; the
-  // output [rows, heads * head_dim].
+                         Activation activation) {
+    cpu::bias_activation(x.data(), get(bias), rows, dim, activation, kCpuThreads);
+    return x;
+  }
+
+  virtual AttentionResult attention(const AttentionCall& c) {
+    Floats input = c.input;
+    const AttentionShape& s = c.shape;
+    AttentionResult result{Floats(c.out_size, std::nanf("")),
+                           Floats(c.probabilities ? s.batch * s.heads * s.query_len * s.key_len : 0, std::nanf(""))};
+    Floats scratch(c.cpu_threads * c.shape.key_len);
+    float* out = c.out_over_q ? input.data() + c.q_at : result.out.data();
+    cpu::attention(input.data() + c.q_at, c.q, input.data() + c.k_at, c.k, input.data() + c.v_at,
+                   c.v, out, c.out, c.shape, c.key_lengths.empty() ? nullptr : c.key_lengths.data(),
+                   c.causal_offset, c.probabilities ? result.probabilities.data() : nullptr,
+                   scratch.data(), c.cpu_threads);
+    if (c.out_over_q) result.out = Floats(input.begin() + c.q_at, input.end());
+    return result;
+  }
+  // One decoder step: query rows (q_row_stride apart) against cache positions 0..step, output
+  // [rows, heads * head_dim]. The CPU runtime's step is attention() with the step as causal offset.
   virtual Floats cached_attention(const Floats& q, int64_t q_row_stride, const Floats& k_cache,
-                                  const Floats& v_cache, HeadStrides cache, int64_t rows,
-                                  int64_t heads, int64_t head_dim, int64_t max_len,
-                                  int64_t step) = 0;
-  virtual Floats log_softmax(Floats logits, int64_t rows, int64_t vocab) = 0;
+                          const Floats& v_cache, HeadStrides cache, int64_t rows, int64_t heads,
+                          int64_t head_dim, int64_t max_len, int64_t step) {
+    const int64_t d_model = heads * head_dim;
+    Floats out(rows * d_model, std::nanf("")), scratch(kCpuThreads * max_len);
+    cpu::attention(q.data(), {q_row_stride, head_dim, q_row_stride}, k_cache.data(), cache,
+                   v_cache.data(), cache, out.data(), {d_model, head_dim, d_model},
+                   {rows, heads, 1, max_len, head_dim}, nullptr, step, nullptr, scratch.data(),
+                   kCpuThreads);
+    return out;
+  }
+
+  virtual Floats log_softmax(Floats logits, int64_t rows, int64_t vocab) {
+    cpu::log_softmax(logits.data(), rows, vocab, kCpuThreads);
+    return logits;
+  }
   // Empty offsets: none.
-  virtual void log_softmax_top_k(const Floats& logits, const Floats& offsets, int64_t rows,
-                                 int64_t vocab, int64_t k, Floats& values, Ints& indices) = 0;
-  virtual Floats gather_rows(const Floats& src, int64_t src_stride, const Ints& indices,
-                             int64_t row_len, Floats dst, int64_t dst_stride) = 0;
+  virtual void log_softmax_top_k(const Floats& logits, const Floats& offsets, int64_t rows, int64_t vocab,
+                         int64_t k, Floats& values, Ints& indices) {
+    values.assign(rows * k, std::nanf(""));
+    indices.assign(rows * k, -1);
+    cpu::log_softmax_top_k(logits.data(), offsets.empty() ? nullptr : offsets.data(), rows, vocab,
+                           k, values.data(), indices.data(), kCpuThreads);
+  }
+  virtual Floats gather_rows(const Floats& src, int64_t src_stride, const Ints& indices, int64_t row_len,
+                     Floats dst, int64_t dst_stride) {
+    cpu::gather_rows(src.data(), src_stride, indices.data(), static_cast<int64_t>(indices.size()),
+                     row_len, dst.data(), dst_stride, kCpuThreads);
+    return dst;
+  }
   // y = x W^T, x [m, k], W [n, k].
   virtual Floats matmul(const Floats& x, const Floats& w, int64_t m, int64_t n, int64_t k,
-                        Precision out) = 0;
-  virtual std::vector<Precision> matmul_outputs() const = 0;
+                Precision) {
+    cpu::StaticMatmul product(engine_, m, cpu::WeightMatrix{DType::f32, w.data(), nullptr, n, k},
+                              false);
+    std::vector<char> workspace(product.workspace_bytes() + 64);
+    void* aligned = workspace.data() + (64 - reinterpret_cast<uintptr_t>(workspace.data()) % 64) % 64;
+    Floats y(m * n, std::nanf(""));
+    product.run(x.data(), nullptr, y.data(), aligned);
+    return y;
+  }
+  virtual std::vector<Precision> matmul_outputs() const { return {Precision::f32}; }
   // C = alpha op(A) op(B) + beta C, row-major with leading dimensions; C is f32 everywhere.
-  virtual Floats gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                      float alpha, const Floats& a, int64_t lda, const Floats& b, int64_t ldb,
-                      float beta, Floats c, int64_t ldc) = 0;
+  virtual Floats gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          const Floats& a, int64_t lda, const Floats& b,
+                          int64_t ldb, float beta, Floats c, int64_t ldc) {
+    cpu::gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    return c;
+  }
+
+  // The trainer's kernels, f32 (Feature::f32_only_ops). Gradients accumulate into dx, dgamma,
+  // dbeta, dbias and dtable, as the kernels do.
+  virtual void layer_norm_backward(const Floats& dout, const Floats& x, const Floats& mean,
+                           const Floats& rstd, const Floats& gamma, int64_t rows, int64_t dim,
+                           Floats& dx, Floats& dgamma, Floats& dbeta) {
+    cpu::layer_norm_backward<float>(dout.data(), x.data(), mean.data(), rstd.data(), gamma.data(),
+                                    rows, dim, dx.data(), dgamma.data(), dbeta.data(), kCpuThreads);
+  }
+  virtual void bias_backward(const Floats& dy, int64_t rows, int64_t dim, Floats& dbias) {
+    cpu::bias_backward<float>(dy.data(), rows, dim, dbias.data(), kCpuThreads);
+  }
+  virtual void bias_relu_backward(Floats& dy, const Floats& y, int64_t rows,
+                          int64_t dim, Floats& dbias) {
+    cpu::bias_relu_backward<float>(dy.data(), y.data(), rows, dim, dbias.data(), kCpuThreads);
+  }
+  virtual void embedding_backward(const Floats& dout, const Ints& ids,
+                          int64_t dim, int64_t, float scale, Floats& dtable) {
+    cpu::embedding_backward<float>(dout.data(), ids.data(), static_cast<int64_t>(ids.size()), dim,
+                                   scale, dtable.data(), kCpuThreads);
+  }
+  virtual AttentionGradients attention_backward(const AttentionBackwardCall& c) {
+    std::vector<uint8_t> mask;
+    if (c.dropout > 0) {
+      mask.resize(c.probabilities.size());
+      cpu::make_dropout_mask(c.seed, c.site, mask.size(), c.dropout, mask.data(), kCpuThreads);
+    }
+    AttentionGradients g{Floats(c.q.size(), std::nanf("")),
+                         Floats(c.k.size(), std::nanf("")),
+                         Floats(c.v.size(), std::nanf(""))};
+    Floats scratch(kCpuThreads * 2 * c.shape.key_len);
+    cpu::attention_backward<float>(
+        c.dout.data(), c.q_strides, c.q.data(), c.q_strides, c.k.data(), c.k_strides, c.v.data(),
+        c.k_strides, c.probabilities.data(), mask.empty() ? nullptr : mask.data(),
+        static_cast<float>(1.0 / (1.0 - c.dropout)), g.dq.data(), c.q_strides, g.dk.data(),
+        c.k_strides, g.dv.data(), c.k_strides, c.shape, scratch.data(), kCpuThreads);
+    return g;
+  }
+  // The gradient, times gradient_scale, over the logits when write_gradient (the CPU kernel has
+  // no gradient scale: applied here, as the CPU trainer does).
+  virtual void cross_entropy(Floats& logits, const Ints& targets, int64_t rows, int64_t vocab,
+                     float smoothing, int32_t ignore_id, bool write_gradient, float gradient_scale,
+                     std::vector<double>& loss, std::vector<double>& nll) {
+    loss.assign(rows, std::nan(""));
+    nll.assign(rows, std::nan(""));
+    cpu::label_smoothed_cross_entropy<float>(logits.data(), targets.data(), rows, vocab, smoothing,
+                                             ignore_id, write_gradient, loss.data(), nll.data(),
+                                             kCpuThreads);
+    if (write_gradient)
+      for (float& g : logits) g *= gradient_scale;
+  }
+  virtual Floats dropout(Floats x, uint64_t seed, uint64_t site, float p) {
+    std::vector<uint8_t> mask(x.size());
+    cpu::make_dropout_mask(seed, site, x.size(), p, mask.data(), kCpuThreads);
+    cpu::apply_dropout(x.data(), mask.data(), x.size(), static_cast<float>(1.0 / (1.0 - p)),
+                       kCpuThreads);
+    return x;
+  }
+  virtual void adam_step(Floats& parameters, const Floats& gradients, Floats& m, Floats& v,
+                 const AdamConstants& constants) {
+    cpu::adam_step(parameters.data(), gradients.data(), m.data(), v.data(),
+                   static_cast<int64_t>(parameters.size()), constants, kCpuThreads);
+  }
+  virtual double sum_of_squares(const Floats& x) {
+    return cpu::sum_of_squares(x.data(), static_cast<int64_t>(x.size()), kCpuThreads);
+  }
 
   // CUDA-only (Feature::split_heads, convert, gather_int32; the base class throws). The split
   // writes `parts` (Q, K, V or K, V) of packed rows plus bias into outputs[] at position_offset.
@@ -141,29 +284,16 @@ class KernelDevice {
   virtual Ints gather_rows_int32(const Ints& src, int64_t src_stride, const Ints& indices,
                                  int64_t row_len, Ints dst, int64_t dst_stride);
 
-  // The trainer's kernels, f32 (Feature::f32_only_ops). Gradients accumulate into dx, dgamma,
-  // dbeta, dbias and dtable, as the kernels do.
-  virtual void layer_norm_backward(const Floats& dout, const Floats& x, const Floats& mean,
-                                   const Floats& rstd, const Floats& gamma, int64_t rows,
-                                   int64_t dim, Floats& dx, Floats& dgamma, Floats& dbeta) = 0;
-  virtual void bias_backward(const Floats& dy, int64_t rows, int64_t dim, Floats& dbias) = 0;
-  virtual void bias_relu_backward(Floats& dy, const Floats& y, int64_t rows, int64_t dim,
-                                  Floats& dbias) = 0;
-  virtual void embedding_backward(const Floats& dout, const Ints& ids, int64_t dim, int64_t vocab,
-                                  float scale, Floats& dtable) = 0;
-  virtual AttentionGradients attention_backward(const AttentionBackwardCall& call) = 0;
   // dropout(P) V, the trainer's attention forward after the probabilities
   // (Feature::dropout_values).
   virtual Floats attention_dropout_values(const AttentionBackwardCall& call);
-  // The gradient, times gradient_scale, over the logits when write_gradient.
-  virtual void cross_entropy(Floats& logits, const Ints& targets, int64_t rows, int64_t vocab,
-                             float smoothing, int32_t ignore_id, bool write_gradient,
-                             float gradient_scale, std::vector<double>& loss,
-                             std::vector<double>& nll) = 0;
-  virtual Floats dropout(Floats x, uint64_t seed, uint64_t site, float p) = 0;
-  virtual void adam_step(Floats& parameters, const Floats& gradients, Floats& m, Floats& v,
-                         const AdamConstants& constants) = 0;
-  virtual double sum_of_squares(const Floats& x) = 0;
+
+ protected:
+  static constexpr int kCpuThreads = 2;
+
+ private:
+  static const float* get(const Floats* v) { return v == nullptr ? nullptr : v->data(); }
+  cpu::CpuEngine engine_{kCpuThreads};
 };
 
 // Every device this executable has, and those with a feature / of a precision.
@@ -196,6 +326,7 @@ class KernelTest : public ::testing::TestWithParam<const KernelDevice*> {
 };
 
 std::string device_name(const ::testing::TestParamInfo<const KernelDevice*>& info);
+inline void PrintTo(const KernelDevice* device, std::ostream* out) { *out << device->name(); }
 
 // INSTANTIATE over a device list, each test named after its device (.../cpu, .../cuda_f16). A
 // suite whose op no device of this build has (a CUDA-only op without CUDA) has no test.
