@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CPU kernels' tests (kernels_test, its cpu device) for aarch64 with Debian's cross compiler and
+# Builds the CPU kernels' tests (kernels_test, cpu device) for aarch64 with Debian's cross compiler and
 # runs them under qemu-user, twice: on an emulated CPU without the ARMv8.2 dot-product
 # instructions (cortex-a57: xf's NEON int8 kernel) and with them (max: its sdot build). Correctness
 # only; qemu says nothing about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the
@@ -46,8 +46,11 @@ export cxx launcher out build root
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} bash -c 'compile {}'
 compile tests/kernels/cpu_isa_main.cc
 library_objects=("$out"/obj/common_* "$out"/obj/format_* "$out"/obj/kernels_cpu_*)
-$cxx -fopenmp -o "$out/kernels_test" "${library_objects[@]}" "$out"/obj/tests_kernels_*_test.cc.o \
-  "$out"/obj/tests_kernels_kernel_device.cc.o \
+test_objects=()  # exactly this checkout's tests (an earlier run's objects may linger)
+for source in "${sources[@]}"; do
+  if [[ $source == tests/* ]]; then test_objects+=("$out/obj/$(echo "$source" | tr / _).o"); fi
+done
+$cxx -fopenmp -o "$out/kernels_test" "${library_objects[@]}" "${test_objects[@]}" \
   "$arm_libs/libgtest_main.a" "$arm_libs/libgtest.a" "$arm_libs/libdnnl.so.2" -lpthread
 $cxx -fopenmp -o "$out/xf_test_cpu_isa" "${library_objects[@]}" "$out/obj/tests_kernels_cpu_isa_main.cc.o" \
   "$arm_libs/libdnnl.so.2" -lpthread
