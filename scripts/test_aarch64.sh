@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CPU kernels' tests (kernels_cpu_test) for aarch64 with Debian's cross compiler and
+# Builds the CPU kernels' tests (kernels_test, cpu device) for aarch64 with Debian's cross compiler and
 # runs them under qemu-user, twice: on an emulated CPU without the ARMv8.2 dot-product
 # instructions (cortex-a57: xf's NEON int8 kernel) and with them (max: its sdot build). Correctness
 # only; qemu says nothing about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the
@@ -29,9 +29,8 @@ ln -sfn /usr/include/gtest "$out/include/gtest"
 for f in /usr/include/dnnl*.h* /usr/include/flatbuffers; do ln -sfn "$f" "$out/include/"; done
 
 sources=(common/src/*.cc format/src/*.cc kernels_cpu/src/*.cc
-         tests/kernels/elementwise_cpu_test.cc tests/kernels/attention_cpu_test.cc
-         tests/kernels/softmax_cpu_test.cc tests/kernels/matmul_cpu_test.cc
-         tests/kernels/beam_reorder_cpu_test.cc)
+         tests/kernels/kernel_device.cc
+         $(ls tests/kernels/*_test.cc | grep -v alloc_cpu_test))
 launcher=""
 command -v ccache >/dev/null && launcher=ccache
 compile() {
@@ -39,7 +38,7 @@ compile() {
   object="$out/obj/$(echo "$source" | tr / _).o"
   $launcher $cxx -std=c++17 -O3 -fopenmp -DXF_SOURCE_DIR="\"$root\"" \
     -I common/include -I format/include -I kernels/include -I kernels_cpu/include \
-    -I tests/kernels -I tests/common -I "$build/format/generated" -I "$out/include" \
+    -I tests/kernels -I tests/trainer -I tests/common -I "$build/format/generated" -I "$out/include" \
     -c -o "$object" "$source" || { echo "test_aarch64: $source does not compile" >&2; return 1; }
 }
 export -f compile
@@ -47,15 +46,19 @@ export cxx launcher out build root
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} bash -c 'compile {}'
 compile tests/kernels/cpu_isa_main.cc
 library_objects=("$out"/obj/common_* "$out"/obj/format_* "$out"/obj/kernels_cpu_*)
-$cxx -fopenmp -o "$out/kernels_cpu_test" "${library_objects[@]}" "$out"/obj/tests_kernels_*_test.cc.o \
+test_objects=()  # exactly this checkout's tests (an earlier run's objects may linger)
+for source in "${sources[@]}"; do
+  if [[ $source == tests/* ]]; then test_objects+=("$out/obj/$(echo "$source" | tr / _).o"); fi
+done
+$cxx -fopenmp -o "$out/kernels_test" "${library_objects[@]}" "${test_objects[@]}" \
   "$arm_libs/libgtest_main.a" "$arm_libs/libgtest.a" "$arm_libs/libdnnl.so.2" -lpthread
 $cxx -fopenmp -o "$out/xf_test_cpu_isa" "${library_objects[@]}" "$out/obj/tests_kernels_cpu_isa_main.cc.o" \
   "$arm_libs/libdnnl.so.2" -lpthread
 
 # The arm64 libraries are where the dynamic loader looks (multiarch); -L / finds the loader.
 for cpu in cortex-a57 max; do
-  echo "test_aarch64: kernels_cpu_test under $qemu -cpu $cpu: xf's kernels at" \
+  echo "test_aarch64: kernels_test under $qemu -cpu $cpu: xf's kernels at" \
     "$($qemu -cpu $cpu -L / "$out/xf_test_cpu_isa")" >&2
-  XF_TEST=1 $qemu -cpu $cpu -L / "$out/kernels_cpu_test" --gtest_brief=1
+  XF_TEST=1 $qemu -cpu $cpu -L / "$out/kernels_test" --gtest_brief=1
 done
 echo "test_aarch64: passed on both emulated CPUs" >&2

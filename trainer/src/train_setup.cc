@@ -9,7 +9,7 @@
 
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
-#include "xf/kernels_cpu/matmul.h"
+#include "xf/kernels/matmul.h"
 #include "xf/trainer/train_log.h"
 #include "xf/trainer/validation.h"
 

@@ -1,4 +1,6 @@
-// StaticMatmul (f32, int8), gemm and Bf16Gemm against double-precision references.
+// Matrix products against double-precision references: y = x W^T (the runtime's projections)
+// and the trainer's gemm on every device; the CPU's StaticMatmul (packing, threads, int8 with its
+// few-row kernel, bias) and Bf16Gemm.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "gradient_check.h"
+#include "kernel_device.h"
 #include "random_inputs.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
@@ -41,6 +45,25 @@ double dot_tolerance(int64_t k, double sum_of_squared_terms) {
   return 4.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k) * sum_of_squared_terms) + 1e-30;
 }
 
+// y = x W^T (+ bias) in double; the allowance of an f32 sum (dot_tolerance) and sum |x w|.
+struct ProductReference {
+  std::vector<double> y, rounding_bound, magnitude;
+  ProductReference(const std::vector<float>& x, const std::vector<float>& w,
+                   const std::vector<float>* bias, int64_t m, int64_t n, int64_t k) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = bias ? (*bias)[j] : 0.0, squares = 0.0, sum_of_magnitudes = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double term = static_cast<double>(x[i * k + c]) * w[j * k + c];
+          sum += term, squares += term * term, sum_of_magnitudes += std::fabs(term);
+        }
+        y.push_back(sum);
+        rounding_bound.push_back(dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum));
+        magnitude.push_back(sum_of_magnitudes);
+      }
+  }
+};
+
 void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bias,
                test::RandomInputs& random) {
   SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
@@ -57,18 +80,8 @@ void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bia
   Workspace workspace(matmul.workspace_bytes());
   std::vector<float> y(m * n, std::nanf(""));
   matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = with_bias ? bias[j] : 0.0, squares = 0.0;
-      for (int64_t c = 0; c < k; ++c) {
-        const double term = static_cast<double>(x[i * k + c]) * weights[j * k + c];
-        sum += term;
-        squares += term * term;
-      }
-      ASSERT_NEAR(y[i * n + j], sum, dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(sum))
-          << "row " << i << " column " << j;
-    }
-  }
+  const ProductReference ref(x, weights, with_bias ? &bias : nullptr, m, n, k);
+  test::expect_within(y, ref.y, [&](size_t i) { return ref.rounding_bound[i]; });
 }
 
 TEST(StaticMatmul, F32MatchesReference) {
@@ -352,66 +365,66 @@ TEST(StaticMatmul, Int8OfZeroInputIsTheBias) {
   for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(y[i], bias[i % n]);
 }
 
-using GemmFunction =
-    std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                       const float*, int64_t, float, float*, int64_t)>;
-
 float unchanged(float x) { return x; }
 float rounded_to_bf16(float x) { return bfloat16_to_float(float_to_bfloat16(x)); }
 
+using GemmFunction = std::function<std::vector<float>(bool, bool, int64_t, int64_t, int64_t, float,
+                                                      const std::vector<float>&, int64_t,
+                                                      const std::vector<float>&, int64_t, float,
+                                                      std::vector<float>, int64_t)>;
+
 // C = alpha op(A) op(B) + beta C for every transpose combination, with padded leading
-// dimensions, against a double-precision reference over the inputs as `operand` sees them
-// (unchanged for f32 products, rounded for bf16 ones). Returns the largest error against the
-// reference over the inputs as given, in units of the tolerance: near or below 1 for f32
-// products, far above it where the inputs were rounded.
+// dimensions (left alone in C), against a double-precision reference over the inputs as
+// `operand` sees them (unchanged for f32 and f16 products, rounded for bf16 ones). An f32 sum
+// is held to dot_tolerance (rounding_bound), cuBLAS's (its own summation order) to 1e-5 of the
+// sum of magnitudes. Returns the largest error against the reference over the inputs as given,
+// in units of the tolerance: near or below 1 for f32 products, far above it where the inputs
+// were rounded.
 double check_gemm(const GemmFunction& product, float (*operand)(float), float alpha, float beta,
-                  test::RandomInputs& random) {
+                  bool rounding_bound, const std::function<std::vector<float>(size_t, float, float)>& uniform) {
   SCOPED_TRACE("alpha " + std::to_string(alpha) + " beta " + std::to_string(beta));
-  const int64_t m = 7, n = 13, k = 300;
   double worst_against_given = 0.0;
-  for (bool transpose_a : {false, true}) {
-    for (bool transpose_b : {false, true}) {
-      SCOPED_TRACE("transpose_a " + std::to_string(transpose_a) + " transpose_b " +
-                   std::to_string(transpose_b));
-      // Row-major with padded leading dimensions: A is [m, k] or [k, m], B [k, n] or [n, k].
-      const int64_t lda = (transpose_a ? m : k) + 3, ldb = (transpose_b ? k : n) + 2, ldc = n + 5;
-      const std::vector<float> a = random.uniform((transpose_a ? k : m) * lda, -1.0f, 1.0f);
-      const std::vector<float> b = random.uniform((transpose_b ? n : k) * ldb, -1.0f, 1.0f);
-      const std::vector<float> c_before = random.uniform(m * ldc, -1.0f, 1.0f);
-      std::vector<float> c = c_before;
-      product(transpose_a, transpose_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
-              c.data(), ldc);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0.0, given_sum = 0.0, squares = 0.0;
-          for (int64_t p = 0; p < k; ++p) {
-            const float av = transpose_a ? a[p * lda + i] : a[i * lda + p];
-            const float bv = transpose_b ? b[j * ldb + p] : b[p * ldb + j];
-            const double term = static_cast<double>(operand(av)) * operand(bv);
-            sum += term;
-            given_sum += static_cast<double>(av) * bv;
-            squares += term * term;
+  for (auto [m, n, k, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{7, 13, 300, 3}, {37, 29, 45, 3}}) {
+    for (bool transpose_a : {false, true}) {
+      for (bool transpose_b : {false, true}) {
+        SCOPED_TRACE("m " + std::to_string(m) + " transpose_a " + std::to_string(transpose_a) +
+                     " transpose_b " + std::to_string(transpose_b));
+        // Row-major with padded leading dimensions: A is [m, k] or [k, m], B [k, n] or [n, k].
+        const int64_t lda = (transpose_a ? m : k) + pad, ldb = (transpose_b ? k : n) + pad - 1,
+                      ldc = n + pad + 2;
+        const std::vector<float> a = uniform((transpose_a ? k : m) * lda, -1.0f, 1.0f);
+        const std::vector<float> b = uniform((transpose_b ? n : k) * ldb, -1.0f, 1.0f);
+        const std::vector<float> c_before = uniform(m * ldc, -1.0f, 1.0f);
+        const std::vector<float> c = product(transpose_a, transpose_b, m, n, k, alpha, a, lda, b,
+                                             ldb, beta, c_before, ldc);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = 0.0, given_sum = 0.0, squares = 0.0, magnitude = 0.0;
+            for (int64_t p = 0; p < k; ++p) {
+              const float av = transpose_a ? a[p * lda + i] : a[i * lda + p];
+              const float bv = transpose_b ? b[j * ldb + p] : b[p * ldb + j];
+              const double term = static_cast<double>(operand(av)) * operand(bv);
+              sum += term;
+              given_sum += static_cast<double>(av) * bv;
+              squares += term * term;
+              magnitude += std::fabs(term);
+            }
+            const double expected = alpha * sum + beta * c_before[i * ldc + j];
+            const double tolerance =
+                rounding_bound ? alpha * dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(expected)
+                               : 1e-5 * (std::fabs(expected) + alpha * magnitude +
+                                         std::fabs(beta * c_before[i * ldc + j]));
+            EXPECT_NEAR(c[i * ldc + j], expected, tolerance) << "row " << i << " column " << j;
+            const double given = alpha * given_sum + beta * c_before[i * ldc + j];
+            worst_against_given =
+                std::max(worst_against_given, std::fabs(c[i * ldc + j] - given) / tolerance);
           }
-          const double expected = alpha * sum + beta * c_before[i * ldc + j];
-          const double tolerance =
-              alpha * dot_tolerance(k, squares) + 4.0 * FLT_EPSILON * std::fabs(expected);
-          EXPECT_NEAR(c[i * ldc + j], expected, tolerance) << "row " << i << " column " << j;
-          const double given = alpha * given_sum + beta * c_before[i * ldc + j];
-          worst_against_given =
-              std::max(worst_against_given, std::fabs(c[i * ldc + j] - given) / tolerance);
+          for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], c_before[i * ldc + j]);
         }
-        // Padding columns of C are left alone.
-        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], c_before[i * ldc + j]);
       }
     }
   }
   return worst_against_given;
-}
-
-TEST(Gemm, AllTransposeCombinationsWithStrides) {
-  test::RandomInputs random;
-  SCOPED_TRACE(random.describe());
-  check_gemm(gemm, unchanged, 0.75f, -0.5f, random);
 }
 
 // The trainer's bf16 products (xf-train --bf16): exactly the f32 sums of the rounded inputs'
@@ -426,18 +439,96 @@ TEST(Bf16Gemm, ProductsOfRoundedInputsInEveryLayout) {
   SCOPED_TRACE(random.describe());
   Bf16Gemm bf16(2);
   const GemmFunction product = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                                   const float* a, int64_t lda, const float* b, int64_t ldb,
-                                   float beta, float* c, int64_t ldc) {
-    bf16.run(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                                   const std::vector<float>& a, int64_t lda,
+                                   const std::vector<float>& b, int64_t ldb, float beta,
+                                   std::vector<float> c, int64_t ldc) {
+    bf16.run(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    return c;
   };
+  const auto uniform = [&](size_t count, float low, float high) { return random.uniform(count, low, high); };
   for (int repeat = 0; repeat < 2; ++repeat) {
     for (const auto& [alpha, beta] : {std::pair{0.75f, -0.5f}, {1.0f, 0.0f}, {1.0f, 1.0f}}) {
-      EXPECT_GT(check_gemm(product, rounded_to_bf16, alpha, beta, random), 10.0)
+      EXPECT_GT(check_gemm(product, rounded_to_bf16, alpha, beta, true, uniform), 10.0)
           << "the products look like f32 products of the unrounded inputs";
     }
   }
   EXPECT_NE(std::string(bf16.implementation()), "");
 }
 
+// The trainer's linear layer (gemm plus bias) in double: its backward against finite
+// differences of its forward (loss = sum(weights * y)).
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  using trainer::testing::expect_gradient;
+  using trainer::testing::random_values;
+  using trainer::testing::weighted_sum;
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t rows = 5, in = 6, out = 4;
+  auto x = random_values(rng, rows * in);
+  auto weight = random_values(rng, out * in);
+  auto bias = random_values(rng, out);
+  const auto weights = random_values(rng, rows * out);
+  std::vector<double> y(rows * out);
+  auto loss = [&] {
+    linear_forward<double>(x.data(), weight.data(), bias.data(), rows, in, out, y.data(), 1);
+    return weighted_sum(weights, y.data());
+  };
+  const auto dx0 = random_values(rng, rows * in);
+  auto dx = dx0;
+  std::vector<double> dweight(out * in, 0.0), dbias(out, 0.0);
+  linear_backward<double>(weights.data(), x.data(), weight.data(), rows, in, out, dx.data(),
+                          /*accumulate_dx=*/true, dweight.data(), dbias.data(), 1);
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] -= dx0[i];
+  expect_gradient(loss, x.data(), x.size(), dx.data(), "dx");
+  expect_gradient(loss, weight.data(), weight.size(), dweight.data(), "dweight");
+  expect_gradient(loss, bias.data(), bias.size(), dbias.data(), "dbias");
+  // Without accumulate_dx the old contents are replaced.
+  auto dx_overwritten = dx0;
+  linear_backward<double>(weights.data(), x.data(), weight.data(), rows, in, out,
+                          dx_overwritten.data(), false, dweight.data(), dbias.data(), 1);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx_overwritten[i], dx[i], 1e-12);
+}
+
 }  // namespace
 }  // namespace xf::cpu
+
+namespace xf::test {
+namespace {
+
+using Gemm = KernelTest;
+
+// On f16 buffers A and B are f16 (the values the reference reads), C and the sums f32.
+TEST_P(Gemm, AllTransposeCombinationsWithStrides) {
+  KernelDevice& d = device();
+  const cpu::GemmFunction product = [&d](auto... args) { return d.gemm(args...); };
+  const auto values = [this](size_t count, float low, float high) { return uniform(count, low, high); };
+  for (const auto& [alpha, beta] : {std::pair{0.75f, -0.5f}, {0.75f, 0.5f}})
+    cpu::check_gemm(product, cpu::unchanged, alpha, beta, d.kind() == DeviceKind::cpu, values);
+}
+
+XF_KERNEL_TEST_DEVICES(Gemm, all_devices());
+
+using Matmul = KernelTest;
+
+// y = x W^T over odd sizes (no multiple of a tile), a single decode row and a square layer-sized
+// product, in every output precision of the device. The CPU's f32 sum is held to its rounding
+// bound; CUDA's to its output's tolerance of sum |x w| (f32 output of f16 inputs: only the f32
+// accumulation's rounding is left, 1e-4).
+TEST_P(Matmul, TimesTransposedWeightsMatchesDoubleReference) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 32}, {7, 33, 65}, {32, 512, 512}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    const std::vector<float> x = uniform(m * k, -1.0f, 1.0f), w = uniform(n * k, -1.0f, 1.0f);
+    const cpu::ProductReference ref(x, w, nullptr, m, n, k);
+    for (const Precision out : device().matmul_outputs()) {
+      const double tolerance = out == Precision::f16 ? 1e-2 : precision() == Precision::f16 ? 1e-4 : 1e-5;
+      expect_within(device().matmul(x, w, m, n, k, out), ref.y, [&](size_t i) {
+        return device().kind() == DeviceKind::cpu ? ref.rounding_bound[i]
+                                                  : tolerance * (std::fabs(ref.y[i]) + ref.magnitude[i]);
+      });
+    }
+  }
+}
+
+XF_KERNEL_TEST_DEVICES(Matmul, all_devices());
+
+}  // namespace
+}  // namespace xf::test
