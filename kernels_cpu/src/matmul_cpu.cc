@@ -445,6 +445,18 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
 // of an accumulator are 8 output columns: a tile of 4 x rows by 16 columns is 8 accumulators,
 // with no sums across lanes (the row kernel's hadd tree) and one contiguous store a row. The
 // int32 dot products are exact, as in the row kernel: the same results bit for bit.
+// acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones).
+// Inline asm so that acc is updated in its register: with intrinsics GCC 12 copied accumulators
+// between registers and spilled one to the stack in the 4-row tile.
+XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m256i ones) {
+  __m256i pairs;
+  asm("vpmaddubsw %[s8], %[u8], %[pairs]\n\t"
+      "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"
+      "vpaddd %[pairs], %[acc], %[acc]"
+      : [acc] "+x"(acc), [pairs] "=&x"(pairs)
+      : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
+}
+
 // acc[i] += x row i's 4 bytes (x_bytes[i]) times the group's 64 bytes at `group`.
 template <int kRows>
 XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_bytes)[kRows],
@@ -454,8 +466,8 @@ XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_byte
   const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32));
   for (int i = 0; i < kRows; ++i) {
     const __m256i xb = _mm256_set1_epi32(x_bytes[i]);
-    acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
-    acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
+    add_byte_products(acc[i][0], xb, w0, ones);
+    add_byte_products(acc[i][1], xb, w1, ones);
   }
 }
 
