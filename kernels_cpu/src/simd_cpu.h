@@ -75,7 +75,7 @@ inline float round_to_nearest(float x) {
 // exp_vectorizable became branches (GCC threads each into its own copy of the polynomial, on
 // constants), which the AVX2 build cannot turn into selects without -fno-trapping-math: its
 // loops stayed scalar (log_softmax_top_k was 19% of an int8 batch-32 beam-4 translation at
-// AVX2 under perf, 5% after; AVX-512 masks them). The same values, NaN included.
+// AVX2 under perf, 5-7% after; AVX-512 masks them). The same values, NaN included.
 inline float select_bits(bool condition, float if_true, float if_false) {
   const int32_t mask = -static_cast<int32_t>(condition);  // all ones or zero
   return __builtin_bit_cast(float, (__builtin_bit_cast(int32_t, if_true) & mask) |
