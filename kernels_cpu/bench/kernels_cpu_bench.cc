@@ -79,6 +79,17 @@ BENCHMARK(BM_StaticMatmul)
     ->Apply(bundled_int8_shapes)
     ->Unit(benchmark::kMicrosecond);
 
+// The same shapes in f32 (packed weights), up to batch 32 x beam 4 rows.
+void bundled_f32_shapes(benchmark::internal::Benchmark* b) {
+  for (auto [n, k] : {std::pair{768, 256}, {256, 1024}, {1024, 256}, {8446, 256}}) {
+    for (int m : {1, 4, 32, 128}) b->Args({m, n, k, 0});
+  }
+}
+BENCHMARK(BM_StaticMatmul)
+    ->Name("BM_StaticMatmulBundledF32")
+    ->Apply(bundled_f32_shapes)
+    ->Unit(benchmark::kMicrosecond);
+
 // The trainer's products (gemm, and Bf16Gemm for xf-train --bf16) at the bundled model's shapes:
 // 2,500-token batches, d_model 256, d_ff 1024, vocabulary 8000. range(3): 0 f32, 1 bf16;
 // range(4): 1 for the weight gradient's layout (A transposed: dW = dy^T x, K = the tokens).

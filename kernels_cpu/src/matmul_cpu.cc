@@ -135,6 +135,20 @@ namespace {
 using Int8RowProducts = void (*)(const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k,
                                  int64_t rows, const int32_t* shift_sums, const float* row_scales,
                                  float* y, int64_t ldy);
+// The panel kernel's: also applies x's row scales and adds the bias (when not null) as it stores.
+using Int8PanelProducts = void (*)(const uint8_t* x_shifted, int64_t m, const int8_t* w, int64_t k,
+                                   int64_t rows, const int32_t* shift_sums, const float* row_scales,
+                                   const float* x_scales, const float* bias, float* y, int64_t ldy);
+
+// The panel layout of int8 weights (int8_panel_products_avx2): panels of 16 weight rows, the
+// last padded with zero rows; in a panel, for each group of 4 columns of K (the last padded with
+// zeros), the 4 bytes of each of the 16 rows.
+constexpr int64_t kPanelColumns = 16;
+constexpr int64_t panel_groups(int64_t k) { return (k + 3) / 4; }
+constexpr int64_t panel_bytes(int64_t k) { return panel_groups(k) * 4 * kPanelColumns; }
+constexpr int64_t padded_to_panels(int64_t n) {
+  return (n + kPanelColumns - 1) / kPanelColumns * kPanelColumns;
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XF_INT8_ROW_KERNEL 1
@@ -427,6 +441,220 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
                                            const float* row_scales, float* y, int64_t ldy) {
   int8_row_products_ymm<Dot, kFixedK>(x_shifted, m, w, k, rows, shift_sums, row_scales, y, ldy);
 }
+
+// Plain AVX2, any row count: the 7-bit weight copy laid out in panels (panel_bytes; made at plan
+// time instead of the row-major copy). Each x row's 4 bytes of a group are broadcast and
+// multiplied with the group's 64 bytes (vpmaddubsw, then vpmaddwd by ones), so the 8 int32 lanes
+// of an accumulator are 8 output columns: a tile of 4 x rows by 16 columns is 8 accumulators,
+// with no sums across lanes (the row kernel's hadd tree) and one contiguous store a row. The
+// int32 dot products are exact, as in the row kernel: the same results bit for bit.
+// acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones).
+// Inline asm so that acc is updated in its register: with intrinsics GCC 12 copied accumulators
+// between registers and spilled one to the stack in the 4-row tile.
+XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m256i ones) {
+  __m256i pairs;
+  asm("vpmaddubsw %[s8], %[u8], %[pairs]\n\t"
+      "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"
+      "vpaddd %[pairs], %[acc], %[acc]"
+      : [acc] "+x"(acc), [pairs] "=&x"(pairs)
+      : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
+}
+
+// acc[i] += x row i's 4 bytes (x_bytes[i]) times the group's 64 bytes at `group`.
+template <int kRows>
+XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_bytes)[kRows],
+                                     __m256i (&acc)[kRows][2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32));
+  for (int i = 0; i < kRows; ++i) {
+    const __m256i xb = _mm256_set1_epi32(x_bytes[i]);
+    add_byte_products(acc[i][0], xb, w0, ones);
+    add_byte_products(acc[i][1], xb, w1, ones);
+  }
+}
+
+// y[i][j] for kRows x rows and the `columns` (<= 16) weight rows of one panel.
+template <int kRows>
+XF_AVX2_INLINE void int8_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
+                                    const int32_t* shift_sums, const float* row_scales,
+                                    const float* x_scales, const float* bias, float* y,
+                                    int64_t ldy, int64_t columns) {
+  __m256i acc[kRows][2];
+  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
+  const int64_t full = k / 4;
+  for (int64_t g = 0; g < full; ++g) {
+    int32_t x_bytes[kRows];
+    for (int i = 0; i < kRows; ++i) std::memcpy(&x_bytes[i], x + i * k + 4 * g, 4);
+    int8_panel_group<kRows>(panel + g * 64, x_bytes, acc);
+  }
+  if (full * 4 < k) {  // the last k % 4 bytes, zero-extended (their weights are zero-padded)
+    int32_t x_bytes[kRows] = {};
+    for (int i = 0; i < kRows; ++i) std::memcpy(&x_bytes[i], x + i * k + 4 * full, k - 4 * full);
+    int8_panel_group<kRows>(panel + full * 64, x_bytes, acc);
+  }
+  const __m256i sums[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums)),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums + 8))};
+  const __m256 scales[2] = {_mm256_loadu_ps(row_scales), _mm256_loadu_ps(row_scales + 8)};
+  // As the row kernel and then scale_rows_add_bias: float(dot) * row scale, then times x's row
+  // scale plus the bias (the FMA of scale_rows_add_bias's AVX2 build).
+  for (int i = 0; i < kRows; ++i) {
+    const __m256 x_scale = _mm256_broadcast_ss(x_scales + i);
+    __m256 results[2];
+    for (int h = 0; h < 2; ++h) {
+      results[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][h], sums[h])), scales[h]);
+      results[h] = bias != nullptr
+                       ? _mm256_fmadd_ps(results[h], x_scale, _mm256_loadu_ps(bias + 8 * h))
+                       : _mm256_mul_ps(results[h], x_scale);
+    }
+    if (columns == kPanelColumns) {
+      _mm256_storeu_ps(y + i * ldy, results[0]);
+      _mm256_storeu_ps(y + i * ldy + 8, results[1]);
+    } else {
+      alignas(32) float row[kPanelColumns];
+      _mm256_store_ps(row, results[0]);
+      _mm256_store_ps(row + 8, results[1]);
+      std::memcpy(y + i * ldy, row, columns * sizeof(float));
+    }
+  }
+}
+
+// Int8PanelProducts: w is the first panel of `rows` weight rows, shift_sums and row_scales are
+// padded to whole panels, x_scales has m values, bias (when not null) `rows`.
+template <int64_t kFixedK>
+XF_AVX2_TARGET void int8_panel_products_avx2(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                             int64_t run_time_k, int64_t rows,
+                                             const int32_t* shift_sums, const float* row_scales,
+                                             const float* x_scales, const float* bias, float* y,
+                                             int64_t ldy) {
+  const int64_t k = kFixedK != 0 ? kFixedK : run_time_k;
+  for (int64_t r = 0; r < rows; r += kPanelColumns) {
+    const int64_t columns = std::min(kPanelColumns, rows - r);
+    const int8_t* panel = w + r / kPanelColumns * panel_bytes(k);
+    const float* panel_bias = bias != nullptr ? bias + r : nullptr;
+    alignas(32) float last_bias[kPanelColumns] = {};  // a last panel's bias, padded
+    if (bias != nullptr && columns < kPanelColumns) {
+      std::memcpy(last_bias, bias + r, columns * sizeof(float));
+      panel_bias = last_bias;
+    }
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      int8_panel_tile<4>(x_shifted + i * k, k, panel, shift_sums + r, row_scales + r, x_scales + i,
+                         panel_bias, y + i * ldy + r, ldy, columns);
+    }
+    const uint8_t* x_rest = x_shifted + i * k;
+    float* y_rest = y + i * ldy + r;
+    switch (m - i) {
+      case 3:
+        int8_panel_tile<3>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
+                           panel_bias, y_rest, ldy, columns);
+        break;
+      case 2:
+        int8_panel_tile<2>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
+                           panel_bias, y_rest, ldy, columns);
+        break;
+      case 1:
+        int8_panel_tile<1>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
+                           panel_bias, y_rest, ldy, columns);
+        break;
+      default: break;
+    }
+  }
+}
+
+// f32 at AVX2 and AVX-VNNI, any row count: the weights in panels of 16 rows (output columns; the
+// last padded with zero rows), for each k the 16 rows' values (64 bytes), made once at plan time
+// in place of oneDNN's packed copy. oneDNN 2.6's gemm:jit at AVX2 ran 8,446 x 256 and
+// 32,000 x 512 at 30-35 GFLOP/s against 95 at 512 x 512 (xf-kernels-bench, 1 thread); here
+// each tile of up to 6 x rows by 16 columns is 12 accumulators fed by one broadcast of x and two
+// loads of the panel (16 KB at K = 256, kept in L1 while every x row passes over it).
+// y[i][j] = bias[j] + sum_k x[i][k] w[j][k] for kRows x rows and the `columns` (<= 16) rows of
+// one panel, by FMA.
+// acc[i] += x[i][c] times the panel's 16 values of k = c.
+template <int kRows>
+XF_AVX2_INLINE void f32_panel_step(const float* x, int64_t k, const float* panel, int64_t c,
+                                   __m256 (&acc)[kRows][2]) {
+  const __m256 w0 = _mm256_loadu_ps(panel + c * kPanelColumns);
+  const __m256 w1 = _mm256_loadu_ps(panel + c * kPanelColumns + 8);
+  for (int i = 0; i < kRows; ++i) {
+    const __m256 xb = _mm256_broadcast_ss(x + i * k + c);
+    acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
+    acc[i][1] = _mm256_fmadd_ps(xb, w1, acc[i][1]);
+  }
+}
+
+template <int kRows>
+XF_AVX2_INLINE void f32_panel_tile(const float* x, int64_t k, const float* panel,
+                                   const float* bias, float* y, int64_t ldy, int64_t columns) {
+  // With one or two x rows, 2 or 4 accumulators would wait on each other's FMA latency: k is
+  // then split kSplit ways (consecutive k to separate accumulators), added at the end.
+  constexpr int kSplit = kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
+  __m256 acc[kSplit][kRows][2];
+  for (auto& split : acc) {
+    for (auto& row : split) row[0] = row[1] = _mm256_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + kSplit <= k; c += kSplit) {
+    for (int split = 0; split < kSplit; ++split) f32_panel_step(x, k, panel, c + split, acc[split]);
+  }
+  for (; c < k; ++c) f32_panel_step(x, k, panel, c, acc[0]);
+  for (int i = 0; i < kRows; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kSplit == 4) {
+        acc[0][i][h] = _mm256_add_ps(_mm256_add_ps(acc[0][i][h], acc[1][i][h]),
+                                     _mm256_add_ps(acc[2][i][h], acc[3][i][h]));
+      } else if constexpr (kSplit == 2) {
+        acc[0][i][h] = _mm256_add_ps(acc[0][i][h], acc[1][i][h]);
+      }
+    }
+  }
+  for (int i = 0; i < kRows; ++i) {
+    if (bias != nullptr) {
+      acc[0][i][0] = _mm256_add_ps(acc[0][i][0], _mm256_loadu_ps(bias));
+      acc[0][i][1] = _mm256_add_ps(acc[0][i][1], _mm256_loadu_ps(bias + 8));
+    }
+    if (columns == kPanelColumns) {
+      _mm256_storeu_ps(y + i * ldy, acc[0][i][0]);
+      _mm256_storeu_ps(y + i * ldy + 8, acc[0][i][1]);
+    } else {
+      alignas(32) float row[kPanelColumns];
+      _mm256_store_ps(row, acc[0][i][0]);
+      _mm256_store_ps(row + 8, acc[0][i][1]);
+      std::memcpy(y + i * ldy, row, columns * sizeof(float));
+    }
+  }
+}
+
+// y = x W^T (+ bias, [rows], when not null) for the m rows of x and `rows` weight rows from the
+// panel at w; y's row stride is ldy.
+XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const float* w, int64_t k,
+                                            int64_t rows, const float* bias, float* y,
+                                            int64_t ldy) {
+  for (int64_t r = 0; r < rows; r += kPanelColumns) {
+    const int64_t columns = std::min(kPanelColumns, rows - r);
+    const float* panel = w + r * k;
+    const float* panel_bias = bias != nullptr ? bias + r : nullptr;
+    alignas(32) float last_bias[kPanelColumns] = {};  // a last panel's bias, padded
+    if (bias != nullptr && columns < kPanelColumns) {
+      std::memcpy(last_bias, bias + r, columns * sizeof(float));
+      panel_bias = last_bias;
+    }
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6) {
+      f32_panel_tile<6>(x + i * k, k, panel, panel_bias, y + i * ldy + r, ldy, columns);
+    }
+    const float* x_rest = x + i * k;
+    float* y_rest = y + i * ldy + r;
+    switch (m - i) {
+      case 5: f32_panel_tile<5>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      case 4: f32_panel_tile<4>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      case 3: f32_panel_tile<3>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      case 2: f32_panel_tile<2>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      case 1: f32_panel_tile<1>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      default: break;
+    }
+  }
+}
 #undef XF_AVX2_INLINE
 #undef XF_AVX2_TARGET
 
@@ -543,8 +771,8 @@ const char* int8_row_kernel_name() {
 #if defined(XF_INT8_ROW_KERNEL)
   switch (cpu_isa()) {
     case CpuIsa::avx512_vnni: return "xf:int8_row_avx512_vnni";
-    case CpuIsa::avx512:  // AVX-512 without VNNI (Skylake-X): the AVX2 kernel
-    case CpuIsa::avx2: return "xf:int8_row_avx2";
+    case CpuIsa::avx512: return "xf:int8_row_avx2";  // AVX-512 without VNNI (Skylake-X)
+    case CpuIsa::avx2: return "xf:int8_panels_avx2";
     case CpuIsa::avx2_vnni: return "xf:int8_row_avx2_vnni";
     case CpuIsa::neon: return "xf:int8_row_neon";
     case CpuIsa::neon_dotprod: return "xf:int8_row_neon_dotprod";
@@ -587,7 +815,7 @@ XF_DISPATCH_BY_ISA(shift_to_unsigned)
 // The kernel `Kernel` instantiated for row length k: compiled for the Transformer's usual d_model
 // and d_ff, or generic.
 template <template <int64_t> class Kernel>
-Int8RowProducts for_row_length(int64_t k) {
+auto for_row_length(int64_t k) {
   switch (k) {
     case 256: return Kernel<256>::run;
     case 512: return Kernel<512>::run;
@@ -601,18 +829,49 @@ struct Vnni512 { static constexpr Int8RowProducts run = int8_row_products_vnni<k
 template <int64_t kFixedK>
 struct Avx2 { static constexpr Int8RowProducts run = int8_row_products_avx2<Avx2Dot, kFixedK>; };
 template <int64_t kFixedK>
+struct Avx2Panels { static constexpr Int8PanelProducts run = int8_panel_products_avx2<kFixedK>; };
+template <int64_t kFixedK>
 struct AvxVnni {
   static constexpr Int8RowProducts run = int8_row_products_avx2<AvxVnniDot, kFixedK>;
 };
 #endif
 
-// The few-row kernel for row length k at cpu_isa(), or null where there is none.
+// Whether the kernel at cpu_isa() reads the 7-bit weights in panels (int8_panel_products_avx2):
+// plain AVX2, where it serves every row count, so no row-major copy is needed.
+bool int8_kernel_reads_panels() {
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+  return cpu_isa() == CpuIsa::avx2;
+#else
+  return false;
+#endif
+}
+
+// Whether f32 products run xf's panel kernel (f32_panel_products_avx2) instead of oneDNN: at
+// AVX2 and AVX-VNNI, where oneDNN 2.6 runs gemm:jit.
+bool f32_kernel_reads_panels() {
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+  return cpu_isa() == CpuIsa::avx2 || cpu_isa() == CpuIsa::avx2_vnni;
+#else
+  return false;
+#endif
+}
+
+// The panel kernel for row length k, or null where int8_kernel_reads_panels() is false.
+Int8PanelProducts int8_panel_products_for(int64_t k) {
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+  if (int8_kernel_reads_panels()) return for_row_length<Avx2Panels>(k);
+#endif
+  (void)k;
+  return nullptr;
+}
+
+// The few-row kernel for row length k at cpu_isa(), or null where there is none (or where it
+// reads panels: int8_panel_products_for).
 Int8RowProducts int8_row_products_for(int64_t k) {
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
   switch (cpu_isa()) {
     case CpuIsa::avx512_vnni: return for_row_length<Vnni512>(k);
-    case CpuIsa::avx512:
-    case CpuIsa::avx2: return for_row_length<Avx2>(k);
+    case CpuIsa::avx512: return for_row_length<Avx2>(k);
     case CpuIsa::avx2_vnni: return for_row_length<AvxVnni>(k);
     default: return nullptr;
   }
@@ -704,6 +963,50 @@ struct CpuEngine::Impl {
     });
   }
 
+  // f32 weights in panels of 16 rows (f32_panel_products_avx2): for each k, the 16 rows' values;
+  // the last panel padded with zero rows.
+  std::shared_ptr<PackedWeights> f32_panels(const WeightMatrix& weights) {
+    const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
+    const dnnl::memory::desc desc({padded_n * k}, DataType::f32, dnnl::memory::format_tag::a);
+    return shared_copy(weights, desc, [&](PackedWeights& made) {
+      const auto* from = static_cast<const float*>(weights.data);
+      auto* to = static_cast<float*>(made.memory.get_data_handle());
+      std::fill(to, to + padded_n * k, 0.0f);
+      for (int64_t r = 0; r < n; ++r) {
+        float* panel = to + r / kPanelColumns * kPanelColumns * k;
+        for (int64_t c = 0; c < k; ++c) panel[c * kPanelColumns + r % kPanelColumns] = from[r * k + c];
+      }
+    });
+  }
+
+  // The 7-bit copy in the panel layout (panel_bytes), followed by each padded row's
+  // 128 * sum(w) (s32); row_scales padded with zeros. int8_panel_products_avx2 reads it.
+  std::shared_ptr<PackedWeights> seven_bit_panels(const WeightMatrix& weights) {
+    const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
+    const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
+    const dnnl::memory::desc desc({panels_size + padded_n * 4}, DataType::s8,
+                                  dnnl::memory::format_tag::a);
+    return shared_copy(weights, desc, [&](PackedWeights& made) {
+      const auto* from = static_cast<const int8_t*>(weights.data);
+      auto* to = static_cast<int8_t*>(made.memory.get_data_handle());
+      auto* shift_sums = reinterpret_cast<int32_t*>(to + panels_size);
+      std::fill(to, to + panels_size, int8_t{0});
+      std::fill(shift_sums, shift_sums + padded_n, 0);
+      for (int64_t r = 0; r < n; ++r) {
+        int8_t* panel = to + r / kPanelColumns * panel_bytes(k);
+        int32_t sum = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const int8_t value = to_seven_bits(from[r * k + c]);
+          panel[c / 4 * 4 * kPanelColumns + r % kPanelColumns * 4 + c % 4] = value;
+          sum += value;
+        }
+        shift_sums[r] = 128 * sum;
+      }
+      made.row_scales.assign(padded_n, 0.0f);
+      for (int64_t r = 0; r < n; ++r) made.row_scales[r] = 2.0f * weights.row_scales[r];
+    });
+  }
+
   std::shared_ptr<PackedWeights> seven_bit_copy(const WeightMatrix& weights) {
     const auto desc = stored_weights_desc(weights.rows, weights.cols, DataType::s8);
     return shared_copy(weights, desc, [&](PackedWeights& made) {
@@ -745,9 +1048,12 @@ struct StaticMatmul::Impl {
   // the weights it reads (stored, or their 7-bit copy), their row scales and each row's
   // 128 * sum of weights (plan time).
   Int8RowProducts int8_row_products = nullptr;
+  Int8PanelProducts int8_panel_products = nullptr;  // instead, at plain AVX2
   const int8_t* int8_weights = nullptr;
+  int64_t int8_weight_row_bytes = 0;  // k, or in panels panel_bytes(k) / 16
   const float* int8_row_scales = nullptr;
   std::shared_ptr<PackedWeights> shift_sums_copy;  // the engine's, shared across row counts
+  bool f32_panels = false;  // f32 by xf's kernel, reading packed (f32_panel_products_avx2)
   const int32_t* shift_sums = nullptr;
   // Memory objects made once; run() only re-points their data handles (no allocation).
   dnnl::memory source, destination, bias, scratchpad;
@@ -805,7 +1111,12 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
     pd = dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(source_desc, weights_desc, destination_desc), attr, eng);
-    if (int8_products_saturate()) {
+    if (int8_kernel_reads_panels()) {
+      // The kernel serves every row count here: the primitive is made for its name only and
+      // never runs, so it is given the stored weights; the kernel reads the panels.
+      s.packed = engine.impl_->seven_bit_panels(weights);
+      weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
+    } else if (int8_products_saturate()) {
       s.packed = engine.impl_->seven_bit_copy(weights);
       weights_memory = s.packed->memory;
     } else {
@@ -813,8 +1124,11 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     }
   } else {
     const dnnl::memory::desc stored = stored_weights_desc(s.n, s.k, DataType::f32);
+    // With xf's kernel the primitive is made for its name only and never runs: on the stored
+    // weights, so that oneDNN makes no packed copy.
+    s.f32_panels = engine.weight_packing() && f32_kernel_reads_panels();
     const dnnl::memory::desc wanted =
-        engine.weight_packing()
+        engine.weight_packing() && !s.f32_panels
             ? dnnl::memory::desc({s.k, s.n}, DataType::f32, dnnl::memory::format_tag::any)
             : stored;
     pd = with_bias
@@ -831,22 +1145,39 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.primitive = dnnl::matmul(pd);
   s.implementation = pd.impl_info_str();
-  if (s.int8 && m <= int8_row_kernel_max_rows()) s.int8_row_products = int8_row_products_for(s.k);
-  if (s.int8_row_products != nullptr) {
+  if (s.int8 && m <= int8_row_kernel_max_rows()) {
+    s.int8_row_products = int8_row_products_for(s.k);
+    s.int8_panel_products = int8_panel_products_for(s.k);
+  }
+  const bool int8_by_xf = s.int8_row_products != nullptr || s.int8_panel_products != nullptr;
+  if (int8_by_xf) {
     // The weights oneDNN reads (the 7-bit copy where its products saturate, as the AVX2
     // kernel's vpmaddubsw does too), so that a row's result is the same on either path.
-    WeightMatrix read = weights;
-    if (s.packed) {
-      read.data = s.packed->memory.get_data_handle();
-      read.row_scales = s.packed->row_scales.data();
-    }
     s.implementation = int8_row_kernel_name();
-    s.int8_weights = static_cast<const int8_t*>(read.data);
-    s.int8_row_scales = read.row_scales;
-    s.shift_sums_copy = engine.impl_->row_shift_sums(read);
-    s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
+    if (int8_kernel_reads_panels()) {
+      s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
+      s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
+      s.int8_row_scales = s.packed->row_scales.data();
+      s.shift_sums = reinterpret_cast<const int32_t*>(
+          s.int8_weights + padded_to_panels(s.n) / kPanelColumns * panel_bytes(s.k));
+    } else {
+      WeightMatrix read = weights;
+      if (s.packed) {
+        read.data = s.packed->memory.get_data_handle();
+        read.row_scales = s.packed->row_scales.data();
+      }
+      s.int8_weights = static_cast<const int8_t*>(read.data);
+      s.int8_weight_row_bytes = s.k;
+      s.int8_row_scales = read.row_scales;
+      s.shift_sums_copy = engine.impl_->row_shift_sums(read);
+      s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
+    }
   }
-  record_implementation(s.implementation, s.int8_row_products == nullptr);
+  if (s.f32_panels) {
+    s.packed = engine.impl_->f32_panels(weights);
+    s.implementation = "xf:f32_panels_avx2";
+  }
+  record_implementation(s.implementation, !int8_by_xf && !s.f32_panels);
 
   size_t offset = 0;
   if (s.int8) {
@@ -856,7 +1187,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.scratchpad_offset = offset;
   // xf's kernel needs no scratchpad (the oneDNN primitive above is made all the same, unused).
-  s.scratchpad_bytes = s.int8_row_products != nullptr ? 0 : pd.scratchpad_desc().get_size();
+  s.scratchpad_bytes =
+      int8_by_xf || s.f32_panels ? 0 : pd.scratchpad_desc().get_size();
   s.workspace_bytes = offset + align_up(s.scratchpad_bytes);
 
   // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.
@@ -869,7 +1201,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     s.args[DNNL_ARG_BIAS] = s.bias;
   }
   if (s.int8) {
-    const float* w_scales = s.packed ? s.packed->row_scales.data() : weights.row_scales;
+    const float* w_scales = s.packed && !int8_kernel_reads_panels() ? s.packed->row_scales.data()
+                                                                    : weights.row_scales;
     s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] =
         dnnl::memory({{s.n}, DataType::f32, {1}}, eng, const_cast<float*>(w_scales));
   }
@@ -899,7 +1232,7 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
     quantize_int8_per_row(x, s.m, s.k, quantized, x_scales, s.engine->threads());
-    if (s.int8_row_products != nullptr) {
+    if (s.int8_row_products != nullptr || s.int8_panel_products != nullptr) {
       uint8_t* shifted = shift_to_unsigned(quantized, s.m * s.k);
       // One slice of weight rows a thread, a multiple of the kernel's 16 (slices of 256 rows
       // left a 256-row product on one thread of two, and split 768 rows 512 : 256).
@@ -908,15 +1241,40 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
       detail::parallel_for((s.n + slice - 1) / slice, threads,
                            s.m * s.n * s.k >= (1 << 18), [&](int64_t b) {
         const int64_t first = b * slice, rows = std::min(slice, s.n - first);
-        s.int8_row_products(shifted, s.m, s.int8_weights + first * s.k, s.k, rows,
-                            s.shift_sums + first, s.int8_row_scales + first, y + first, s.n);
+        const int8_t* weights = s.int8_weights + first * s.int8_weight_row_bytes;
+        if (s.int8_panel_products != nullptr) {  // scales x and adds the bias itself
+          s.int8_panel_products(shifted, s.m, weights, s.k, rows, s.shift_sums + first,
+                                s.int8_row_scales + first, x_scales,
+                                s.with_bias ? bias + first : nullptr, y + first, s.n);
+        } else {
+          s.int8_row_products(shifted, s.m, weights, s.k, rows, s.shift_sums + first,
+                              s.int8_row_scales + first, y + first, s.n);
+        }
       });
-      scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
-                          s.engine->threads());
+      if (s.int8_panel_products == nullptr) {
+        scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
+                            s.engine->threads());
+      }
       return;
     }
     s.source.set_data_handle(quantized);
   } else {
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+    if (s.f32_panels) {  // one slice of panels a thread
+      const int threads = s.engine->threads();
+      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);  // as below
+      const int64_t slice =
+          (s.n + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
+      const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
+      detail::parallel_for((s.n + slice - 1) / slice, threads, s.m * s.n * s.k >= (1 << 18),
+                           [&](int64_t b) {
+        const int64_t first = b * slice, rows = std::min(slice, s.n - first);
+        f32_panel_products_avx2(x, s.m, panels + first * s.k, s.k, rows,
+                                s.with_bias ? bias + first : nullptr, y + first, s.n);
+      });
+      return;
+    }
+#endif
     s.source.set_data_handle(const_cast<float*>(x));
     if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
   }

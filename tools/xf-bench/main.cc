@@ -43,7 +43,7 @@ lines, in file order, after one warm-up request, and prints:
                   the device/pinned allocation calls xf made during the timed decoding
   kernels         the instruction set of xf's own CPU loops (avx512_vnni, avx2, baseline, ...)
   products        the CPU matrix products planned, by implementation: xf's kernels by name
-                  (xf:int8_row_avx2), oneDNN's as onednn:NAME @ISA
+                  (xf:int8_panels_avx2), oneDNN's as onednn:NAME @ISA
 ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) caps both, e.g. ONEDNN_MAX_CPU_ISA=AVX2.
 
 %s  --input FILE          the sentences (required)

@@ -134,8 +134,9 @@ int8_t to_seven_bits(int8_t value);
 // step, the encoder) runs xf's own kernel instead of oneDNN: oneDNN 2.6 repacks the weights on
 // every such call. Its results are bit for bit oneDNN's. int8_row_kernel_name() is its
 // implementation() at cpu_isa() (xf/kernels_cpu/isa.h): "xf:int8_row_avx512_vnni",
-// "xf:int8_row_avx2_vnni" (AVX-VNNI) or "xf:int8_row_avx2" (AVX2, and AVX-512 without VNNI),
-// null where there is none.
+// "xf:int8_row_avx2_vnni" (AVX-VNNI), "xf:int8_row_avx2" (AVX-512 without VNNI) or
+// "xf:int8_panels_avx2" (AVX2: the 7-bit weights in panels made at plan time), null where there
+// is none. (f32 products at AVX2 and AVX-VNNI are xf's too: "xf:f32_panels_avx2".)
 bool int8_row_kernel_available();
 const char* int8_row_kernel_name();
 // The most rows of an int8 product it serves: 16 with AVX-512, every count at AVX2, AVX-VNNI and
@@ -147,8 +148,8 @@ int64_t int8_row_kernel_max_rows();
 const char* onednn_isa_name();
 
 // How many StaticMatmuls this process made, by implementation: xf's kernels by their names
-// ("xf:int8_row_avx2"), oneDNN's as "onednn:NAME @ISA" ("onednn:gemm:jit @avx2"). For benchmarks
-// and logs: shows what the ISA cap chose for every product.
+// ("xf:int8_panels_avx2"), oneDNN's as "onednn:NAME @ISA" ("onednn:gemm:jit @avx512_core_vnni").
+// For benchmarks and logs: shows what the ISA cap chose for every product.
 std::vector<std::pair<std::string, int64_t>> matmul_implementations();
 
 // Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
