@@ -37,6 +37,8 @@
 #   XF_BIN    directory with xf-run and xf-convert   [REPO/build/bin]
 #   XF_DATA   folder with train.tsv and test.tsv (English TAB French)   (required)
 #   LINES [128]  LINES_B1 [16]  PIECES [8]  FACTOR [2]  THREADS ["1 2"]  ROUNDS [2]
+#   XF_ENV    environment of the xf runs, e.g. OMP_WAIT_POLICY=passive on an oversubscribed
+#             machine, where xf's spinning OpenMP workers otherwise burn CPU while they wait [""]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,6 +54,7 @@ pieces=${PIECES:-8}
 factor=${FACTOR:-2}
 threads_list=${THREADS:-1 2}
 rounds=${ROUNDS:-2}
+read -r -a xf_env <<< "${XF_ENV:-}"
 case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
 [[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
 "$python" -c "import pymarian, ctranslate2, sentencepiece, numpy, yaml" 2>/dev/null ||
@@ -141,7 +144,7 @@ config() {
     for dtype in f32 int8; do
       tag="${label// /_}.$dtype.t$threads.r$round"
       run "$label" "$dtype" "$threads" xf "$round" "$work/out.xf.$tag" \
-        "$xf_bin/xf-run" --model "$work/xf_$dtype.xfm" --ids --input "$work/$in.ids" --beam "$beam" \
+        env "${xf_env[@]}" "$xf_bin/xf-run" --model "$work/xf_$dtype.xfm" --ids --input "$work/$in.ids" --beam "$beam" \
         --max-batch "$batch" --threads "$threads" --length-penalty 0 --max-decoding-length "$max_len"
       local models=("$base/model.npz")
       [[ $dtype == int8 ]] && models=("$work/marian_intgemm8.bin" "$work/marian_packed8avx512.bin")
@@ -167,7 +170,7 @@ config() {
        "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512_vnni|avx512_bf16|amx_int8|amx_bf16)$' | tr '\n' ' ')"
   echo "uptime before: $(uptime)"
   echo "software: $("$python" -c 'import pymarian, ctranslate2; print("pymarian", pymarian.__version__, "ctranslate2", ctranslate2.__version__)'), xf $("$xf_bin/xf-run" --version 2>&1 | head -1)"
-  echo "input: $lines sentences (batch 1: $lines_b1) of $pieces pieces; outputs up to $max_len tokens"
+  echo "input: $lines sentences (batch 1: $lines_b1) of $pieces pieces; outputs up to $max_len tokens; XF_ENV: ${XF_ENV:-none}"
 } > "$work/machine.txt"
 
 for threads in $threads_list; do
