@@ -1,5 +1,7 @@
 // Marian's transformer (src/models/transformer.h): linear maps stored [in, out], q/k/v separate,
-// layer norms after each sub-layer (postprocess "dan") with epsilon 1e-6, sinusoids of sines then cosines at Marian's own frequencies,
+// layer norms after each sub-layer (postprocess "dan") or before it (preprocess "n": names end
+// in "_pre", and a final "_top" norm on each stack) with epsilon 1e-6, sinusoids of sines then
+// cosines at Marian's own frequencies,
 // the decoder's first input a zero vector, a joint or per-side vocabulary .yml over SentencePiece
 // pieces (or the .spm itself).
 #include <yaml-cpp/yaml.h>
@@ -185,12 +187,15 @@ void import_marian(const std::string& input, const std::string& output, const Im
   refuse_unless(activation == "swish" || activation == "relu", "transformer-ffn-activation", activation, "swish or relu");
   const std::string preprocess = text("transformer-preprocess", ""), postprocess = text("transformer-postprocess", "dan"),
                     top = text("transformer-postprocess-top", ""), emb = text("transformer-postprocess-emb", "d");
-  // Marian's pre-norm ("n") normalizes only the query of self-attention: keys and values are the
-  // un-normalized layer input (the decoder's cache too), which xf's pre-norm layers do not compute.
-  refuse_unless(preprocess == "" || preprocess == "d", "transformer-preprocess", preprocess,
-                "\"\": post-norm only; Marian's pre-norm attends over un-normalized keys and values");
-  refuse_unless(postprocess == "dan", "transformer-postprocess", postprocess, "dan");
-  refuse_unless(top == "", "transformer-postprocess-top", top, "\"\"");
+  // Post-norm ("", "dan", "") or pre-norm ("n", "da", "n": a final layer norm on each stack), the
+  // two layouts Marian's transformers are trained in; dropout ("d") does nothing at inference.
+  const bool pre_norm = preprocess == "n";
+  refuse_unless(pre_norm || preprocess == "" || preprocess == "d", "transformer-preprocess", preprocess,
+                "\"\" (post-norm) or n (pre-norm)");
+  refuse_unless(postprocess == (pre_norm ? "da" : "dan"), "transformer-postprocess", postprocess,
+                pre_norm ? "da with transformer-preprocess n" : "dan with transformer-preprocess \"\"");
+  refuse_unless(top == (pre_norm ? "n" : ""), "transformer-postprocess-top", top,
+                pre_norm ? "n with transformer-preprocess n" : "\"\" with transformer-preprocess \"\"");
   refuse_unless(emb.find('n') == std::string::npos, "transformer-postprocess-emb", emb, "no layer norm on embeddings");
   refuse_unless(number("transformer-ffn-depth", 2) == 2, "transformer-ffn-depth", text("transformer-ffn-depth", "2"), "2");
   const int64_t decoder_ffn_depth = number("transformer-decoder-ffn-depth", 0);
@@ -219,7 +224,7 @@ void import_marian(const std::string& input, const std::string& output, const Im
   c.encoder_layers = static_cast<uint32_t>(number("enc-depth", 6));
   c.decoder_layers = static_cast<uint32_t>(number("dec-depth", 6));
   c.max_positions = 1024;
-  c.norm_position = NormPosition::post;
+  c.norm_position = pre_norm ? NormPosition::pre : NormPosition::post;
   c.activation = activation == "relu" ? Activation::relu : Activation::swish;
   c.layer_norm_epsilon = 1e-6f;
   c.scale_embeddings = true;
@@ -282,17 +287,19 @@ void import_marian(const std::string& input, const std::string& output, const Im
     }
     add_linear(model, xf_name, weights_of, biases_of);
   };
-  auto norm = [&](const std::string& prefix, const std::string& xf_name) {
-    model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale", false);
-    model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias", false);
+  // Marian names a layer norm applied before its sub-layer "..._pre".
+  auto norm = [&](const std::string& prefix, const std::string& xf_name, const char* suffix) {
+    model.tensors[xf_name + schema::kGamma] = take(prefix + "_ln_scale" + suffix, false);
+    model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias" + suffix, false);
   };
+  const char* layer_norm_suffix = pre_norm ? "_pre" : "";
   auto layer_common = [&](const std::string& p, const std::string& x) {
     linear(p + "_self", x + schema::kSelfAttentionQkv.name, {"q", "k", "v"});
     linear(p + "_self", x + schema::kSelfAttentionOutput.name, {"o"});
-    norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name);
+    norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name, layer_norm_suffix);
     linear(p + "_ffn", x + schema::kFfnInner.name, {"1"});
     linear(p + "_ffn", x + schema::kFfnOuter.name, {"2"});
-    norm(p + "_ffn_ffn", x + schema::kFfnNorm.name);
+    norm(p + "_ffn_ffn", x + schema::kFfnNorm.name, layer_norm_suffix);
   };
   for (uint32_t i = 0; i < c.encoder_layers; ++i)
     layer_common("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
@@ -302,7 +309,11 @@ void import_marian(const std::string& input, const std::string& output, const Im
     linear(p + "_context", x + schema::kCrossAttentionQuery.name, {"q"});
     linear(p + "_context", x + schema::kCrossAttentionKeyValue.name, {"k", "v"});
     linear(p + "_context", x + schema::kCrossAttentionOutput.name, {"o"});
-    norm(p + "_context_Wo", x + schema::kCrossAttentionNorm.name);
+    norm(p + "_context_Wo", x + schema::kCrossAttentionNorm.name, layer_norm_suffix);
+  }
+  if (pre_norm) {
+    norm("encoder_top", schema::kEncoderFinalNorm.name, "");
+    norm("decoder_top", schema::kDecoderFinalNorm.name, "");
   }
   model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
                     {"imported_from.version", text("version", "")}};
