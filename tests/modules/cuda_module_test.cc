@@ -42,7 +42,7 @@ TEST(cuda_module, CpuTranslationMapsNoCudaLibraryAndCudaLoadsTheModule) {
   std::filesystem::remove_all(dir);  // the model stays mapped
   TranslatorOptions options;
   options.max_batch = 2;
-  options.beam = 2;
+  options.max_beam = 2;
   Translator cpu(model, options);
   const auto expected = cpu.translate({"the cat sees the dog"}, {1});
   ASSERT_FALSE(expected[0].hypotheses[0].ids.empty());

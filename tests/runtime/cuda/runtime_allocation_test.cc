@@ -51,7 +51,7 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
   TranslatorOptions options;
   options.device = Device::cuda;
   options.max_batch = 8;
-  options.beam = 4;
+  options.max_beam = 4;
   options.max_source_len = 32;
   TranslateOptions greedy;
   greedy.beam = 1;

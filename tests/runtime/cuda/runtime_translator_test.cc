@@ -73,7 +73,7 @@ TranslatorOptions cuda_options(int max_batch, int beam, int max_source_len) {
   TranslatorOptions options;
   options.device = Device::cuda;
   options.max_batch = max_batch;
-  options.beam = beam;
+  options.max_beam = beam;
   options.max_source_len = max_source_len;
   return options;
 }
@@ -180,7 +180,7 @@ TEST_P(cuda_runtime_golden, EncoderOutputAndStepLogitsMatchCpuAndReference) {
   const int64_t batch = source.shape[0], source_len = source.shape[1], d = config.d_model;
   TranslatorOptions options;
   options.max_batch = static_cast<int>(batch);
-  options.beam = 1;
+  options.max_beam = 1;
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
   auto cuda_backend = runtime::make_cuda_backend(*model_, plan, compute_dtype_);
@@ -242,7 +242,7 @@ TEST_P(cuda_runtime_golden_search, GreedyAndBeamOutputsEqualTheCpus) {
     SCOPED_TRACE("max_batch " + std::to_string(max_batch));
     TranslatorOptions options;
     options.max_batch = max_batch;
-    options.beam = 4;
+    options.max_beam = 4;
     options.max_source_len = 64;
     Translator cpu(model_, options);
     options.device = Device::cuda;
@@ -381,7 +381,7 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
   const int64_t vocab = config.target_vocab_size;
   TranslatorOptions options;
   options.max_batch = static_cast<int>(sentences);
-  options.beam = static_cast<int>(beam);
+  options.max_beam = static_cast<int>(beam);
   options.max_source_len = static_cast<int>(source_len);
   options.max_len_a = 0.0f;
   options.max_len_b = static_cast<int>(steps);
@@ -475,7 +475,7 @@ TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchC
   const int64_t vocab = config.target_vocab_size;
   TranslatorOptions options;
   options.max_batch = static_cast<int>(sentences);
-  options.beam = static_cast<int>(beam);
+  options.max_beam = static_cast<int>(beam);
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
   ASSERT_LT(plan.encoder_group_rows, sentences * source_len) << "the test needs several encoder groups";
