@@ -157,8 +157,11 @@ void import_hugging_face(const std::string& directory, const std::string& output
   bias.shape = {bias.values.size()};
   // generate() masks single-token bad_words_ids (OPUS-MT: the pad token) at every step: an
   // output bias of -inf does the same.
-  const std::string generation_path = (dir / "generation_config.json").string();
-  const json generation = fs::exists(generation_path) ? read_json(generation_path, "generation_config.json") : config;
+  // generate()'s defaults: generation_config.json, else config.json (as transformers reads them).
+  const std::string generation_path = fs::exists(dir / "generation_config.json")
+                                          ? (dir / "generation_config.json").string()
+                                          : config_path;
+  const json generation = generation_path == config_path ? config : read_json(generation_path, "generation_config.json");
   const auto bad_words = generation.find("bad_words_ids");
   if (bad_words != generation.end() && bad_words->is_array())
     for (const auto& words : *bad_words)
@@ -205,6 +208,11 @@ void import_hugging_face(const std::string& directory, const std::string& output
   }
   model.metadata = {{"imported_from", "huggingface-marian"},
                     {"imported_from.path", directory}};
+  // num_beams is generate()'s beam size (absent: transformers' 1, and xf keeps its own default).
+  // Its length_penalty is not xf's (see set_decoding_beam), nor is max_length a setting xf stores.
+  if (generation.contains("num_beams") && !generation["num_beams"].is_null())
+    set_decoding_beam(model, config_value<int64_t>(generation, generation_path, "num_beams"),
+                      generation_path + ": key 'num_beams'");
   write_imported_model(model, output, options);
 }
 

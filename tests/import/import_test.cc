@@ -363,5 +363,86 @@ TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
   EXPECT_TRUE(fs::exists(dir + "/out.xfm"));
 }
 
+// ---- The model's own decoding settings become its decoding.* metadata --------------------------
+
+void append_to(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::app);
+  out << text;
+}
+
+void write_json(const std::string& path, const json& value) { std::ofstream(path) << value.dump(2); }
+
+// decoder.yml's beam-size is the beam Marian translates with; its normalize (length^alpha) is not
+// xf's GNMT length penalty and is left out.
+TEST(ImportDecodingSettings, MarianDecoderYmlBeamSizeIsDecodingBeam) {
+  const std::string dir = copy_fixture("marian-tiny");
+  append_to(dir + "/decoder.yml", "beam-size: 6\nnormalize: 0.6\n");
+  const std::string out = dir + "/out.xfm";
+  importers::import_marian(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_EQ(model->decoding_defaults().beam, 6);
+  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
+  EXPECT_EQ(model->decoding_defaults().length_penalty, DecodingDefaults().length_penalty);
+}
+
+// The training config inside the .npz has a beam-size too (for validation): Marian does not
+// translate with it, nor does xf take it.
+TEST(ImportDecodingSettings, MarianWithoutDecoderYmlBeamSizeGivesNoKey) {
+  const std::string dir = copy_fixture("marian-tiny");
+  rewrite_model_yml(dir + "/model.npz", "beam-size: 12\n" + model_yml_of(dir + "/model.npz"));
+  const std::string out = dir + "/out.xfm";
+  importers::import_marian(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_TRUE(model->decoding_defaults().from_model.empty());
+  EXPECT_EQ(model->decoding_defaults().beam, DecodingDefaults().beam);
+}
+
+TEST(ImportDecodingSettings, HuggingFaceNumBeamsIsDecodingBeam) {
+  const std::string dir = copy_fixture("hf-tiny");
+  json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
+  generation["num_beams"] = 5;
+  generation["length_penalty"] = 1.0;  // transformers' length^alpha: not taken
+  write_json(dir + "/generation_config.json", generation);
+  const std::string out = dir + "/out.xfm";
+  importers::import_hugging_face(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_EQ(model->decoding_defaults().beam, 5);
+  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
+
+  // Without generation_config.json, transformers takes generate()'s defaults from config.json.
+  fs::remove(dir + "/generation_config.json");
+  json config = json::parse(std::ifstream(dir + "/config.json"));
+  config["num_beams"] = 3;
+  write_json(dir + "/config.json", config);
+  importers::import_hugging_face(dir, out, {});
+  EXPECT_EQ(Model::open(out)->decoding_defaults().beam, 3);
+}
+
+TEST(ImportDecodingSettings, FixturesWithoutBeamSettingsGiveNoKey) {
+  for (const std::string fixture : {"hf-tiny", "marian-tiny"}) {
+    const std::string out = temp_file("no-decoding.xfm");
+    if (fixture == "hf-tiny")
+      importers::import_hugging_face(data(fixture), out, {});
+    else
+      importers::import_marian(data(fixture), out, {});
+    const auto model = Model::open(out);
+    EXPECT_TRUE(model->decoding_defaults().from_model.empty()) << fixture;
+    for (const auto& [key, value] : model->file().metadata())
+      EXPECT_NE(key.rfind("decoding.", 0), 0u) << fixture << ": " << key;
+  }
+}
+
+TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
+  const std::string dir = copy_fixture("hf-tiny");
+  json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
+  generation["num_beams"] = 0;
+  write_json(dir + "/generation_config.json", generation);
+  const ConvertRun run = convert("hf", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(error_line(run.err),
+            "xf-convert: " + dir + "/generation_config.json: key 'num_beams' is 0, not a beam size from 1 to 1024");
+  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+}
+
 }  // namespace
 }  // namespace xf
