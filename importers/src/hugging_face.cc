@@ -57,13 +57,10 @@ void import_hugging_face(const std::string& directory, const std::string& output
     throw Error(config_path + ": config key 'model_type' is '" + model_type + "', only 'marian' is imported");
   for (const char* file : {"vocab.json", "source.spm", "target.spm"})
     if (!fs::exists(dir / file)) throw Error(directory + ": missing vocabulary file " + file);
-  const fs::path weights_path = dir / "model.safetensors";
-  if (!fs::exists(weights_path)) {
-    if (fs::exists(dir / "pytorch_model.bin"))
-      throw Error(directory + ": only pytorch_model.bin, which needs PyTorch to read; save the model "
-                  "with save_pretrained(safe_serialization=True) for a model.safetensors");
-    throw Error(directory + ": no model.safetensors");
-  }
+  // model.safetensors when there is one (as transformers prefers it), else pytorch_model.bin.
+  const bool safetensors = fs::exists(dir / "model.safetensors");
+  const fs::path weights_path = dir / (safetensors ? "model.safetensors" : "pytorch_model.bin");
+  if (!fs::exists(weights_path)) throw Error(directory + ": no model.safetensors or pytorch_model.bin");
 
   ImportedModel model;
   ModelConfig& c = model.config;
@@ -131,7 +128,8 @@ void import_hugging_face(const std::string& directory, const std::string& output
   model.target_tokenizer = read_whole_file((dir / "target.spm").string(), "the target SentencePiece model");
 
   // Weights.
-  ForeignTensors weights = read_safetensors(weights_path.string());
+  ForeignTensors weights =
+      safetensors ? read_safetensors(weights_path.string()) : read_pytorch_bin(weights_path.string());
   auto take = [&](const std::string& name) -> ImportedTensor {
     const auto it = weights.find(name);
     if (it == weights.end()) throw Error(weights_path.string() + ": no tensor '" + name + "'");

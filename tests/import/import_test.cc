@@ -280,6 +280,31 @@ std::string copy_fixture(const std::string& fixture, const std::vector<std::stri
   return dir;
 }
 
+// Replaces (or adds) the entry `name` of a zip file with `bytes`.
+void replace_zip_entry(const std::string& zip_path, const std::string& name, const std::string& bytes) {
+  int error = 0;
+  zip_t* archive = zip_open(zip_path.c_str(), 0, &error);
+  ASSERT_NE(archive, nullptr);
+  static std::string kept;  // libzip reads the buffer at zip_close
+  kept = bytes;
+  zip_source_t* source = zip_source_buffer(archive, kept.data(), kept.size(), 0);
+  ASSERT_GE(zip_file_add(archive, name.c_str(), source, ZIP_FL_OVERWRITE), 0);
+  ASSERT_EQ(zip_close(archive), 0);
+}
+
+std::string zip_entry(const std::string& zip_path, const std::string& name) {
+  int error = 0;
+  zip_t* archive = zip_open(zip_path.c_str(), ZIP_RDONLY, &error);
+  zip_stat_t stat;
+  zip_stat(archive, name.c_str(), 0, &stat);
+  std::string bytes(stat.size, '\0');
+  zip_file_t* file = zip_fopen(archive, name.c_str(), 0);
+  zip_fread(file, bytes.data(), stat.size);
+  zip_fclose(file);
+  zip_discard(archive);
+  return bytes;
+}
+
 // Replaces special:model.yml inside the .npz with `yml` (an int8 .npy, as Marian writes it).
 void rewrite_model_yml(const std::string& npz, const std::string& yml) {
   std::string header = "{'descr': '|i1', 'fortran_order': False, 'shape': (" + std::to_string(yml.size()) + ",), }";
@@ -289,28 +314,11 @@ void rewrite_model_yml(const std::string& npz, const std::string& yml) {
   npy += static_cast<char>(header.size() & 0xff);
   npy += static_cast<char>(header.size() >> 8);
   npy += header + yml;
-  int error = 0;
-  zip_t* archive = zip_open(npz.c_str(), 0, &error);
-  ASSERT_NE(archive, nullptr);
-  static std::string kept;  // libzip reads the buffer at zip_close
-  kept = npy;
-  zip_source_t* source = zip_source_buffer(archive, kept.data(), kept.size(), 0);
-  const zip_int64_t index = zip_name_locate(archive, "special:model.yml.npy", 0);
-  ASSERT_GE(index, 0);
-  ASSERT_EQ(zip_file_replace(archive, index, source, 0), 0);
-  ASSERT_EQ(zip_close(archive), 0);
+  replace_zip_entry(npz, "special:model.yml.npy", npy);
 }
 
 std::string model_yml_of(const std::string& npz) {
-  int error = 0;
-  zip_t* archive = zip_open(npz.c_str(), ZIP_RDONLY, &error);
-  zip_stat_t stat;
-  zip_stat(archive, "special:model.yml.npy", 0, &stat);
-  std::string bytes(stat.size, '\0');
-  zip_file_t* file = zip_fopen(archive, "special:model.yml.npy", 0);
-  zip_fread(file, bytes.data(), stat.size);
-  zip_fclose(file);
-  zip_discard(archive);
+  const std::string bytes = zip_entry(npz, "special:model.yml.npy");
   const size_t header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
   std::string yml = bytes.substr(10 + header_len);
   yml.erase(std::find(yml.begin(), yml.end(), '\0'), yml.end());
@@ -442,6 +450,97 @@ TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
   EXPECT_EQ(error_line(run.err),
             "xf-convert: " + dir + "/generation_config.json: key 'num_beams' is 0, not a beam size from 1 to 1024");
   EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+}
+
+// ---- pytorch_model.bin, read without PyTorch ---------------------------------------------------
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// hf-tiny-bin holds hf-tiny's weights as torch.save wrote them (make_marian_fixtures.py): both
+// import to the same bytes (the one metadata entry that differs, the path, set alike).
+TEST(ImportPytorchBin, SameModelFileAsFromSafetensors) {
+  importers::ImportOptions options;
+  options.metadata["imported_from.path"] = "hf-tiny";
+  const std::string from_bin = temp_file("from-bin.xfm"), from_safetensors = temp_file("from-safetensors.xfm");
+  ASSERT_FALSE(fs::exists(data("hf-tiny-bin") + "/model.safetensors"));
+  importers::import_hugging_face(data("hf-tiny-bin"), from_bin, options);
+  importers::import_hugging_face(data("hf-tiny"), from_safetensors, options);
+  const std::string bin_bytes = file_bytes(from_bin);
+  EXPECT_GT(bin_bytes.size(), 100000u);
+  EXPECT_TRUE(bin_bytes == file_bytes(from_safetensors)) << "the .xfm files differ";
+  const json expected = expected_of("hf-tiny");
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  const auto results = translate(from_bin, sentences, 1, 0.0f, 40, 40);
+  for (size_t i = 0; i < sentences.size(); ++i)
+    EXPECT_EQ(results[i].hypotheses[0].ids, expected["greedy"]["ids"][i].get<std::vector<int32_t>>()) << i;
+}
+
+struct BrokenBin {
+  std::string dir, bin, pickle_name, pickle;
+};
+
+BrokenBin copy_bin_fixture() {
+  BrokenBin b;
+  b.dir = copy_fixture("hf-tiny-bin");
+  b.bin = b.dir + "/pytorch_model.bin";
+  b.pickle_name = "pytorch_model/data.pkl";
+  b.pickle = zip_entry(b.bin, b.pickle_name);
+  return b;
+}
+
+// xf-convert's one error line for the directory, after checking exit 1 and no output file.
+std::string bin_refusal(const BrokenBin& b) {
+  const ConvertRun run = convert("hf", b.dir, b.dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_FALSE(fs::exists(b.dir + "/out.xfm"));
+  return error_line(run.err);
+}
+
+TEST(ImportPytorchBin, TruncatedFileIsOneLine) {
+  const BrokenBin b = copy_bin_fixture();
+  fs::resize_file(b.bin, fs::file_size(b.bin) / 2);
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": not a complete pytorch_model.bin (zip) file: Not a zip archive");
+}
+
+TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const std::string from = "collections\nOrderedDict\n";
+  const size_t at = b.pickle.find(from);
+  ASSERT_NE(at, std::string::npos);
+  b.pickle.replace(at, from.size(), "posix\nsystem\n");
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle global 'posix.system' at byte " +
+                                std::to_string(at - 1) +
+                                " is not one a state dict of tensors uses (collections.OrderedDict, "
+                                "torch._utils._rebuild_tensor_v2, torch.FloatStorage, torch.HalfStorage, "
+                                "torch.BFloat16Storage)");
+}
+
+TEST(ImportPytorchBin, UnknownOpcodeIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const size_t at = b.pickle.find('\x89');  // the first NEWFALSE (requires_grad), made an INT
+  ASSERT_NE(at, std::string::npos);
+  b.pickle[at] = 'I';
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle opcode 0x49 at byte " +
+                                std::to_string(at) + " is not one torch.save writes for a state dict of tensors");
+}
+
+TEST(ImportPytorchBin, ShortStorageAndTruncatedPickleAreOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const std::string storage = zip_entry(b.bin, "pytorch_model/data/0");
+  replace_zip_entry(b.bin, "pytorch_model/data/0", storage.substr(0, storage.size() - 4));
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": storage '0' holds " + std::to_string(storage.size() - 4) +
+                                " bytes, its pickle says " + std::to_string(storage.size()) + " (truncated?)");
+  replace_zip_entry(b.bin, "pytorch_model/data/0", storage);
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle.substr(0, b.pickle.size() / 2));
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": truncated pickle (" +
+                                std::to_string(b.pickle.size() / 2) + " bytes)");
 }
 
 }  // namespace
