@@ -8,6 +8,7 @@
 #include <zip.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,6 +23,8 @@
 #include "memory_plan.h"
 #include "temp_dir.h"
 #include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/format/model_file.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/translator.h"
@@ -541,6 +544,73 @@ TEST(ImportPytorchBin, ShortStorageAndTruncatedPickleAreOneLine) {
   replace_zip_entry(b.bin, b.pickle_name, b.pickle.substr(0, b.pickle.size() / 2));
   EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": truncated pickle (" +
                                 std::to_string(b.pickle.size() / 2) + " bytes)");
+}
+
+// The tied embedding's stride (32, 1) made (1, 94): a transposed view, which the reader refuses
+// rather than read in the wrong order.
+TEST(ImportPytorchBin, NonContiguousTensorIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const std::string size = "K\x5eK\x20\x86", stride = "K\x20K\x01\x86";  // (94, 32), (32, 1)
+  const size_t size_at = b.pickle.find(size);
+  ASSERT_NE(size_at, std::string::npos);
+  const size_t at = b.pickle.find(stride, size_at);
+  ASSERT_NE(at, std::string::npos);
+  b.pickle.replace(at, stride.size(), "K\x01K\x5e\x86");
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  const std::string line = bin_refusal(b);
+  EXPECT_EQ(line.rfind("xf-convert: " + b.bin + ": " + b.pickle_name + ": tensor in storage '", 0), 0u) << line;
+  EXPECT_NE(line.find("' is not contiguous (a view or transpose: save its .contiguous() copy)"), std::string::npos)
+      << line;
+}
+
+// The same state dict in float16 (every storage narrowed, torch.HalfStorage): each imported value
+// is the safetensors import's value rounded to float16.
+TEST(ImportPytorchBin, HalfStoragesAreWidened) {
+  BrokenBin b = copy_bin_fixture();
+  const std::string from = "torch\nFloatStorage\n";
+  const size_t at = b.pickle.find(from);
+  ASSERT_NE(at, std::string::npos);
+  b.pickle.replace(at, from.size(), "torch\nHalfStorage\n");
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  int storages = 0;
+  for (;; ++storages) {
+    const std::string name = "pytorch_model/data/" + std::to_string(storages);
+    int error = 0;
+    zip_t* archive = zip_open(b.bin.c_str(), ZIP_RDONLY, &error);
+    const bool present = zip_name_locate(archive, name.c_str(), 0) >= 0;
+    zip_discard(archive);
+    if (!present) break;
+    const std::string f32 = zip_entry(b.bin, name);
+    std::string f16(f32.size() / 2, '\0');
+    for (size_t i = 0; i < f32.size() / 4; ++i) {
+      float value;
+      std::memcpy(&value, f32.data() + 4 * i, 4);
+      const uint16_t half = float_to_half(value);
+      std::memcpy(f16.data() + 2 * i, &half, 2);
+    }
+    replace_zip_entry(b.bin, name, f16);
+  }
+  ASSERT_GT(storages, 10);
+  const std::string from_bin = b.dir + "/half.xfm", from_safetensors = b.dir + "/full.xfm";
+  importers::import_hugging_face(b.dir, from_bin, {});
+  importers::import_hugging_face(data("hf-tiny"), from_safetensors, {});
+  const auto half_file = ModelFile::open(from_bin), full_file = ModelFile::open(from_safetensors);
+  ASSERT_EQ(half_file->tensors().size(), full_file->tensors().size());
+  size_t differing = 0, compared = 0;
+  for (const TensorView& full : full_file->tensors()) {
+    const TensorView& half = half_file->tensor(full.name);
+    ASSERT_EQ(half.elements(), full.elements()) << full.name;
+    std::vector<float> ours(half.elements()), theirs(full.elements());
+    widen_to_f32(half, ours.data());
+    widen_to_f32(full, theirs.data());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      const float rounded = half_to_float(float_to_half(theirs[i]));
+      if (!(ours[i] == rounded || (std::isinf(ours[i]) && std::isinf(rounded)))) ++differing;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(differing, 0u) << "of " << compared;
+  EXPECT_GT(compared, 10000u);
 }
 
 }  // namespace
