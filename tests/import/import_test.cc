@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -496,6 +497,16 @@ BrokenBin copy_bin_fixture() {
   return b;
 }
 
+// Replaces the first `from` in the pickle (from byte `after` on) with `to`, rewrites data.pkl,
+// and returns where it was.
+size_t replace_in_pickle(BrokenBin& b, const std::string& from, const std::string& to, size_t after = 0) {
+  const size_t at = b.pickle.find(from, after);
+  if (at == std::string::npos) throw std::runtime_error("the fixture's pickle has no '" + from + "'");
+  b.pickle.replace(at, from.size(), to);
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  return at;
+}
+
 // xf-convert's one error line for the directory, after checking exit 1 and no output file.
 std::string bin_refusal(const BrokenBin& b) {
   const ConvertRun run = convert("hf", b.dir, b.dir + "/out.xfm");
@@ -512,11 +523,7 @@ TEST(ImportPytorchBin, TruncatedFileIsOneLine) {
 
 TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
   BrokenBin b = copy_bin_fixture();
-  const std::string from = "collections\nOrderedDict\n";
-  const size_t at = b.pickle.find(from);
-  ASSERT_NE(at, std::string::npos);
-  b.pickle.replace(at, from.size(), "posix\nsystem\n");
-  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  const size_t at = replace_in_pickle(b, "collections\nOrderedDict\n", "posix\nsystem\n");
   EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle global 'posix.system' at byte " +
                                 std::to_string(at - 1) +
                                 " is not one a state dict of tensors uses (collections.OrderedDict, "
@@ -526,10 +533,7 @@ TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
 
 TEST(ImportPytorchBin, UnknownOpcodeIsOneLine) {
   BrokenBin b = copy_bin_fixture();
-  const size_t at = b.pickle.find('\x89');  // the first NEWFALSE (requires_grad), made an INT
-  ASSERT_NE(at, std::string::npos);
-  b.pickle[at] = 'I';
-  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  const size_t at = replace_in_pickle(b, "\x89", "I");  // the first NEWFALSE (requires_grad), made an INT
   EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle opcode 0x49 at byte " +
                                 std::to_string(at) + " is not one torch.save writes for a state dict of tensors");
 }
@@ -550,13 +554,9 @@ TEST(ImportPytorchBin, ShortStorageAndTruncatedPickleAreOneLine) {
 // rather than read in the wrong order.
 TEST(ImportPytorchBin, NonContiguousTensorIsOneLine) {
   BrokenBin b = copy_bin_fixture();
-  const std::string size = "K\x5eK\x20\x86", stride = "K\x20K\x01\x86";  // (94, 32), (32, 1)
-  const size_t size_at = b.pickle.find(size);
+  const size_t size_at = b.pickle.find("K\x5eK\x20\x86");  // the size (94, 32)
   ASSERT_NE(size_at, std::string::npos);
-  const size_t at = b.pickle.find(stride, size_at);
-  ASSERT_NE(at, std::string::npos);
-  b.pickle.replace(at, stride.size(), "K\x01K\x5e\x86");
-  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  replace_in_pickle(b, "K\x20K\x01\x86", "K\x01K\x5e\x86", size_at);  // its stride
   const std::string line = bin_refusal(b);
   EXPECT_EQ(line.rfind("xf-convert: " + b.bin + ": " + b.pickle_name + ": tensor in storage '", 0), 0u) << line;
   EXPECT_NE(line.find("' is not contiguous (a view or transpose: save its .contiguous() copy)"), std::string::npos)
@@ -567,11 +567,7 @@ TEST(ImportPytorchBin, NonContiguousTensorIsOneLine) {
 // is the safetensors import's value rounded to float16.
 TEST(ImportPytorchBin, HalfStoragesAreWidened) {
   BrokenBin b = copy_bin_fixture();
-  const std::string from = "torch\nFloatStorage\n";
-  const size_t at = b.pickle.find(from);
-  ASSERT_NE(at, std::string::npos);
-  b.pickle.replace(at, from.size(), "torch\nHalfStorage\n");
-  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  replace_in_pickle(b, "torch\nFloatStorage\n", "torch\nHalfStorage\n");
   int storages = 0;
   for (;; ++storages) {
     const std::string name = "pytorch_model/data/" + std::to_string(storages);
