@@ -217,6 +217,8 @@ class PickleReader {
         f[0]->text != "storage" || f[1]->kind != Value::Kind::global || f[2]->kind != Value::Kind::text ||
         f[4]->kind != Value::Kind::integer || f[4]->integer < 0)
       throw Error("pickle persistent id is not ('storage', type, key, location, numel)");
+    // Bounded as the other readers' shapes are, so that numel times the element size cannot wrap.
+    if (f[4]->integer > (int64_t{1} << 40)) throw Error("storage '" + f[2]->text + "' is too large");
     auto storage = make(Value::Kind::storage);
     storage->tensor.dtype = storage_dtype(f[1]->text);
     if (storage->tensor.dtype.empty())
