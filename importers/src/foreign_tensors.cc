@@ -11,6 +11,7 @@
 
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
+#include "torch_pickle.h"
 
 namespace xf::importers {
 namespace {
@@ -172,37 +173,100 @@ ForeignTensor parse_npy(const std::string& bytes, const std::string& name) {
 
 }  // namespace
 
-ForeignTensors read_npz(const std::string& path) {
+ZipArchive::ZipArchive(const std::string& path, const std::string& what) : path_(path), what_(what) {
   int error = 0;
-  std::unique_ptr<zip_t, decltype(&zip_discard)> archive(zip_open(path.c_str(), ZIP_RDONLY, &error),
-                                                          &zip_discard);
-  if (!archive) {
+  archive_ = zip_open(path.c_str(), ZIP_RDONLY, &error);
+  if (archive_ == nullptr) {
     zip_error_t e;
     zip_error_init_with_code(&e, error);
     const std::string reason = zip_error_strerror(&e);
     zip_error_fini(&e);
-    throw Error(path + ": not a complete .npz (zip) file: " + reason);
+    throw Error(path + ": not a complete " + what + " (zip) file: " + reason);
   }
-  ForeignTensors tensors;
-  const zip_int64_t entries = zip_get_num_entries(archive.get(), 0);
+}
+
+ZipArchive::~ZipArchive() { zip_discard(static_cast<zip_t*>(archive_)); }
+
+std::vector<std::string> ZipArchive::names() const {
+  std::vector<std::string> names;
+  const zip_int64_t entries = zip_get_num_entries(static_cast<zip_t*>(archive_), 0);
   for (zip_int64_t i = 0; i < entries; ++i) {
-    zip_stat_t stat;
-    if (zip_stat_index(archive.get(), i, 0, &stat) != 0 || !(stat.valid & ZIP_STAT_SIZE) ||
-        !(stat.valid & ZIP_STAT_NAME))
-      throw Error(path + ": cannot read entry " + std::to_string(i) + " of the .npz");
-    std::string name = stat.name;
-    std::unique_ptr<zip_file_t, decltype(&zip_fclose)> file(zip_fopen_index(archive.get(), i, 0), &zip_fclose);
-    if (!file) throw Error(path + ": cannot open array '" + name + "': " + zip_strerror(archive.get()));
-    std::string bytes(stat.size, '\0');
-    const zip_int64_t got = zip_fread(file.get(), bytes.data(), stat.size);
-    if (got < 0 || static_cast<zip_uint64_t>(got) != stat.size)
-      throw Error(path + ": truncated array '" + name + "' in the .npz");
+    const char* name = zip_get_name(static_cast<zip_t*>(archive_), i, 0);
+    if (name == nullptr) throw Error(path_ + ": cannot read entry " + std::to_string(i) + " of the " + what_);
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+bool ZipArchive::contains(const std::string& name) const {
+  return zip_name_locate(static_cast<zip_t*>(archive_), name.c_str(), 0) >= 0;
+}
+
+std::string ZipArchive::read(const std::string& name) const {
+  zip_t* archive = static_cast<zip_t*>(archive_);
+  zip_stat_t stat;
+  if (zip_stat(archive, name.c_str(), 0, &stat) != 0) throw Error(path_ + ": no entry '" + name + "' in the " + what_);
+  if (!(stat.valid & ZIP_STAT_SIZE)) throw Error(path_ + ": cannot read entry '" + name + "' of the " + what_);
+  std::unique_ptr<zip_file_t, decltype(&zip_fclose)> file(zip_fopen(archive, name.c_str(), 0), &zip_fclose);
+  if (!file) throw Error(path_ + ": cannot open entry '" + name + "' of the " + what_ + ": " + zip_strerror(archive));
+  std::string bytes(stat.size, '\0');
+  const zip_int64_t got = zip_fread(file.get(), bytes.data(), stat.size);
+  if (got < 0 || static_cast<zip_uint64_t>(got) != stat.size)
+    throw Error(path_ + ": truncated entry '" + name + "' in the " + what_);
+  return bytes;
+}
+
+ForeignTensors read_npz(const std::string& path) {
+  const ZipArchive archive(path, ".npz");
+  ForeignTensors tensors;
+  for (std::string name : archive.names()) {
+    const std::string bytes = archive.read(name);
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
     try {
       tensors.emplace(name, parse_npy(bytes, name));
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }
+  }
+  return tensors;
+}
+
+ForeignTensors read_pytorch_bin(const std::string& path) {
+  const ZipArchive archive(path, "pytorch_model.bin");
+  // torch.save names every entry <prefix>/...: the prefix is data.pkl's folder.
+  std::string prefix;
+  for (const std::string& name : archive.names()) {
+    const size_t slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
+      if (!prefix.empty()) throw Error(path + ": more than one data.pkl (not one torch.save'd state dict)");
+      prefix = name.substr(0, slash + 1);
+    }
+  }
+  if (prefix.empty()) throw Error(path + ": no <name>/data.pkl (not a state dict saved by torch.save)");
+  if (archive.contains(prefix + "byteorder")) {
+    const std::string order = archive.read(prefix + "byteorder");
+    if (order != "little") throw Error(path + ": storages are " + order + "-endian (little only)");
+  }
+  std::vector<std::pair<std::string, TorchTensorRef>> refs;
+  try {
+    refs = read_state_dict_pickle(archive.read(prefix + "data.pkl"));
+  } catch (const Error& e) {
+    throw Error(path + ": " + prefix + "data.pkl: " + e.what());
+  }
+  std::map<std::string, std::string> storages;  // key -> bytes, each read once (tied weights share one)
+  ForeignTensors tensors;
+  for (const auto& [name, ref] : refs) {
+    auto it = storages.find(ref.storage_key);
+    if (it == storages.end()) it = storages.emplace(ref.storage_key, archive.read(prefix + "data/" + ref.storage_key)).first;
+    const uint64_t width = ref.dtype == "f32" ? 4 : 2;
+    if (it->second.size() != ref.storage_elements * width)
+      throw Error(path + ": storage '" + ref.storage_key + "' holds " + std::to_string(it->second.size()) +
+                  " bytes, its pickle says " + std::to_string(ref.storage_elements * width) + " (truncated?)");
+    ForeignTensor t;
+    t.shape = ref.shape;
+    t.values = widen(reinterpret_cast<const uint8_t*>(it->second.data()) + ref.offset * width,
+                     element_count(ref.shape), ref.dtype);
+    tensors.emplace(name, std::move(t));
   }
   return tensors;
 }

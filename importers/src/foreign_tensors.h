@@ -24,6 +24,30 @@ ForeignTensors read_safetensors(const std::string& path);
 // arrays (int8, uint8, S1) as raw bytes. The ".npy" of each name is dropped.
 ForeignTensors read_npz(const std::string& path);
 
+// A pytorch_model.bin (torch.save's zip: <prefix>/data.pkl, a pickle of a dict of tensors, and
+// <prefix>/data/<key>, each storage's little-endian bytes), read without PyTorch: the pickle is
+// run by a strict reader of the opcodes and globals torch.save writes for a state dict of
+// contiguous F32, F16 or BF16 tensors; anything else is refused naming the opcode or global.
+ForeignTensors read_pytorch_bin(const std::string& path);
+
+// A zip archive's entries, each read whole: the container of .npz and pytorch_model.bin. Throws
+// "<path>: not a complete <what> (zip) file: <reason>" when it does not open.
+class ZipArchive {
+ public:
+  ZipArchive(const std::string& path, const std::string& what);
+  ~ZipArchive();
+  ZipArchive(const ZipArchive&) = delete;
+  ZipArchive& operator=(const ZipArchive&) = delete;
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+  // Throws "<path>: truncated entry '<name>' in the <what>" (or "no entry").
+  std::string read(const std::string& name) const;
+
+ private:
+  std::string path_, what_;
+  void* archive_;  // zip_t
+};
+
 // The whole file as bytes; throws "<path>: cannot read (<reason>)" naming `what` it should be.
 std::string read_whole_file(const std::string& path, const std::string& what);
 

@@ -57,13 +57,10 @@ void import_hugging_face(const std::string& directory, const std::string& output
     throw Error(config_path + ": config key 'model_type' is '" + model_type + "', only 'marian' is imported");
   for (const char* file : {"vocab.json", "source.spm", "target.spm"})
     if (!fs::exists(dir / file)) throw Error(directory + ": missing vocabulary file " + file);
-  const fs::path weights_path = dir / "model.safetensors";
-  if (!fs::exists(weights_path)) {
-    if (fs::exists(dir / "pytorch_model.bin"))
-      throw Error(directory + ": only pytorch_model.bin, which needs PyTorch to read; save the model "
-                  "with save_pretrained(safe_serialization=True) for a model.safetensors");
-    throw Error(directory + ": no model.safetensors");
-  }
+  // model.safetensors when there is one (as transformers prefers it), else pytorch_model.bin.
+  const bool safetensors = fs::exists(dir / "model.safetensors");
+  const fs::path weights_path = dir / (safetensors ? "model.safetensors" : "pytorch_model.bin");
+  if (!fs::exists(weights_path)) throw Error(directory + ": no model.safetensors or pytorch_model.bin");
 
   ImportedModel model;
   ModelConfig& c = model.config;
@@ -131,7 +128,8 @@ void import_hugging_face(const std::string& directory, const std::string& output
   model.target_tokenizer = read_whole_file((dir / "target.spm").string(), "the target SentencePiece model");
 
   // Weights.
-  ForeignTensors weights = read_safetensors(weights_path.string());
+  ForeignTensors weights =
+      safetensors ? read_safetensors(weights_path.string()) : read_pytorch_bin(weights_path.string());
   auto take = [&](const std::string& name) -> ImportedTensor {
     const auto it = weights.find(name);
     if (it == weights.end()) throw Error(weights_path.string() + ": no tensor '" + name + "'");
@@ -157,8 +155,11 @@ void import_hugging_face(const std::string& directory, const std::string& output
   bias.shape = {bias.values.size()};
   // generate() masks single-token bad_words_ids (OPUS-MT: the pad token) at every step: an
   // output bias of -inf does the same.
-  const std::string generation_path = (dir / "generation_config.json").string();
-  const json generation = fs::exists(generation_path) ? read_json(generation_path, "generation_config.json") : config;
+  // generate()'s defaults: generation_config.json, else config.json (as transformers reads them).
+  const std::string generation_path = fs::exists(dir / "generation_config.json")
+                                          ? (dir / "generation_config.json").string()
+                                          : config_path;
+  const json generation = generation_path == config_path ? config : read_json(generation_path, "generation_config.json");
   const auto bad_words = generation.find("bad_words_ids");
   if (bad_words != generation.end() && bad_words->is_array())
     for (const auto& words : *bad_words)
@@ -205,6 +206,11 @@ void import_hugging_face(const std::string& directory, const std::string& output
   }
   model.metadata = {{"imported_from", "huggingface-marian"},
                     {"imported_from.path", directory}};
+  // num_beams is generate()'s beam size (absent: transformers' 1, and xf keeps its own default).
+  // Its length_penalty is not xf's (see set_decoding_beam), nor is max_length a setting xf stores.
+  if (generation.contains("num_beams") && !generation["num_beams"].is_null())
+    set_decoding_beam(model, config_value<int64_t>(generation, generation_path, "num_beams"),
+                      generation_path + ": key 'num_beams'");
   write_imported_model(model, output, options);
 }
 

@@ -33,6 +33,12 @@ void add_linear(ImportedModel& model, const std::string& xf_name, const std::vec
   model.tensors[xf_name + schema::kBias] = stacked(biases);
 }
 
+void set_decoding_beam(ImportedModel& model, int64_t beam, const std::string& origin) {
+  if (beam < 1 || beam > 1024)
+    throw Error(origin + " is " + std::to_string(beam) + ", not a beam size from 1 to 1024");
+  model.metadata["decoding.beam"] = std::to_string(beam);
+}
+
 namespace {
 std::string shape_text(const std::vector<uint64_t>& shape) {
   std::string text = "[";

@@ -3,6 +3,7 @@
 // the tokenizers and the model's own vocabularies. write_imported_model() checks that the
 // tensors are exactly transformer_parameters(config) and writes the .xfm through the trainer's
 // model_writer() (matrices in the asked dtype, 1-D tensors f32).
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, u
 // rows in order (a fused q|k|v or k|v projection; one part for the others).
 void add_linear(ImportedModel& model, const std::string& xf_name, const std::vector<ImportedTensor>& weights,
                 const std::vector<ImportedTensor>& biases);
+
+// The model's own beam size as the metadata decoding.beam (xf::DecodingDefaults), the default of
+// every translation with the file; `origin` (file and key) names it when it is not 1..1024.
+// Only the beam size is carried over: Marian's `normalize` and transformers' `length_penalty`
+// divide the score by length^alpha, xf's length penalty is GNMT's ((5 + length) / 6)^alpha, so
+// theirs are not xf's decoding.length_penalty.
+void set_decoding_beam(ImportedModel& model, int64_t beam, const std::string& origin);
 
 void write_imported_model(const ImportedModel& model, const std::string& output, const ImportOptions& options);
 

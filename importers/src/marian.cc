@@ -36,6 +36,10 @@ struct MarianFiles {
   fs::path model;
   fs::path source_vocabulary, target_vocabulary;
   fs::path source_spm, target_spm;
+  // decoder.yml's beam-size, the beam marian-decoder translates with (the training config
+  // embedded in the .npz has one too, for validation only: Marian does not decode with it).
+  std::optional<int64_t> beam_size;
+  std::string beam_size_origin;
 };
 
 fs::path existing(const fs::path& path, const std::string& what) {
@@ -69,6 +73,12 @@ MarianFiles locate(const std::string& input) {
     } catch (const YAML::Exception& e) {
       throw Error(decoder_yml->string() + ": malformed 'models' or 'vocabs' (" + e.msg + ")");
     }
+    files.beam_size_origin = decoder_yml->string() + ": key 'beam-size'";
+    if (yml["beam-size"] && !yml["beam-size"].IsNull()) try {
+        files.beam_size = yml["beam-size"].as<int64_t>();
+      } catch (const YAML::Exception&) {
+        throw Error(files.beam_size_origin + " is not an integer");
+      }
   } else if (!fs::is_directory(given)) {
     files.model = given;
   }
@@ -317,6 +327,9 @@ void import_marian(const std::string& input, const std::string& output, const Im
   }
   model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
                     {"imported_from.version", text("version", "")}};
+  // Only the beam: Marian's normalize is not xf's length penalty (see set_decoding_beam), and its
+  // max-length-factor is not a setting an .xfm stores.
+  if (files.beam_size) set_decoding_beam(model, *files.beam_size, files.beam_size_origin);
   write_imported_model(model, output, options);
 }
 

@@ -8,12 +8,14 @@
 #include <zip.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,8 @@
 #include "memory_plan.h"
 #include "temp_dir.h"
 #include "xf/error.h"
+#include "xf/format/dtype_convert.h"
+#include "xf/format/model_file.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/translator.h"
@@ -280,6 +284,31 @@ std::string copy_fixture(const std::string& fixture, const std::vector<std::stri
   return dir;
 }
 
+// Replaces (or adds) the entry `name` of a zip file with `bytes`.
+void replace_zip_entry(const std::string& zip_path, const std::string& name, const std::string& bytes) {
+  int error = 0;
+  zip_t* archive = zip_open(zip_path.c_str(), 0, &error);
+  ASSERT_NE(archive, nullptr);
+  static std::string kept;  // libzip reads the buffer at zip_close
+  kept = bytes;
+  zip_source_t* source = zip_source_buffer(archive, kept.data(), kept.size(), 0);
+  ASSERT_GE(zip_file_add(archive, name.c_str(), source, ZIP_FL_OVERWRITE), 0);
+  ASSERT_EQ(zip_close(archive), 0);
+}
+
+std::string zip_entry(const std::string& zip_path, const std::string& name) {
+  int error = 0;
+  zip_t* archive = zip_open(zip_path.c_str(), ZIP_RDONLY, &error);
+  zip_stat_t stat;
+  zip_stat(archive, name.c_str(), 0, &stat);
+  std::string bytes(stat.size, '\0');
+  zip_file_t* file = zip_fopen(archive, name.c_str(), 0);
+  zip_fread(file, bytes.data(), stat.size);
+  zip_fclose(file);
+  zip_discard(archive);
+  return bytes;
+}
+
 // Replaces special:model.yml inside the .npz with `yml` (an int8 .npy, as Marian writes it).
 void rewrite_model_yml(const std::string& npz, const std::string& yml) {
   std::string header = "{'descr': '|i1', 'fortran_order': False, 'shape': (" + std::to_string(yml.size()) + ",), }";
@@ -289,28 +318,11 @@ void rewrite_model_yml(const std::string& npz, const std::string& yml) {
   npy += static_cast<char>(header.size() & 0xff);
   npy += static_cast<char>(header.size() >> 8);
   npy += header + yml;
-  int error = 0;
-  zip_t* archive = zip_open(npz.c_str(), 0, &error);
-  ASSERT_NE(archive, nullptr);
-  static std::string kept;  // libzip reads the buffer at zip_close
-  kept = npy;
-  zip_source_t* source = zip_source_buffer(archive, kept.data(), kept.size(), 0);
-  const zip_int64_t index = zip_name_locate(archive, "special:model.yml.npy", 0);
-  ASSERT_GE(index, 0);
-  ASSERT_EQ(zip_file_replace(archive, index, source, 0), 0);
-  ASSERT_EQ(zip_close(archive), 0);
+  replace_zip_entry(npz, "special:model.yml.npy", npy);
 }
 
 std::string model_yml_of(const std::string& npz) {
-  int error = 0;
-  zip_t* archive = zip_open(npz.c_str(), ZIP_RDONLY, &error);
-  zip_stat_t stat;
-  zip_stat(archive, "special:model.yml.npy", 0, &stat);
-  std::string bytes(stat.size, '\0');
-  zip_file_t* file = zip_fopen(archive, "special:model.yml.npy", 0);
-  zip_fread(file, bytes.data(), stat.size);
-  zip_fclose(file);
-  zip_discard(archive);
+  const std::string bytes = zip_entry(npz, "special:model.yml.npy");
   const size_t header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
   std::string yml = bytes.substr(10 + header_len);
   yml.erase(std::find(yml.begin(), yml.end(), '\0'), yml.end());
@@ -361,6 +373,240 @@ TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
   const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_TRUE(fs::exists(dir + "/out.xfm"));
+}
+
+// ---- The model's own decoding settings become its decoding.* metadata --------------------------
+
+void append_to(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::app);
+  out << text;
+}
+
+void write_json(const std::string& path, const json& value) { std::ofstream(path) << value.dump(2); }
+
+// decoder.yml's beam-size is the beam Marian translates with; its normalize (length^alpha) is not
+// xf's GNMT length penalty and is left out.
+TEST(ImportDecodingSettings, MarianDecoderYmlBeamSizeIsDecodingBeam) {
+  const std::string dir = copy_fixture("marian-tiny");
+  append_to(dir + "/decoder.yml", "beam-size: 6\nnormalize: 0.6\n");
+  const std::string out = dir + "/out.xfm";
+  importers::import_marian(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_EQ(model->decoding_defaults().beam, 6);
+  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
+  EXPECT_EQ(model->decoding_defaults().length_penalty, DecodingDefaults().length_penalty);
+}
+
+// The training config inside the .npz has a beam-size too (for validation): Marian does not
+// translate with it, nor does xf take it.
+TEST(ImportDecodingSettings, MarianWithoutDecoderYmlBeamSizeGivesNoKey) {
+  const std::string dir = copy_fixture("marian-tiny");
+  rewrite_model_yml(dir + "/model.npz", "beam-size: 12\n" + model_yml_of(dir + "/model.npz"));
+  const std::string out = dir + "/out.xfm";
+  importers::import_marian(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_TRUE(model->decoding_defaults().from_model.empty());
+  EXPECT_EQ(model->decoding_defaults().beam, DecodingDefaults().beam);
+}
+
+TEST(ImportDecodingSettings, HuggingFaceNumBeamsIsDecodingBeam) {
+  const std::string dir = copy_fixture("hf-tiny");
+  json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
+  generation["num_beams"] = 5;
+  generation["length_penalty"] = 1.0;  // transformers' length^alpha: not taken
+  write_json(dir + "/generation_config.json", generation);
+  const std::string out = dir + "/out.xfm";
+  importers::import_hugging_face(dir, out, {});
+  const auto model = Model::open(out);
+  EXPECT_EQ(model->decoding_defaults().beam, 5);
+  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
+
+  // Without generation_config.json, transformers takes generate()'s defaults from config.json.
+  fs::remove(dir + "/generation_config.json");
+  json config = json::parse(std::ifstream(dir + "/config.json"));
+  config["num_beams"] = 3;
+  write_json(dir + "/config.json", config);
+  importers::import_hugging_face(dir, out, {});
+  EXPECT_EQ(Model::open(out)->decoding_defaults().beam, 3);
+}
+
+TEST(ImportDecodingSettings, FixturesWithoutBeamSettingsGiveNoKey) {
+  for (const std::string fixture : {"hf-tiny", "marian-tiny"}) {
+    const std::string out = temp_file("no-decoding.xfm");
+    if (fixture == "hf-tiny")
+      importers::import_hugging_face(data(fixture), out, {});
+    else
+      importers::import_marian(data(fixture), out, {});
+    const auto model = Model::open(out);
+    EXPECT_TRUE(model->decoding_defaults().from_model.empty()) << fixture;
+    for (const auto& [key, value] : model->file().metadata())
+      EXPECT_NE(key.rfind("decoding.", 0), 0u) << fixture << ": " << key;
+  }
+}
+
+TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
+  const std::string dir = copy_fixture("hf-tiny");
+  json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
+  generation["num_beams"] = 0;
+  write_json(dir + "/generation_config.json", generation);
+  const ConvertRun run = convert("hf", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(error_line(run.err),
+            "xf-convert: " + dir + "/generation_config.json: key 'num_beams' is 0, not a beam size from 1 to 1024");
+  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+}
+
+// ---- pytorch_model.bin, read without PyTorch ---------------------------------------------------
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// hf-tiny-bin holds hf-tiny's weights as torch.save wrote them (make_marian_fixtures.py): both
+// import to the same bytes (the one metadata entry that differs, the path, set alike).
+TEST(ImportPytorchBin, SameModelFileAsFromSafetensors) {
+  importers::ImportOptions options;
+  options.metadata["imported_from.path"] = "hf-tiny";
+  const std::string from_bin = temp_file("from-bin.xfm"), from_safetensors = temp_file("from-safetensors.xfm");
+  ASSERT_FALSE(fs::exists(data("hf-tiny-bin") + "/model.safetensors"));
+  importers::import_hugging_face(data("hf-tiny-bin"), from_bin, options);
+  importers::import_hugging_face(data("hf-tiny"), from_safetensors, options);
+  const std::string bin_bytes = file_bytes(from_bin);
+  EXPECT_GT(bin_bytes.size(), 100000u);
+  EXPECT_TRUE(bin_bytes == file_bytes(from_safetensors)) << "the .xfm files differ";
+  const json expected = expected_of("hf-tiny");
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  const auto results = translate(from_bin, sentences, 1, 0.0f, 40, 40);
+  for (size_t i = 0; i < sentences.size(); ++i)
+    EXPECT_EQ(results[i].hypotheses[0].ids, expected["greedy"]["ids"][i].get<std::vector<int32_t>>()) << i;
+}
+
+struct BrokenBin {
+  std::string dir, bin, pickle_name, pickle;
+};
+
+BrokenBin copy_bin_fixture() {
+  BrokenBin b;
+  b.dir = copy_fixture("hf-tiny-bin");
+  b.bin = b.dir + "/pytorch_model.bin";
+  b.pickle_name = "pytorch_model/data.pkl";
+  b.pickle = zip_entry(b.bin, b.pickle_name);
+  return b;
+}
+
+// Replaces the first `from` in the pickle (from byte `after` on) with `to`, rewrites data.pkl,
+// and returns where it was.
+size_t replace_in_pickle(BrokenBin& b, const std::string& from, const std::string& to, size_t after = 0) {
+  const size_t at = b.pickle.find(from, after);
+  if (at == std::string::npos) throw std::runtime_error("the fixture's pickle has no '" + from + "'");
+  b.pickle.replace(at, from.size(), to);
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle);
+  return at;
+}
+
+// xf-convert's one error line for the directory, after checking exit 1 and no output file.
+std::string bin_refusal(const BrokenBin& b) {
+  const ConvertRun run = convert("hf", b.dir, b.dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_FALSE(fs::exists(b.dir + "/out.xfm"));
+  return error_line(run.err);
+}
+
+TEST(ImportPytorchBin, TruncatedFileIsOneLine) {
+  const BrokenBin b = copy_bin_fixture();
+  fs::resize_file(b.bin, fs::file_size(b.bin) / 2);
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": not a complete pytorch_model.bin (zip) file: Not a zip archive");
+}
+
+TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const size_t at = replace_in_pickle(b, "collections\nOrderedDict\n", "posix\nsystem\n");
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle global 'posix.system' at byte " +
+                                std::to_string(at - 1) +
+                                " is not one a state dict of tensors uses (collections.OrderedDict, "
+                                "torch._utils._rebuild_tensor_v2, torch.FloatStorage, torch.HalfStorage, "
+                                "torch.BFloat16Storage)");
+}
+
+TEST(ImportPytorchBin, UnknownOpcodeIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const size_t at = replace_in_pickle(b, "\x89", "I");  // the first NEWFALSE (requires_grad), made an INT
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle opcode 0x49 at byte " +
+                                std::to_string(at) + " is not one torch.save writes for a state dict of tensors");
+}
+
+TEST(ImportPytorchBin, ShortStorageAndTruncatedPickleAreOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const std::string storage = zip_entry(b.bin, "pytorch_model/data/0");
+  replace_zip_entry(b.bin, "pytorch_model/data/0", storage.substr(0, storage.size() - 4));
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": storage '0' holds " + std::to_string(storage.size() - 4) +
+                                " bytes, its pickle says " + std::to_string(storage.size()) + " (truncated?)");
+  replace_zip_entry(b.bin, "pytorch_model/data/0", storage);
+  replace_zip_entry(b.bin, b.pickle_name, b.pickle.substr(0, b.pickle.size() / 2));
+  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": truncated pickle (" +
+                                std::to_string(b.pickle.size() / 2) + " bytes)");
+}
+
+// The tied embedding's stride (32, 1) made (1, 94): a transposed view, which the reader refuses
+// rather than read in the wrong order.
+TEST(ImportPytorchBin, NonContiguousTensorIsOneLine) {
+  BrokenBin b = copy_bin_fixture();
+  const size_t size_at = b.pickle.find("K\x5eK\x20\x86");  // the size (94, 32)
+  ASSERT_NE(size_at, std::string::npos);
+  replace_in_pickle(b, "K\x20K\x01\x86", "K\x01K\x5e\x86", size_at);  // its stride
+  const std::string line = bin_refusal(b);
+  EXPECT_EQ(line.rfind("xf-convert: " + b.bin + ": " + b.pickle_name + ": tensor in storage '", 0), 0u) << line;
+  EXPECT_NE(line.find("' is not contiguous (a view or transpose: save its .contiguous() copy)"), std::string::npos)
+      << line;
+}
+
+// The same state dict in float16 (every storage narrowed, torch.HalfStorage): each imported value
+// is the safetensors import's value rounded to float16.
+TEST(ImportPytorchBin, HalfStoragesAreWidened) {
+  BrokenBin b = copy_bin_fixture();
+  replace_in_pickle(b, "torch\nFloatStorage\n", "torch\nHalfStorage\n");
+  int storages = 0;
+  for (;; ++storages) {
+    const std::string name = "pytorch_model/data/" + std::to_string(storages);
+    int error = 0;
+    zip_t* archive = zip_open(b.bin.c_str(), ZIP_RDONLY, &error);
+    const bool present = zip_name_locate(archive, name.c_str(), 0) >= 0;
+    zip_discard(archive);
+    if (!present) break;
+    const std::string f32 = zip_entry(b.bin, name);
+    std::string f16(f32.size() / 2, '\0');
+    for (size_t i = 0; i < f32.size() / 4; ++i) {
+      float value;
+      std::memcpy(&value, f32.data() + 4 * i, 4);
+      const uint16_t half = float_to_half(value);
+      std::memcpy(f16.data() + 2 * i, &half, 2);
+    }
+    replace_zip_entry(b.bin, name, f16);
+  }
+  ASSERT_GT(storages, 10);
+  const std::string from_bin = b.dir + "/half.xfm", from_safetensors = b.dir + "/full.xfm";
+  importers::import_hugging_face(b.dir, from_bin, {});
+  importers::import_hugging_face(data("hf-tiny"), from_safetensors, {});
+  const auto half_file = ModelFile::open(from_bin), full_file = ModelFile::open(from_safetensors);
+  ASSERT_EQ(half_file->tensors().size(), full_file->tensors().size());
+  size_t differing = 0, compared = 0;
+  for (const TensorView& full : full_file->tensors()) {
+    const TensorView& half = half_file->tensor(full.name);
+    ASSERT_EQ(half.elements(), full.elements()) << full.name;
+    std::vector<float> ours(half.elements()), theirs(full.elements());
+    widen_to_f32(half, ours.data());
+    widen_to_f32(full, theirs.data());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      const float rounded = half_to_float(float_to_half(theirs[i]));
+      if (!(ours[i] == rounded || (std::isinf(ours[i]) && std::isinf(rounded)))) ++differing;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(differing, 0u) << "of " << compared;
+  EXPECT_GT(compared, 10000u);
 }
 
 }  // namespace

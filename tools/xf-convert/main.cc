@@ -40,8 +40,10 @@ constexpr const char* kUsage =
     "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
     "imports a Marian transformer (the .npz, or its folder with decoder.yml, the vocabulary .yml\n"
     "and source.spm/target.spm, as OPUS-MT publishes them) or a Hugging Face MarianMTModel folder\n"
-    "(config.json, model.safetensors, vocab.json, source.spm, target.spm): one .xfm that xf-run\n"
-    "translates from text. What xf cannot compute is refused with one line naming the key.\n"
+    "(config.json, model.safetensors or pytorch_model.bin, vocab.json, source.spm, target.spm;\n"
+    "read without PyTorch): one .xfm that xf-run translates from text. The model's beam size\n"
+    "(decoder.yml beam-size, num_beams) becomes its decoding.beam. What xf cannot compute is\n"
+    "refused with one line naming the key.\n"
     "Before anything is written, the SentencePiece model(s) must load and hold as many pieces as\n"
     "the vocabulary. Progress on stderr. Exit status: 0 on success, 1 on bad input or a failed\n"
     "write, 2 on a bad command line.\n\n";

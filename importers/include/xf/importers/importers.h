@@ -16,9 +16,10 @@ struct ImportOptions {
   std::map<std::string, std::string> metadata;  // added to (and winning over) the importer's
 };
 
-// A Hugging Face MarianMTModel directory: config.json, model.safetensors, source.spm, target.spm,
-// vocab.json (optional: generation_config.json, whose single-token bad_words_ids become an output
-// bias of -inf, as generate() masks them). Read without PyTorch.
+// A Hugging Face MarianMTModel directory: config.json, model.safetensors (else pytorch_model.bin),
+// source.spm, target.spm, vocab.json (optional: generation_config.json, whose single-token
+// bad_words_ids become an output bias of -inf, as generate() masks them, and whose num_beams
+// becomes decoding.beam). Read without PyTorch.
 void import_hugging_face(const std::string& directory, const std::string& output,
                          const ImportOptions& options);
 
