@@ -19,9 +19,9 @@
 #include <type_traits>
 
 #include "xf/error.h"
+#include "xf/kernels/activation.h"
 #include "xf/kernels/attention.h"
 #include "xf/kernels/embedding.h"
-#include "xf/kernels/activation.h"
 #include "xf/kernels/gather.h"
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
