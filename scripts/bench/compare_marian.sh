@@ -32,7 +32,7 @@
 #
 # Environment (defaults in brackets):
 #   PYTHON    a Python with pymarian, ctranslate2, sentencepiece, numpy, pyyaml  [python3]
-#             (e.g. python3 -m venv /work/venv; /work/venv/bin/pip install pymarian ctranslate2
+#             (e.g. python3 -m venv VENV; VENV/bin/pip install pymarian ctranslate2
 #             sentencepiece numpy pyyaml)
 #   XF_BIN    directory with xf-run and xf-convert   [REPO/build/bin]
 #   XF_DATA   folder with train.tsv and test.tsv (English TAB French)   (required)
