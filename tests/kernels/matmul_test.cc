@@ -37,6 +37,14 @@ class Workspace {
   std::vector<char> storage_;
 };
 
+// matmul over x in fresh workspace; the output starts as NaN, so an element left unwritten shows.
+std::vector<float> run(const StaticMatmul& matmul, const float* x, const float* bias) {
+  Workspace workspace(matmul.workspace_bytes());
+  std::vector<float> y(matmul.m() * matmul.n(), std::nanf(""));
+  matmul.run(x, bias, y.data(), workspace.data());
+  return y;
+}
+
 // Tolerance for one f32 dot product of length K: rounding errors of the K partial sums add up
 // like a random walk, so about sqrt(K) roundings of eps times the typical partial sum, itself
 // about sqrt(sum_k (x_k w_k)^2). Four times that, as a margin; an error in the product (a wrong
@@ -77,9 +85,7 @@ void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bia
   EXPECT_EQ(matmul.m(), m);
   EXPECT_EQ(matmul.n(), n);
   EXPECT_EQ(matmul.k(), k);
-  Workspace workspace(matmul.workspace_bytes());
-  std::vector<float> y(m * n, std::nanf(""));
-  matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
+  const std::vector<float> y = run(matmul, x.data(), with_bias ? bias.data() : nullptr);
   const ProductReference ref(x, weights, with_bias ? &bias : nullptr, m, n, k);
   test::expect_within(y, ref.y, [&](size_t i) { return ref.rounding_bound[i]; });
 }
@@ -121,14 +127,12 @@ TEST(StaticMatmul, PackedWeightsAreSharedAcrossRowCounts) {
 // partition when it is made), whatever the caller's OpenMP setting was.
 TEST(StaticMatmul, UsesTheEnginesThreadCount) {
   const std::vector<float> weights(8 * 8, 1.0f), x(2 * 8, 1.0f);
-  std::vector<float> y(2 * 8);
   CpuEngine engine(1);
   omp_set_num_threads(3);
   StaticMatmul matmul(engine, 2, WeightMatrix{DType::f32, weights.data(), nullptr, 8, 8}, false);
   EXPECT_EQ(omp_get_max_threads(), 1);
   omp_set_num_threads(3);
-  Workspace workspace(matmul.workspace_bytes());
-  matmul.run(x.data(), nullptr, y.data(), workspace.data());
+  const std::vector<float> y = run(matmul, x.data(), nullptr);
   EXPECT_EQ(omp_get_max_threads(), 1);
   for (float value : y) EXPECT_EQ(value, 8.0f);
 }
@@ -149,11 +153,9 @@ TEST(StaticMatmul, RejectsF16AndBf16Weights) {
 
 TEST(StaticMatmul, RunWithoutTheBiasItWasMadeWithIsAnError) {
   const std::vector<float> weights(4 * 4, 1.0f), x(4, 1.0f);
-  std::vector<float> y(4);
   CpuEngine engine(1);
   StaticMatmul matmul(engine, 1, WeightMatrix{DType::f32, weights.data(), nullptr, 4, 4}, true);
-  Workspace workspace(matmul.workspace_bytes());
-  EXPECT_THROW(matmul.run(x.data(), nullptr, y.data(), workspace.data()), Error);
+  EXPECT_THROW(run(matmul, x.data(), nullptr), Error);
 }
 
 struct Int8Case {
@@ -186,9 +188,7 @@ void check_int8(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bi
   StaticMatmul matmul(engine, m,
                       WeightMatrix{DType::int8, w.quantized.data(), w.row_scales.data(), n, k},
                       with_bias);
-  Workspace workspace(matmul.workspace_bytes());
-  std::vector<float> y(m * n, std::nanf(""));
-  matmul.run(x.data(), with_bias ? bias.data() : nullptr, y.data(), workspace.data());
+  const std::vector<float> y = run(matmul, x.data(), with_bias ? bias.data() : nullptr);
 
   // The weights the product reads: the 7-bit copy where int8 products saturate.
   if (int8_products_saturate()) {
@@ -238,11 +238,9 @@ TEST(StaticMatmul, Int8RowsDoNotDependOnEachOther) {
   const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
   const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
   StaticMatmul batch(engine, m, weights, true), single(engine, 1, weights, true);
-  Workspace batch_workspace(batch.workspace_bytes()), single_workspace(single.workspace_bytes());
-  std::vector<float> y(m * n), row(n);
-  batch.run(x.data(), bias.data(), y.data(), batch_workspace.data());
+  const std::vector<float> y = run(batch, x.data(), bias.data());
   for (int64_t i = 0; i < m; ++i) {
-    single.run(x.data() + i * k, bias.data(), row.data(), single_workspace.data());
+    const std::vector<float> row = run(single, x.data() + i * k, bias.data());
     ASSERT_TRUE(std::equal(row.begin(), row.end(), y.begin() + i * n)) << "row " << i;
   }
 }
@@ -283,17 +281,13 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
       EXPECT_NE(std::string(general.implementation()).rfind("xf:", 0), 0u)
           << general.implementation();
     }
-    Workspace general_workspace(general.workspace_bytes());
-    std::vector<float> expected(general_rows * n);
-    general.run(x.data(), bias.data(), expected.data(), general_workspace.data());
+    const std::vector<float> expected = run(general, x.data(), bias.data());
     for (int64_t m : {1, 2, 3, 4, 5, 7, 16}) {
       StaticMatmul few(engine, m, weights, true);
       if (int8_row_kernel_available()) {
         EXPECT_STREQ(few.implementation(), int8_row_kernel_name());
       }
-      Workspace workspace(few.workspace_bytes());
-      std::vector<float> y(m * n, std::nanf(""));
-      few.run(x.data() + 7 * k, bias.data(), y.data(), workspace.data());  // rows 7 .. 7+m-1
+      const std::vector<float> y = run(few, x.data() + 7 * k, bias.data());  // rows 7 .. 7+m-1
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
           ASSERT_EQ(y[i * n + j], expected[(7 + i) * n + j]) << "m " << m << " row " << i
@@ -340,9 +334,7 @@ TEST(StaticMatmul, Int8OfAlignedExtremesIsExact) {
     const std::vector<float> x(m * k, 1.0f);  // quantized to 127 per step of 1/127
     StaticMatmul matmul(engine, m, WeightMatrix{DType::int8, weights.data(), scales.data(), n, k},
                         false);
-    Workspace workspace(matmul.workspace_bytes());
-    std::vector<float> y(m * n);
-    matmul.run(x.data(), nullptr, y.data(), workspace.data());
+    const std::vector<float> y = run(matmul, x.data(), nullptr);
     // 127 (1.0 after scaling) in W, or its 7-bit copy 63 at twice the scale.
     const float w = int8_products_saturate() ? to_seven_bits(127) * 2.0f / 127.0f : 1.0f;
     for (int64_t i = 0; i < m; ++i) {
@@ -362,9 +354,7 @@ TEST(StaticMatmul, Int8OfZeroInputIsTheBias) {
   const std::vector<float> scales(n, 0.5f), x(m * k, 0.0f), bias{1.0f, -2.0f, 3.0f};
   StaticMatmul matmul(engine, m, WeightMatrix{DType::int8, weights.data(), scales.data(), n, k},
                       true);
-  Workspace workspace(matmul.workspace_bytes());
-  std::vector<float> y(m * n);
-  matmul.run(x.data(), bias.data(), y.data(), workspace.data());
+  const std::vector<float> y = run(matmul, x.data(), bias.data());
   for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(y[i], bias[i % n]);
 }
 
