@@ -275,6 +275,14 @@ std::string error_line(const std::string& err) {
   return lines.empty() ? "" : lines.back();
 }
 
+// xf-convert's one error line for the directory, after checking exit 1 and no output file.
+std::string refusal(const std::string& from, const std::string& dir) {
+  const ConvertRun run = convert(from, dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+  return error_line(run.err);
+}
+
 std::string copy_fixture(const std::string& fixture, const std::vector<std::string>& leave_out = {}) {
   const std::string dir = test::make_temp_dir("marian-broken");
   for (const auto& entry : fs::directory_iterator(data(fixture))) {
@@ -331,19 +339,13 @@ std::string model_yml_of(const std::string& npz) {
 
 TEST(ImportRefusals, MissingVocabulary) {
   const std::string dir = copy_fixture("marian-tiny", {"vocab.yml"});
-  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
-  EXPECT_EQ(run.status, 1);
-  EXPECT_EQ(error_line(run.err), "xf-convert: " + dir + "/vocab.yml: missing vocabulary (decoder.yml 'vocabs')");
-  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/vocab.yml: missing vocabulary (decoder.yml 'vocabs')");
 }
 
 TEST(ImportRefusals, TruncatedNpz) {
   const std::string dir = copy_fixture("marian-tiny");
   fs::resize_file(dir + "/model.npz", fs::file_size(dir + "/model.npz") / 2);
-  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
-  EXPECT_EQ(run.status, 1);
-  EXPECT_EQ(error_line(run.err), "xf-convert: " + dir + "/model.npz: not a complete .npz (zip) file: Not a zip archive");
-  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/model.npz: not a complete .npz (zip) file: Not a zip archive");
 }
 
 TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
@@ -354,10 +356,8 @@ TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
     std::string yml = original;
     yml.replace(yml.find(from), from.size(), to);
     rewrite_model_yml(npz, yml);
-    const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
-    EXPECT_EQ(run.status, 1) << to;
-    EXPECT_FALSE(fs::exists(dir + "/out.xfm")) << to;
-    return error_line(run.err);
+    SCOPED_TRACE(to);
+    return refusal("marian", dir);
   };
   const std::string prefix = "xf-convert: " + npz + ": special:model.yml: ";
   EXPECT_EQ(with("transformer-decoder-autoreg: self-attention", "transformer-decoder-autoreg: rnn"),
@@ -449,11 +449,8 @@ TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
   json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
   generation["num_beams"] = 0;
   write_json(dir + "/generation_config.json", generation);
-  const ConvertRun run = convert("hf", dir, dir + "/out.xfm");
-  EXPECT_EQ(run.status, 1);
-  EXPECT_EQ(error_line(run.err),
+  EXPECT_EQ(refusal("hf", dir),
             "xf-convert: " + dir + "/generation_config.json: key 'num_beams' is 0, not a beam size from 1 to 1024");
-  EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
 }
 
 // ---- pytorch_model.bin, read without PyTorch ---------------------------------------------------
@@ -507,24 +504,16 @@ size_t replace_in_pickle(BrokenBin& b, const std::string& from, const std::strin
   return at;
 }
 
-// xf-convert's one error line for the directory, after checking exit 1 and no output file.
-std::string bin_refusal(const BrokenBin& b) {
-  const ConvertRun run = convert("hf", b.dir, b.dir + "/out.xfm");
-  EXPECT_EQ(run.status, 1);
-  EXPECT_FALSE(fs::exists(b.dir + "/out.xfm"));
-  return error_line(run.err);
-}
-
 TEST(ImportPytorchBin, TruncatedFileIsOneLine) {
   const BrokenBin b = copy_bin_fixture();
   fs::resize_file(b.bin, fs::file_size(b.bin) / 2);
-  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": not a complete pytorch_model.bin (zip) file: Not a zip archive");
+  EXPECT_EQ(refusal("hf", b.dir), "xf-convert: " + b.bin + ": not a complete pytorch_model.bin (zip) file: Not a zip archive");
 }
 
 TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
   BrokenBin b = copy_bin_fixture();
   const size_t at = replace_in_pickle(b, "collections\nOrderedDict\n", "posix\nsystem\n");
-  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle global 'posix.system' at byte " +
+  EXPECT_EQ(refusal("hf", b.dir), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle global 'posix.system' at byte " +
                                 std::to_string(at - 1) +
                                 " is not one a state dict of tensors uses (collections.OrderedDict, "
                                 "torch._utils._rebuild_tensor_v2, torch.FloatStorage, torch.HalfStorage, "
@@ -534,7 +523,7 @@ TEST(ImportPytorchBin, UnknownGlobalIsOneLine) {
 TEST(ImportPytorchBin, UnknownOpcodeIsOneLine) {
   BrokenBin b = copy_bin_fixture();
   const size_t at = replace_in_pickle(b, "\x89", "I");  // the first NEWFALSE (requires_grad), made an INT
-  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle opcode 0x49 at byte " +
+  EXPECT_EQ(refusal("hf", b.dir), "xf-convert: " + b.bin + ": " + b.pickle_name + ": pickle opcode 0x49 at byte " +
                                 std::to_string(at) + " is not one torch.save writes for a state dict of tensors");
 }
 
@@ -542,11 +531,11 @@ TEST(ImportPytorchBin, ShortStorageAndTruncatedPickleAreOneLine) {
   BrokenBin b = copy_bin_fixture();
   const std::string storage = zip_entry(b.bin, "pytorch_model/data/0");
   replace_zip_entry(b.bin, "pytorch_model/data/0", storage.substr(0, storage.size() - 4));
-  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": storage '0' holds " + std::to_string(storage.size() - 4) +
+  EXPECT_EQ(refusal("hf", b.dir), "xf-convert: " + b.bin + ": storage '0' holds " + std::to_string(storage.size() - 4) +
                                 " bytes, its pickle says " + std::to_string(storage.size()) + " (truncated?)");
   replace_zip_entry(b.bin, "pytorch_model/data/0", storage);
   replace_zip_entry(b.bin, b.pickle_name, b.pickle.substr(0, b.pickle.size() / 2));
-  EXPECT_EQ(bin_refusal(b), "xf-convert: " + b.bin + ": " + b.pickle_name + ": truncated pickle (" +
+  EXPECT_EQ(refusal("hf", b.dir), "xf-convert: " + b.bin + ": " + b.pickle_name + ": truncated pickle (" +
                                 std::to_string(b.pickle.size() / 2) + " bytes)");
 }
 
@@ -557,7 +546,7 @@ TEST(ImportPytorchBin, NonContiguousTensorIsOneLine) {
   const size_t size_at = b.pickle.find("K\x5eK\x20\x86");  // the size (94, 32)
   ASSERT_NE(size_at, std::string::npos);
   replace_in_pickle(b, "K\x20K\x01\x86", "K\x01K\x5e\x86", size_at);  // its stride
-  const std::string line = bin_refusal(b);
+  const std::string line = refusal("hf", b.dir);
   EXPECT_EQ(line.rfind("xf-convert: " + b.bin + ": " + b.pickle_name + ": tensor in storage '", 0), 0u) << line;
   EXPECT_NE(line.find("' is not contiguous (a view or transpose: save its .contiguous() copy)"), std::string::npos)
       << line;
