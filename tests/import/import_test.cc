@@ -4,7 +4,6 @@
 // decoder step's log-probabilities within 1e-4 of transformers'; the sentence scores within
 // 1e-4 of pymarian's (which prints 6 significant digits). Malformed imports are one-line errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <zip.h>
 
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "backend.h"
 #include "backend_probe.h"
 #include "memory_plan.h"
+#include "run_command.h"
 #include "temp_dir.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
@@ -250,21 +250,10 @@ TEST(ImportMarianInput, TheNpzItselfFindsItsDecoderYml) {
 
 // ---- Refusals: xf-convert prints one line, exits 1 and writes nothing ---------------------------
 
-struct ConvertRun {
-  int status = -1;
-  std::string err;
-};
-
-ConvertRun convert(const std::string& from, const std::string& input, const std::string& output) {
-  const std::string err = output + ".stderr";
-  const std::string command = std::string(XF_CONVERT) + " --from " + from + " '" + input + "' -o '" + output +
-                              "' 2> '" + err + "'";
-  const int status = std::system(command.c_str());
-  std::ifstream in(err);
-  std::stringstream text;
-  text << in.rdbuf();
-  fs::remove(err);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+// xf-convert run as users do; its stdout and stderr files go beside `output` (a temp dir).
+test::CommandRun convert(const std::string& from, const std::string& input, const std::string& output) {
+  return test::run_command(std::string(XF_CONVERT) + " --from " + from + " '" + input + "' -o '" + output + "'",
+                           fs::path(output).parent_path().string());
 }
 
 // The last line of stderr (the first says what is being imported), and that it is the only error.
@@ -277,7 +266,7 @@ std::string error_line(const std::string& err) {
 
 // xf-convert's one error line for the directory, after checking exit 1 and no output file.
 std::string refusal(const std::string& from, const std::string& dir) {
-  const ConvertRun run = convert(from, dir, dir + "/out.xfm");
+  const test::CommandRun run = convert(from, dir, dir + "/out.xfm");
   EXPECT_EQ(run.status, 1);
   EXPECT_FALSE(fs::exists(dir + "/out.xfm"));
   return error_line(run.err);
@@ -370,7 +359,7 @@ TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
             prefix + "transformer-postprocess: da is not supported (dan with transformer-preprocess \"\")");
   // The unmodified model still imports: the refusals came from the keys alone.
   rewrite_model_yml(npz, original);
-  const ConvertRun run = convert("marian", dir, dir + "/out.xfm");
+  const test::CommandRun run = convert("marian", dir, dir + "/out.xfm");
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_TRUE(fs::exists(dir + "/out.xfm"));
 }
@@ -455,13 +444,6 @@ TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
 
 // ---- pytorch_model.bin, read without PyTorch ---------------------------------------------------
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
 // hf-tiny-bin holds hf-tiny's weights as torch.save wrote them (make_marian_fixtures.py): both
 // import to the same bytes (the one metadata entry that differs, the path, set alike).
 TEST(ImportPytorchBin, SameModelFileAsFromSafetensors) {
@@ -471,9 +453,9 @@ TEST(ImportPytorchBin, SameModelFileAsFromSafetensors) {
   ASSERT_FALSE(fs::exists(data("hf-tiny-bin") + "/model.safetensors"));
   importers::import_hugging_face(data("hf-tiny-bin"), from_bin, options);
   importers::import_hugging_face(data("hf-tiny"), from_safetensors, options);
-  const std::string bin_bytes = file_bytes(from_bin);
+  const std::string bin_bytes = test::read_file(from_bin);
   EXPECT_GT(bin_bytes.size(), 100000u);
-  EXPECT_TRUE(bin_bytes == file_bytes(from_safetensors)) << "the .xfm files differ";
+  EXPECT_TRUE(bin_bytes == test::read_file(from_safetensors)) << "the .xfm files differ";
   const json expected = expected_of("hf-tiny");
   const auto sentences = expected["sentences"].get<std::vector<std::string>>();
   const auto results = translate(from_bin, sentences, 1, 0.0f, 40, 40);
