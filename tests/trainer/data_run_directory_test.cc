@@ -100,18 +100,12 @@ TEST(DataRunDirectory, ANewRunIntoAnEarlierOneIsRefusedUnlessOverwrite) {
   const std::string dir = test::make_temp_dir("run_mixed");
   const std::string train = write_reverse_corpus(dir, 40, 3);
   std::ostringstream log;
-  auto first = tiny_run(train, dir + "/run");
-  first["max-steps"] = "3";
-  first["save-every"] = "1";
-  first["keep"] = "0";
-  run_training(train_options_from_map(first), log);
+  run_training(train_options_from_map(tiny_run(train, dir + "/run", {{"max-steps", "3"}, {"save-every", "1"}, {"keep", "0"}})),
+               log);
   ASSERT_EQ(list_checkpoints(dir + "/run").size(), 3u);
   std::ofstream(dir + "/run/notes.txt") << "the user's";
 
-  auto second = tiny_run(train, dir + "/run");
-  second["d-model"] = "32";
-  second["heads"] = "4";
-  second["max-steps"] = "1";
+  auto second = tiny_run(train, dir + "/run", {{"d-model", "32"}, {"heads", "4"}, {"max-steps", "1"}});
   const std::string refused = error_of([&] { run_training(train_options_from_map(second), log); });
   EXPECT_EQ(refused.rfind(dir + "/run: holds an earlier run (", 0), 0u) << refused;
   EXPECT_NE(refused.find("continue it with --resume, replace it with --overwrite, or choose another --out"),
@@ -136,9 +130,7 @@ TEST(DataRunDirectory, ResumeRefusesAChangedArchitectureOrVocabularyOption) {
   const std::string dir = test::make_temp_dir("run_resume");
   const std::string train = write_reverse_corpus(dir, 40, 4);
   std::ostringstream log;
-  auto values = tiny_run(train, dir + "/run");
-  values["max-steps"] = "2";
-  run_training(train_options_from_map(values), log);
+  run_training(train_options_from_map(tiny_run(train, dir + "/run", {{"max-steps", "2"}})), log);
 
   const auto resume_with = [&](const std::string& name, const std::string& value) {
     return error_of([&] {

@@ -77,8 +77,7 @@ TEST(DataTrainLoop, LayersSetsBothAndSpecificCountsWin) {
 
 TEST(DataTrainLoop, CudaWithoutCudaIsAClearError) {
   std::string dir = test_dir("cuda");
-  auto values = tiny_run(write_reverse_corpus(dir, 20, 1), dir + "/run");
-  values["device"] = "cuda";
+  auto values = tiny_run(write_reverse_corpus(dir, 20, 1), dir + "/run", {{"device", "cuda"}});
   std::ostringstream log;
   const std::string error = error_of([&] { run_training(train_options_from_map(values), log); });
   // A build with CUDA training (trainer/cuda) trains where a GPU is visible, and says there is
@@ -97,14 +96,10 @@ TEST(DataTrainLoop, Bf16IsForTheCpuAndResumesExactly) {
   std::string dir = test_dir("bf16");
   const std::string train = write_reverse_corpus(dir, 120, 2);
   std::ostringstream log;
-  auto values = tiny_run(train, dir + "/cuda");
-  values["bf16"] = "1";
-  values["device"] = "cuda";
+  auto values = tiny_run(train, dir + "/cuda", {{"bf16", "1"}, {"device", "cuda"}});
   EXPECT_EQ(error_of([&] { train_options_from_map(values); }),
             "--bf16 is for --device cpu (--device cuda computes in f16 already)");
-  values = tiny_run(train, dir + "/bf16");
-  values["bf16"] = "1";
-  values["max-steps"] = "8";
+  values = tiny_run(train, dir + "/bf16", {{"bf16", "1"}, {"max-steps", "8"}});
   if (!cpu::bf16_products_in_hardware()) {
     EXPECT_NE(error_of([&] { run_training(train_options_from_map(values), log); })
                   .find("neither AVX512-BF16 nor AMX"),
@@ -112,9 +107,7 @@ TEST(DataTrainLoop, Bf16IsForTheCpuAndResumesExactly) {
     GTEST_SKIP() << "this CPU has no bf16 instructions";
   }
   const TrainSummary bf16 = run_training(train_options_from_map(values), log);
-  auto f32_values = tiny_run(train, dir + "/f32");
-  f32_values["max-steps"] = "8";
-  const TrainSummary f32 = run_training(train_options_from_map(f32_values), log);
+  const TrainSummary f32 = run_training(train_options_from_map(tiny_run(train, dir + "/f32", {{"max-steps", "8"}})), log);
   ASSERT_EQ(bf16.step_losses.size(), 8u);
   EXPECT_NE(bf16.step_losses, f32.step_losses);
   for (size_t i = 0; i < 8; ++i) {
@@ -141,20 +134,17 @@ TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
   const int total_steps = 14, first_part = 6;
   std::ostringstream log;
 
-  auto straight_values = tiny_run(train, dir + "/straight");
-  straight_values["max-steps"] = std::to_string(total_steps);
+  const auto straight_values = tiny_run(train, dir + "/straight", {{"max-steps", std::to_string(total_steps)}});
   TrainSummary straight = run_training(train_options_from_map(straight_values), log);
   ASSERT_EQ(straight.step_losses.size(), static_cast<size_t>(total_steps));
 
   // Same seed, same run: determinism.
-  auto again_values = tiny_run(train, dir + "/again");
-  again_values["max-steps"] = std::to_string(total_steps);
-  TrainSummary again = run_training(train_options_from_map(again_values), log);
+  TrainSummary again = run_training(
+      train_options_from_map(tiny_run(train, dir + "/again", {{"max-steps", std::to_string(total_steps)}})), log);
   EXPECT_EQ(again.step_losses, straight.step_losses);
 
   // k steps, stop, resume to N. The run crosses an epoch boundary (120 pairs, ~8 batches).
-  auto part_values = tiny_run(train, dir + "/parts");
-  part_values["max-steps"] = std::to_string(first_part);
+  auto part_values = tiny_run(train, dir + "/parts", {{"max-steps", std::to_string(first_part)}});
   TrainSummary part1 = run_training(train_options_from_map(part_values), log);
   ASSERT_EQ(part1.final_step, first_part);
   TrainOptions resumed = resolve_train_options(
@@ -198,18 +188,14 @@ TEST(DataTrainLoop, JoinedExamplesResumeExactly) {
   const int total_steps = 14, first_part = 6;
   std::ostringstream log;
   auto joined_values = [&](const std::string& out) {
-    auto values = tiny_run(train, dir + out);
-    values["join-probability"] = "0.5";
-    values["join-max-pairs"] = "3";
-    values["max-steps"] = std::to_string(total_steps);
-    return values;
+    return tiny_run(train, dir + out,
+                    {{"join-probability", "0.5"}, {"join-max-pairs", "3"}, {"max-steps", std::to_string(total_steps)}});
   };
   const TrainSummary straight = run_training(train_options_from_map(joined_values("/straight")), log);
   ASSERT_EQ(straight.step_losses.size(), static_cast<size_t>(total_steps));
   EXPECT_EQ(run_training(train_options_from_map(joined_values("/again")), log).step_losses,
             straight.step_losses);
-  auto plain_values = tiny_run(train, dir + "/plain");
-  plain_values["max-steps"] = std::to_string(total_steps);
+  const auto plain_values = tiny_run(train, dir + "/plain", {{"max-steps", std::to_string(total_steps)}});
   EXPECT_NE(run_training(train_options_from_map(plain_values), log).step_losses, straight.step_losses);
 
   auto part_values = joined_values("/parts");
@@ -230,8 +216,7 @@ TEST(DataTrainLoop, JoinedExamplesResumeExactly) {
 
 TEST(DataTrainLoop, StopRequestSavesACheckpointAndReturns) {
   std::string dir = test_dir("stop");
-  auto values = tiny_run(write_reverse_corpus(dir, 40, 3), dir + "/run");
-  values["max-steps"] = "1000";
+  const auto values = tiny_run(write_reverse_corpus(dir, 40, 3), dir + "/run", {{"max-steps", "1000"}});
   std::atomic<bool> stop{true};  // already requested: the loop finishes one step
   std::ostringstream log;
   TrainSummary summary = run_training(train_options_from_map(values), log, &stop);
@@ -244,15 +229,11 @@ TEST(DataTrainLoop, StopRequestSavesACheckpointAndReturns) {
 TEST(DataTrainLoop, ValidationKeepsBestAndEarlyStops) {
   std::string dir = test_dir("valid");
   std::string train = write_reverse_corpus(dir, 60, 4);
-  auto values = tiny_run(train, dir + "/run");
-  values["dev"] = train;
-  values["valid-every"] = "2";
-  values["max-steps"] = "200";
   // BLEU of one-word outputs is always 0 (no 4-grams), so it never improves after the first
   // validation: best/ is step 2's model, and training stops after two more validations.
-  values["best-by"] = "bleu";
-  values["early-stop"] = "2";
-  values["valid-bleu-sentences"] = "5";
+  const auto values = tiny_run(train, dir + "/run",
+                               {{"dev", train}, {"valid-every", "2"}, {"max-steps", "200"}, {"best-by", "bleu"},
+                                {"early-stop", "2"}, {"valid-bleu-sentences", "5"}});
   std::ostringstream log;
   TrainSummary summary = run_training(train_options_from_map(values), log);
   EXPECT_TRUE(summary.early_stopped) << log.str();
@@ -266,12 +247,9 @@ TEST(DataTrainLoop, ValidationKeepsBestAndEarlyStops) {
 
 TEST(DataTrainLoop, ConvertAveragesTwoKnownCheckpoints) {
   std::string dir = test_dir("convert");
-  auto values = tiny_run(write_reverse_corpus(dir, 40, 5), dir + "/run");
-  values["max-steps"] = "2";
-  values["save-every"] = "1";
-  values["src-lang"] = "fr";
-  values["tgt-lang"] = "en";
-  values["tsv-columns"] = "fr,en";
+  const auto values = tiny_run(write_reverse_corpus(dir, 40, 5), dir + "/run",
+                               {{"max-steps", "2"}, {"save-every", "1"}, {"src-lang", "fr"}, {"tgt-lang", "en"},
+                                {"tsv-columns", "fr,en"}});
   std::ostringstream log;
   run_training(train_options_from_map(values), log);
   Checkpoint a = read_checkpoint(dir + "/run/step-000001");
@@ -324,8 +302,7 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   std::string dir = test_dir("init_from");
   std::string train = write_reverse_corpus(dir, 80, 7);
   std::ostringstream log;
-  auto values = tiny_run(train, dir + "/source");
-  values["max-steps"] = "12";
+  const auto values = tiny_run(train, dir + "/source", {{"max-steps", "12"}});
   TrainSummary source = run_training(train_options_from_map(values), log);
   Checkpoint trained = read_checkpoint(source.last_checkpoint);
 
@@ -350,11 +327,8 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
 
   // A run started from the file takes its shape and vocabulary (the options' --d-model is
   // ignored) and its first loss is the trained model's, far below a fresh start's.
-  auto init_values = tiny_run(train, dir + "/continued");
-  init_values["init-from"] = dir + "/source.xfm";
-  init_values["d-model"] = "32";
-  init_values["max-steps"] = "1";
-  init_values["save-every"] = "1";
+  auto init_values = tiny_run(train, dir + "/continued", {{"init-from", dir + "/source.xfm"}, {"d-model", "32"},
+                                                           {"max-steps", "1"}, {"save-every", "1"}});
   TrainSummary continued = run_training(train_options_from_map(init_values), log);
   Checkpoint first = read_checkpoint(continued.last_checkpoint);
   EXPECT_EQ(config_to_key_values(first.config), config_to_key_values(trained.config));
@@ -372,9 +346,7 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   for (const auto& [key, value] : trained_shape) EXPECT_EQ(first.options.at(key), value) << key;
   EXPECT_EQ(first.options.at("norm"),
             trained.config.norm_position == NormPosition::pre ? "pre" : "post");
-  auto fresh_values = tiny_run(train, dir + "/fresh");
-  fresh_values["max-steps"] = "1";
-  TrainSummary fresh = run_training(train_options_from_map(fresh_values), log);
+  TrainSummary fresh = run_training(train_options_from_map(tiny_run(train, dir + "/fresh", {{"max-steps", "1"}})), log);
   ASSERT_EQ(continued.step_losses.size(), 1u);
   EXPECT_LT(continued.step_losses[0], source.step_losses.front() * 0.8);
   EXPECT_LT(continued.step_losses[0], fresh.step_losses[0] * 0.8);
@@ -410,8 +382,7 @@ TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
     }
   }
   std::ostringstream log;
-  auto values = tiny_run(train, dir + "/run");
-  values["max-steps"] = "300";
+  const auto values = tiny_run(train, dir + "/run", {{"max-steps", "300"}});
   TrainSummary run = run_training(train_options_from_map(values), log);
   Checkpoint full = read_checkpoint(run.last_checkpoint);
   ASSERT_TRUE(full.config.shared_embeddings);

@@ -36,9 +36,7 @@ class ParallelMpi : public ::testing::Test {
   }
 
   std::map<std::string, std::string> tiny(const std::string& run_name, int steps) {
-    auto values = tiny_run(train_, dir_ + "/" + run_name);
-    values["max-steps"] = std::to_string(steps);
-    return values;
+    return tiny_run(train_, dir_ + "/" + run_name, {{"max-steps", std::to_string(steps)}});
   }
 
   // Starts a long run on two ranks (extra options added) and returns mpirun's pid once step 40

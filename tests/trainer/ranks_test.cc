@@ -24,9 +24,7 @@ class Ranks : public ::testing::Test {
 
   // Runs a tiny xf-train in one process with `environment` added; returns its output.
   std::string run_with(const std::map<std::string, std::string>& environment, int* status) {
-    auto values = tiny_run(write_reverse_corpus(dir_, 20, 1), dir_ + "/run");
-    values["device"] = "cuda";
-    values["max-steps"] = "1";
+    const auto values = tiny_run(write_reverse_corpus(dir_, 20, 1), dir_ + "/run", {{"device", "cuda"}, {"max-steps", "1"}});
     for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
     *status = wait_exit(spawn(command(0, values), dir_ + "/log"), 120);
     for (const auto& [name, value] : environment) unsetenv(name.c_str());

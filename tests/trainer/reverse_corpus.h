@@ -24,13 +24,18 @@ inline std::string write_reverse_corpus(const std::string& dir, int pairs, uint3
 }
 
 // xf-train's options (name -> value) for a 1+1 layer, d_model 16 model on that corpus.
-inline std::map<std::string, std::string> tiny_run(const std::string& train, const std::string& out) {
-  return {{"train", train},        {"out", out},           {"spm-type", "char"},
+// `overrides` replace or add options.
+inline std::map<std::string, std::string> tiny_run(const std::string& train, const std::string& out,
+                                                   const std::map<std::string, std::string>& overrides = {}) {
+  std::map<std::string, std::string> values = {
+          {"train", train},        {"out", out},           {"spm-type", "char"},
           {"vocab-size", "20"},    {"layers", "1"},        {"d-model", "16"},
           {"heads", "2"},          {"d-ff", "32"},         {"dropout", "0.1"},
           {"batch-tokens", "60"},  {"warmup", "10"},       {"threads", "1"},
           {"log-every", "1000"},   {"valid-every", "0"},   {"save-every", "0"},
           {"max-length", "20"},    {"max-positions", "32"}, {"seed", "5"}};
+  for (const auto& [name, value] : overrides) values[name] = value;
+  return values;
 }
 
 }  // namespace xf::trainer
