@@ -7,11 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <regex>
 #include <sstream>
 #include <string>
 
+#include "run_command.h"  // read_file
 #include "temp_dir.h"
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/train_log.h"
@@ -21,10 +21,7 @@
 namespace xf::trainer {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using test::read_file;
 
 DataPosition at(uint64_t epoch, uint64_t batch_index) {
   DataPosition position;
