@@ -164,8 +164,7 @@ TEST(DecodingOptions, TargetPrefixIsHonouredGreedy) {
   std::vector<std::vector<int32_t>> prefixes = test::random_source_ids(7, vocab, 32, 4);
   prefixes[2].clear();
   prefixes[5].clear();
-  TranslateOptions options;
-  options.beam = 1;
+  TranslateOptions options = test::beam_options(1);
   std::vector<TokenTranslation> results, plain;
   translator.translate_ids(sources, options, results, prefixes);
   translator.translate_ids(sources, options, plain);
@@ -199,9 +198,7 @@ TEST(DecodingOptions, TargetPrefixIsHonouredByEveryBeamHypothesis) {
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 33, 12);
   auto prefixes = test::random_source_ids(6, model->config().target_vocab_size, 34, 3);
   prefixes[1].clear();
-  TranslateOptions options;
-  options.beam = 4;
-  options.n_best = 4;
+  TranslateOptions options = test::beam_options(4, 4);
   std::vector<TokenTranslation> results, plain;
   translator.translate_ids(sources, options, results, prefixes);
   translator.translate_ids(sources, options, plain);
@@ -227,8 +224,7 @@ TEST(DecodingOptions, RepetitionPenaltyMatchesTheReference) {
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 35, 10);
   for (float penalty : {1.5f, 0.7f}) {
-    TranslateOptions options;
-    options.beam = 1;
+    TranslateOptions options = test::beam_options(1);
     options.repetition_penalty = penalty;
     std::vector<TokenTranslation> results, plain;
     translator.translate_ids(sources, options, results);
@@ -254,9 +250,7 @@ TEST(DecodingOptions, NoRepeatedNgramOfTheGivenSize) {
   for (int n : {1, 2, 3}) {
     for (int beam : {1, 4}) {
       SCOPED_TRACE("n " + std::to_string(n) + " beam " + std::to_string(beam));
-      TranslateOptions options;
-      options.beam = beam;
-      options.n_best = beam;
+      TranslateOptions options = test::beam_options(beam, beam);
       std::vector<TokenTranslation> results;
       translator.translate_ids(sources, options, results);
       size_t repeating = 0;
@@ -288,8 +282,7 @@ TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 37, 10);
   for (int beam : {1, 4}) {
-    TranslateOptions options;
-    options.beam = beam;
+    TranslateOptions options = test::beam_options(beam);
     std::vector<TokenTranslation> full, capped;
     translator.translate_ids(sources, options, full);
     options.max_decoding_length = 4;
@@ -318,8 +311,7 @@ TEST(DecodingOptions, MinDecodingLengthAndDisableUnkMatchTheReference) {
   const ModelConfig& config = model->config();
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(24, config.source_vocab_size, 39, 10);
-  TranslateOptions options;
-  options.beam = 1;
+  TranslateOptions options = test::beam_options(1);
   std::vector<TokenTranslation> plain, results;
   translator.translate_ids(sources, options, plain);
   size_t short_outputs = 0, with_unk = 0;
@@ -389,8 +381,7 @@ TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {
   }
 
   // The greedy translation's own score.
-  TranslateOptions greedy;
-  greedy.beam = 1;
+  TranslateOptions greedy = test::beam_options(1);
   std::vector<TokenTranslation> translations;
   sources[2] = {5, 6};
   translator.translate_ids(sources, greedy, translations);
@@ -509,8 +500,7 @@ TEST(DecodingOptions, BatchesCutByTokensGiveTheSameTranslations) {
   topts.max_batch = 8;
   Translator translator(model, topts);
   std::vector<std::vector<int32_t>> sources = test::random_source_ids(12, model->config().source_vocab_size, 38, 20);
-  TranslateOptions options;
-  options.beam = 2;
+  TranslateOptions options = test::beam_options(2);
   std::vector<TokenTranslation> by_examples, by_tokens;
   translator.translate_ids(sources, options, by_examples);
   EXPECT_EQ(translator.last_call_batches(), 2);  // 12 sentences, 8 a batch
@@ -559,8 +549,7 @@ TEST(DecodingOptions, SamplingTopOneEqualsGreedy) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     for (int pass = 0; pass < 2; ++pass) {
       test::stage_sources(search, config, sources, longest);
-      TranslateOptions options;
-      options.beam = 1;
+      TranslateOptions options = test::beam_options(1);
       options.seed = seed;
       options.sampling_temperature = 0.7f;
       search.always_sample = pass == 1;
@@ -584,8 +573,7 @@ TEST(DecodingOptions, SamplingIsReproducibleForASeedAndVariesWithIt) {
   TranslatorOptions topts = small_translator();
   Translator translator(model, topts);
   const auto sources = test::random_source_ids(10, model->config().source_vocab_size, 40, 12);
-  TranslateOptions options;
-  options.beam = 1;
+  TranslateOptions options = test::beam_options(1);
   options.sampling_topk = 0;
   options.seed = 7;
   std::vector<TokenTranslation> results, greedy;
@@ -621,8 +609,7 @@ TEST(DecodingOptions, SampledTokensStayInsideTopKAndTopP) {
   };
   for (const Setting setting : {Setting{3, 1.0f, 1.0f}, Setting{0, 0.6f, 1.0f}, Setting{5, 0.8f, 1.5f}}) {
     SCOPED_TRACE("top-k " + std::to_string(setting.topk) + " top-p " + std::to_string(setting.topp));
-    TranslateOptions options;
-    options.beam = 1;
+    TranslateOptions options = test::beam_options(1);
     options.sampling_topk = setting.topk;
     options.sampling_topp = setting.topp;
     options.sampling_temperature = setting.temperature;
@@ -671,8 +658,7 @@ TEST(DecodingOptions, TextPrefixAndPieces) {
   Translator translator(model, small_translator());
   const auto lines = test::sample_sentences(3, 77);
   const std::vector<std::string> prefixes = {"the cat", "", "a"};
-  TranslateOptions options;
-  options.beam = 2;
+  TranslateOptions options = test::beam_options(2);
   const auto results = translator.translate(lines, options, prefixes);
   for (size_t i = 0; i < lines.size(); ++i) {
     const auto prefix_ids = model->encode_target(prefixes[i]);

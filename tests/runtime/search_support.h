@@ -10,6 +10,14 @@
 
 namespace xf::test {
 
+// Translate options with this beam and n-best list size, the rest at their defaults.
+inline TranslateOptions beam_options(int beam, int n_best = 1) {
+  TranslateOptions options;
+  options.beam = beam;
+  options.n_best = n_best;
+  return options;
+}
+
 // The staging row length for `sources` (ids without EOS): the longest plus its EOS.
 inline int64_t longest_with_eos(const std::vector<std::vector<int32_t>>& sources) {
   int64_t longest = 0;

@@ -72,8 +72,7 @@ TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
   topts.max_beam = 1;
   Translator translator(model, topts);
   const auto sources = test::random_source_ids(5, config.source_vocab_size, 11, 12);
-  TranslateOptions options;
-  options.beam = 1;
+  TranslateOptions options = test::beam_options(1);
   std::vector<TokenTranslation> results;
   translator.translate_ids(sources, options, results);
 
@@ -124,8 +123,7 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
   const auto sources = test::random_source_ids(6, config.source_vocab_size, 12, 15);
   const int64_t longest = test::longest_with_eos(sources);
 
-  TranslateOptions options;
-  options.beam = 1;
+  TranslateOptions options = test::beam_options(1);
   std::vector<TokenTranslation> greedy(sources.size()), beam(sources.size());
   std::vector<TokenTranslation*> greedy_out = test::pointers_to(greedy),
                                  beam_out = test::pointers_to(beam);
@@ -148,9 +146,7 @@ TEST(Translator, BatchEqualsOneByOne) {
     topts.max_batch = 4;
     topts.max_beam = 3;
     Translator translator(model, topts);
-    TranslateOptions options;
-    options.beam = beam;
-    options.n_best = beam;
+    TranslateOptions options = test::beam_options(beam, beam);
     std::vector<TokenTranslation> batched;
     translator.translate_ids(sources, options, batched);
     std::vector<TokenTranslation> alone(sources.size());
@@ -205,8 +201,7 @@ TEST(Translator, MaxLengthRuleCutsOutputs) {
   EXPECT_EQ(translator.max_target_len(), 25);
   const auto sources = test::random_source_ids(4, model->config().source_vocab_size, 15, 12);
   for (int beam : {1, 2}) {
-    TranslateOptions options;
-    options.beam = beam;
+    TranslateOptions options = test::beam_options(beam);
     options.max_len_a = 0.0f;
     options.max_len_b = 3;
     std::vector<TokenTranslation> results;
@@ -239,8 +234,7 @@ TEST(Translator, RequestsBeyondThePlanAreClearErrors) {
   const std::vector<int32_t> ok(7, 5), too_long(8, 5);
   EXPECT_NE(message_of({ok, too_long}, {}).find("sentence 2: 9 tokens with EOS, more than the translator's max_source_len 8"), std::string::npos)
       << message_of({ok, too_long}, {});
-  TranslateOptions wide;
-  wide.beam = 3;
+  TranslateOptions wide = test::beam_options(3);
   EXPECT_NE(message_of({ok}, wide).find("beam 3"), std::string::npos);
   TranslateOptions many;
   many.n_best = 3;
