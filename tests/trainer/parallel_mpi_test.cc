@@ -52,6 +52,16 @@ class ParallelMpi : public ::testing::Test {
   }
   std::string log() const { return dir_ + "/run.log"; }
 
+  // `steps` on `straight_ranks` into straight/; 5 on two ranks into parts/, resumed there to `steps`
+  // on `resume_ranks` (its output in second.log).
+  void run_straight_and_resumed(int steps, int straight_ranks, int resume_ranks) {
+    ASSERT_EQ(run(straight_ranks, tiny("straight", steps), dir_ + "/straight.log"), 0) << read_text(dir_ + "/straight.log");
+    ASSERT_EQ(run(2, tiny("parts", 5), dir_ + "/first.log"), 0) << read_text(dir_ + "/first.log");
+    ASSERT_EQ(run(resume_ranks, {{"out", dir_ + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(steps)}},
+                  dir_ + "/second.log"), 0)
+        << read_text(dir_ + "/second.log");
+  }
+
   std::string dir_, train_;
   std::vector<pid_t> long_runs_;
 };
@@ -100,14 +110,7 @@ TEST_F(ParallelMpi, BatchesOfFewerRowsThanRanksLeaveARankIdle) {
 
 TEST_F(ParallelMpi, ResumedTwoRankRunEqualsAStraightOneBitwise) {
   const int steps = 12;
-  auto straight = tiny("straight", steps);
-  ASSERT_EQ(run(2, straight, dir_ + "/straight.log"), 0) << read_text(dir_ + "/straight.log");
-  auto first = tiny("parts", 5);
-  ASSERT_EQ(run(2, first, dir_ + "/first.log"), 0) << read_text(dir_ + "/first.log");
-  ASSERT_EQ(run(2, {{"out", dir_ + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(steps)}},
-                dir_ + "/second.log"),
-            0)
-      << read_text(dir_ + "/second.log");
+  ASSERT_NO_FATAL_FAILURE(run_straight_and_resumed(steps, 2, 2));
   EXPECT_NE(read_text(dir_ + "/second.log").find("resuming from"), std::string::npos);
 
   auto rows_straight = csv_rows(dir_ + "/straight", "train");
@@ -124,15 +127,7 @@ TEST_F(ParallelMpi, ResumedTwoRankRunEqualsAStraightOneBitwise) {
 
 TEST_F(ParallelMpi, ResumesOnAnotherNumberOfRanks) {
   const int steps = 12;
-  auto straight = tiny("straight", steps);
-  ASSERT_EQ(run(0, straight, dir_ + "/straight.log"), 0) << read_text(dir_ + "/straight.log");
-  auto first = tiny("parts", 5);
-  ASSERT_EQ(run(2, first, dir_ + "/first.log"), 0) << read_text(dir_ + "/first.log");
-  // Two ranks saved it; one process continues it.
-  ASSERT_EQ(run(0, {{"out", dir_ + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(steps)}},
-                dir_ + "/second.log"),
-            0)
-      << read_text(dir_ + "/second.log");
+  ASSERT_NO_FATAL_FAILURE(run_straight_and_resumed(steps, 0, 0));  // parts/ saved by two ranks, resumed by one process
   expect_losses_agree(csv_rows(dir_ + "/straight", "train"), csv_rows(dir_ + "/parts", "train"));
   expect_parameters_agree(read_checkpoint(dir_ + "/straight/" + checkpoint_name(steps)),
                           read_checkpoint(dir_ + "/parts/" + checkpoint_name(steps)));
