@@ -1,6 +1,7 @@
 #pragma once
 // Running a tool as users do, for the tests of programs: through sh with its exit status, stdout
 // and stderr, or started with pipes; and reading what it wrote.
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <string>
@@ -33,6 +34,13 @@ int wait_status(pid_t pid);
 // Reads `fd` until it ends, nothing more comes for `quiet_ms`, or (when `one_line`) a newline
 // has come; what was read.
 std::string read_from(int fd, int quiet_ms, bool one_line);
+
+// A refusal as every tool makes it: exit `status` and one line on stderr that holds `fragment`.
+inline void expect_one_line_error(const CommandRun& run, int status, const std::string& fragment) {
+  EXPECT_EQ(run.status, status) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
+}
 
 // The last line of `text` (its final newline kept), e.g. a tool's error after progress lines.
 std::string last_line(const std::string& text);

@@ -2,6 +2,7 @@
 // definitions, and int8 per-row quantization against its documented formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,29 +22,22 @@ float bits_to_float(uint32_t bits) {
   return f;
 }
 
-// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
-double half_reference_value(uint16_t h) {
-  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  const double sign = (h & 0x8000) ? -1.0 : 1.0;
-  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-  if (exponent == 31) {
+// A 16-bit float of 1 sign, `exponent_bits` exponent (bias 2^(exponent_bits-1) - 1) and
+// `mantissa_bits` mantissa bits, read as the standard says (subnormals, infinities, NaN).
+double sixteen_bit_reference_value(uint16_t bits, int exponent_bits, int mantissa_bits) {
+  const int max_exponent = (1 << exponent_bits) - 1, bias = max_exponent / 2;
+  const int exponent = (bits >> mantissa_bits) & max_exponent;
+  const int mantissa = bits & ((1 << mantissa_bits) - 1);
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  if (exponent == max_exponent) {
     return mantissa ? std::numeric_limits<double>::quiet_NaN()
                     : sign * std::numeric_limits<double>::infinity();
   }
-  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+  const int implicit_one = exponent == 0 ? 0 : 1 << mantissa_bits;
+  return sign * std::ldexp(implicit_one + mantissa, std::max(exponent, 1) - bias - mantissa_bits);
 }
-
-// bfloat16: 1 sign, 8 exponent (bias 127), 7 mantissa bits.
-double bfloat16_reference_value(uint16_t b) {
-  const int exponent = (b >> 7) & 0xff, mantissa = b & 0x7f;
-  const double sign = (b & 0x8000) ? -1.0 : 1.0;
-  if (exponent == 0) return sign * std::ldexp(mantissa, -133);
-  if (exponent == 255) {
-    return mantissa ? std::numeric_limits<double>::quiet_NaN()
-                    : sign * std::numeric_limits<double>::infinity();
-  }
-  return sign * std::ldexp(128 + mantissa, exponent - 134);
-}
+double half_reference_value(uint16_t h) { return sixteen_bit_reference_value(h, 5, 10); }
+double bfloat16_reference_value(uint16_t b) { return sixteen_bit_reference_value(b, 8, 7); }
 
 // x rounded to nearest-even with `mantissa_bits` stored bits, a smallest normal exponent of
 // `min_exponent`, overflowing to infinity from `overflow_threshold` on. In double: exact.

@@ -31,12 +31,9 @@ std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // An error is one line on stderr, "xf-eval: ...", nothing on stdout.
 void expect_one_line_error(const ProgramRun& run, int exit_code, const std::string& fragment) {
-  EXPECT_EQ(run.status, exit_code) << run.err;
+  xf::test::expect_one_line_error(run, exit_code, fragment);
   EXPECT_EQ(run.out, "");
-  ASSERT_FALSE(run.err.empty());
   EXPECT_EQ(run.err.rfind("xf-eval: ", 0), 0u) << run.err;
-  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
-  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
 }
 
 double json_number(const std::string& json, const std::string& key) {

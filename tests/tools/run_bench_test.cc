@@ -53,8 +53,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-size_t count_lines(const std::string& text) { return split_lines(text).size(); }
-
 TEST(XfRun, TranslatesAFileInOrderLikeTheLibrary) {
   std::vector<std::string> lines = xf::test::sample_sentences(23, 41);
   lines[5] = "";
@@ -103,25 +101,19 @@ TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
   EXPECT_NE(help.out.find("--model"), std::string::npos);
 
   const ProgramRun unknown = run(XF_RUN, "--model " + model_path() + " --bogus");
-  EXPECT_EQ(unknown.status, 2);
-  EXPECT_EQ(count_lines(unknown.err), 1u) << unknown.err;
-  EXPECT_NE(unknown.err.find("--bogus"), std::string::npos);
+  xf::test::expect_one_line_error(unknown, 2, "--bogus");
 
   const ProgramRun bad_beam = run(XF_RUN, "--model " + model_path() + " --beam zero");
   EXPECT_EQ(bad_beam.status, 2);
   EXPECT_NE(bad_beam.err.find("--beam"), std::string::npos);
 
   const ProgramRun no_model = run(XF_RUN, "--model " + work_dir() + "/missing.xfm");
-  EXPECT_EQ(no_model.status, 1);
-  EXPECT_EQ(count_lines(no_model.err), 1u) << no_model.err;
-  EXPECT_NE(no_model.err.find("missing.xfm"), std::string::npos);
+  xf::test::expect_one_line_error(no_model, 1, "missing.xfm");
 
   // --strict: the first bad line stops the run (exit 1, one line naming it).
   const std::string bad_utf8 = write_lines("bad.txt", {"the cat", "ok", "caf\xe9"});
   const ProgramRun utf8 = run(XF_RUN, "--model " + model_path() + " --strict", bad_utf8);
-  EXPECT_EQ(utf8.status, 1);
-  EXPECT_EQ(count_lines(utf8.err), 1u) << utf8.err;
-  EXPECT_NE(utf8.err.find("line 3"), std::string::npos) << utf8.err;
+  xf::test::expect_one_line_error(utf8, 1, "line 3");
   EXPECT_NE(utf8.err.find("invalid UTF-8"), std::string::npos) << utf8.err;
 
   const std::string long_line = write_lines("long.txt", {"the cat sees the dog and the bird"});
@@ -427,11 +419,8 @@ TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
   for (const char* tool : {XF_RUN, XF_INSPECT}) {
     const ProgramRun refused = run(tool, std::string(tool) == XF_RUN ? "--model " + work_dir() + "/bad_defaults.xfm"
                                                                       : work_dir() + "/bad_defaults.xfm");
-    EXPECT_EQ(refused.status, 1) << tool;
-    EXPECT_EQ(count_lines(refused.err), 1u) << refused.err;
-    EXPECT_NE(refused.err.find("bad_defaults.xfm: metadata decoding.beam_size: not a decoding setting"),
-              std::string::npos)
-        << refused.err;
+    xf::test::expect_one_line_error(refused, 1,
+                                    "bad_defaults.xfm: metadata decoding.beam_size: not a decoding setting");
   }
 }
 
@@ -463,9 +452,7 @@ TEST(XfRun, FilesScoresAndTargetPrefixes) {
   EXPECT_GT(changed, 0u) << "the prefixes changed no translation";
 
   const ProgramRun no_input = run(XF_RUN, "--model " + model_path() + " --input " + work_dir() + "/absent.txt");
-  EXPECT_EQ(no_input.status, 1);
-  EXPECT_EQ(count_lines(no_input.err), 1u) << no_input.err;
-  EXPECT_NE(no_input.err.find("absent.txt: cannot open the input"), std::string::npos) << no_input.err;
+  xf::test::expect_one_line_error(no_input, 1, "absent.txt: cannot open the input");
   const ProgramRun no_output = run(XF_RUN, "--model " + model_path() + " --input " + input + " --output " +
                                                work_dir() + "/no/such/dir/out.txt");
   EXPECT_EQ(no_output.status, 1);
