@@ -30,7 +30,7 @@ ProgramRun run_xf_eval(const std::string& arguments) {
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // An error is one line on stderr, "xf-eval: ...", nothing on stdout.
-void expect_one_line_error(const ProgramRun& run, int exit_code, const std::string& fragment) {
+void expect_xf_eval_error(const ProgramRun& run, int exit_code, const std::string& fragment) {
   xf::test::expect_one_line_error(run, exit_code, fragment);
   EXPECT_EQ(run.out, "");
   EXPECT_EQ(run.err.rfind("xf-eval: ", 0), 0u) << run.err;
@@ -112,14 +112,14 @@ TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
   EXPECT_EQ(with_src.status, 0) << with_src.err;
   EXPECT_NE(with_src.out.find("| 1-5 | 0 | - | - |\n| 6-10 | 1 | 100.00 | 100.00 |\n"), std::string::npos)
       << with_src.out;
-  expect_one_line_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --by-length"), 2,
+  expect_xf_eval_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --by-length"), 2,
                         "--by-length with --ref needs --src FILE");
-  expect_one_line_error(run_xf_eval(args + " --by-length --length-buckets 5,3"), 2,
+  expect_xf_eval_error(run_xf_eval(args + " --by-length --length-buckets 5,3"), 2,
                         "--length-buckets expects ascending word counts");
-  expect_one_line_error(run_xf_eval(args + " --by-length --length-buckets 5,"), 2,
+  expect_xf_eval_error(run_xf_eval(args + " --by-length --length-buckets 5,"), 2,
                         "--length-buckets expects ascending word counts");
   const std::string two_sources = write_temp_file("two_sources.txt", "a\nb\n");
-  expect_one_line_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --src " +
+  expect_xf_eval_error(run_xf_eval("--hyp " + quoted(hyp) + " --ref " + quoted(ref) + " --src " +
                                     quoted(two_sources) + " --by-length"),
                         1, "source file " + two_sources + " has 2 lines but hypothesis file");
 }
@@ -131,35 +131,35 @@ TEST(XfEval, HelpExitsZero) {
 }
 
 TEST(XfEval, BadCommandLinesExitTwo) {
-  expect_one_line_error(run_xf_eval(""), 2, "missing --hyp");
-  expect_one_line_error(run_xf_eval("--hyp x.txt"), 2, "missing --ref");
-  expect_one_line_error(run_xf_eval("--bogus"), 2, "unknown option '--bogus'");
-  expect_one_line_error(run_xf_eval("--hyp"), 2, "--hyp needs a value");
-  expect_one_line_error(run_xf_eval("--hyp a --ref b --ref-tsv c"), 2, "not both");
-  expect_one_line_error(run_xf_eval("--ref-tsv a --print-sources --source-column x"), 2, "--source-column");
-  expect_one_line_error(run_xf_eval("--print-sources"), 2, "--print-sources needs --ref-tsv");
+  expect_xf_eval_error(run_xf_eval(""), 2, "missing --hyp");
+  expect_xf_eval_error(run_xf_eval("--hyp x.txt"), 2, "missing --ref");
+  expect_xf_eval_error(run_xf_eval("--bogus"), 2, "unknown option '--bogus'");
+  expect_xf_eval_error(run_xf_eval("--hyp"), 2, "--hyp needs a value");
+  expect_xf_eval_error(run_xf_eval("--hyp a --ref b --ref-tsv c"), 2, "not both");
+  expect_xf_eval_error(run_xf_eval("--ref-tsv a --print-sources --source-column x"), 2, "--source-column");
+  expect_xf_eval_error(run_xf_eval("--print-sources"), 2, "--print-sources needs --ref-tsv");
 }
 
 TEST(XfEval, BadInputsExitOneWithTheReason) {
   const std::string hyp = quoted(data_path("hyp.txt")), ref_a = quoted(data_path("ref.a.txt"));
-  expect_one_line_error(run_xf_eval("--hyp /nonexistent/hyp.txt --ref " + ref_a), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp /nonexistent/hyp.txt --ref " + ref_a), 1,
                         "cannot open /nonexistent/hyp.txt");
-  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref /nonexistent/ref.txt"), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp " + hyp + " --ref /nonexistent/ref.txt"), 1,
                         "cannot open /nonexistent/ref.txt");
   // 36 hypotheses against the 6 distinct sources of refs.tsv.
-  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref-tsv " + quoted(data_path("refs.tsv"))), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp " + hyp + " --ref-tsv " + quoted(data_path("refs.tsv"))), 1,
                         "has 36 lines but " + data_path("refs.tsv") + " (distinct sources) has 6");
   const std::string short_ref = write_temp_file("short_ref.txt", "one line\n");
-  expect_one_line_error(run_xf_eval("--hyp " + hyp + " --ref " + ref_a + " --ref " + quoted(short_ref)), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp " + hyp + " --ref " + ref_a + " --ref " + quoted(short_ref)), 1,
                         "reference file " + short_ref + " has 1 lines");
   const std::string bad_hyp = write_temp_file("bad_hyp.txt", "ok\n\xFF\xFE\n");
-  expect_one_line_error(run_xf_eval("--hyp " + quoted(bad_hyp) + " --ref " + quoted(bad_hyp)), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp " + quoted(bad_hyp) + " --ref " + quoted(bad_hyp)), 1,
                         bad_hyp + ":2: invalid UTF-8");
   const std::string empty = write_temp_file("empty.txt", "");
-  expect_one_line_error(run_xf_eval("--hyp " + quoted(empty) + " --ref " + quoted(empty)), 1,
+  expect_xf_eval_error(run_xf_eval("--hyp " + quoted(empty) + " --ref " + quoted(empty)), 1,
                         "hypothesis file " + empty + " is empty: nothing to score");
   const std::string bad_tsv = write_temp_file("bad.tsv", "src\tref\nsrc only\n");
-  expect_one_line_error(run_xf_eval("--ref-tsv " + quoted(bad_tsv) + " --print-sources"), 1,
+  expect_xf_eval_error(run_xf_eval("--ref-tsv " + quoted(bad_tsv) + " --print-sources"), 1,
                         bad_tsv + ":2: expected at least 2 tab-separated columns");
 }
 
