@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "search_support.h"
 #include "tiny_model.h"
 #include "xf/alloc_counter.h"
 #include "xf/translator.h"
@@ -51,9 +52,7 @@ class SteadyState : public ::testing::TestWithParam<Case> {};
 TEST_P(SteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   const Case c = GetParam();
   auto model = model_with(c.dtype);
-  TranslatorOptions topts;
-  topts.max_batch = 8;
-  topts.max_beam = 4;
+  TranslatorOptions topts = test::plan_options(8, 4);
   topts.max_source_len = 32;
   topts.threads = c.threads;
   Translator translator(model, topts);
@@ -101,9 +100,7 @@ class OptionSteadyState : public ::testing::TestWithParam<OptionCase> {};
 TEST_P(OptionSteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   const OptionCase c = GetParam();
   auto model = model_with(DType::f32);
-  TranslatorOptions topts;
-  topts.max_batch = 8;
-  topts.max_beam = 4;
+  TranslatorOptions topts = test::plan_options(8, 4);
   topts.max_source_len = 32;
   Translator translator(model, topts);
   TranslateOptions options;

@@ -133,9 +133,7 @@ bool has_repeated_ngram(const std::vector<int32_t>& ids, size_t n) {
 }
 
 TranslatorOptions small_translator() {
-  TranslatorOptions topts;
-  topts.max_batch = 4;
-  topts.max_beam = 4;
+  TranslatorOptions topts = test::plan_options(4, 4);
   topts.max_source_len = 32;
   topts.max_len_b = 20;
   return topts;

@@ -10,6 +10,7 @@
 #include "backend_probe.h"
 #include "golden.h"
 #include "memory_plan.h"
+#include "search_support.h"
 #include "tiny_model.h"
 #include "xf/translator.h"
 
@@ -62,9 +63,7 @@ TEST_P(Golden, EncoderOutputAndIncrementalDecoderLogits) {
   const auto& source = at("source.ids");
   const auto& encoder = at("encoder.output");
   const int64_t batch = source.shape[0], source_len = source.shape[1], d = config.d_model;
-  TranslatorOptions options;
-  options.max_batch = static_cast<int>(batch);
-  options.max_beam = 1;
+  TranslatorOptions options = test::plan_options(static_cast<int>(batch), 1);
   options.max_source_len = static_cast<int>(source_len);
   const auto plan = runtime::make_memory_plan(config, options);
   auto backend = runtime::make_cpu_backend(*model_, plan, 1);

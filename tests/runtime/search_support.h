@@ -10,6 +10,14 @@
 
 namespace xf::test {
 
+// A Translator's plan for up to `max_batch` sentences and beams of `max_beam` (the rest default).
+inline TranslatorOptions plan_options(int max_batch, int max_beam) {
+  TranslatorOptions options;
+  options.max_batch = max_batch;
+  options.max_beam = max_beam;
+  return options;
+}
+
 // Translate options with this beam and n-best list size, the rest at their defaults.
 inline TranslateOptions beam_options(int beam, int n_best = 1) {
   TranslateOptions options;

@@ -67,9 +67,7 @@ void expect_same_translations(const std::vector<TokenTranslation>& a,
 TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
   auto model = default_model();
   const ModelConfig& config = model->config();
-  TranslatorOptions topts;
-  topts.max_batch = 5;
-  topts.max_beam = 1;
+  TranslatorOptions topts = test::plan_options(5, 1);
   Translator translator(model, topts);
   const auto sources = test::random_source_ids(5, config.source_vocab_size, 11, 12);
   TranslateOptions options = test::beam_options(1);
@@ -115,9 +113,7 @@ TEST(Translator, GreedyMatchesArgmaxOverBackendLogits) {
 TEST(Translator, BeamOfOneEqualsGreedy) {
   auto model = default_model();
   const ModelConfig& config = model->config();
-  TranslatorOptions topts;
-  topts.max_batch = 6;
-  topts.max_beam = 1;
+  TranslatorOptions topts = test::plan_options(6, 1);
   const auto plan = runtime::make_memory_plan(config, topts);
   auto backend = runtime::make_cpu_backend(*model, plan, 1);
   const auto sources = test::random_source_ids(6, config.source_vocab_size, 12, 15);
@@ -270,9 +266,7 @@ TEST(Translator, RequestsBeyondThePlanAreClearErrors) {
 
 TEST(Translator, TextPathEmptyLinesAndOrder) {
   auto model = default_model();
-  TranslatorOptions topts;
-  topts.max_batch = 3;
-  topts.max_beam = 2;
+  TranslatorOptions topts = test::plan_options(3, 2);
   Translator translator(model, topts);
   std::vector<std::string> lines = test::sample_sentences(7, 99);
   lines.insert(lines.begin() + 2, "");
