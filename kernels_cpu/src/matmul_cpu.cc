@@ -302,6 +302,122 @@ XF_VNNI_TARGET void int8_row_products_vnni(const uint8_t* x_shifted, int64_t m, 
   }
 }
 
+// AVX-512 VNNI at more than 16 rows: the full-range weights in the panel layout of
+// int8_panel_products_avx2 (panel_bytes), where one group of 4 columns of K is 64 bytes, one
+// zmm. A tile is kRows x rows (up to 8) by kPanels panels (1 or 2: 32 output columns): each
+// group, kPanels weight loads and kRows broadcasts of 4 x bytes feed kRows * kPanels vpdpbusd,
+// whose 16 int32 lanes are 16 output columns (no sums across lanes, one store a row). Replaces
+// oneDNN 2.6's gemm:jit, which added the u8 shift's compensation in a scalar loop over the
+// output on every call (20% of a batch-32 beam-4 translation of a base model) and allocated.
+// The epilogue is int8_panel_tile's: the same f32 operations as the row kernel followed by
+// scale_rows_add_bias, so a row's result does not depend on the row count.
+template <int kRows, int kPanels>
+XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
+                                         const int32_t* shift_sums, const float* row_scales,
+                                         const float* x_scales, const float* bias, float* y,
+                                         int64_t ldy, int64_t columns) {
+  __m512i acc[kRows][kPanels];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm512_setzero_si512();
+  }
+  const int64_t stride = panel_bytes(k);
+  const int64_t full = k / 4;
+  for (int64_t g = 0; g < full; ++g) {
+    __m512i w[kPanels];
+    for (int p = 0; p < kPanels; ++p) w[p] = _mm512_loadu_si512(panel + p * stride + g * 64);
+    for (int i = 0; i < kRows; ++i) {
+      int32_t bytes;
+      std::memcpy(&bytes, x + i * k + 4 * g, 4);
+      const __m512i xb = _mm512_set1_epi32(bytes);
+      for (int p = 0; p < kPanels; ++p) acc[i][p] = dpbusd(acc[i][p], xb, w[p]);
+    }
+  }
+  if (full * 4 < k) {  // the last k % 4 bytes, zero-extended (their weights are zero-padded)
+    __m512i w[kPanels];
+    for (int p = 0; p < kPanels; ++p) w[p] = _mm512_loadu_si512(panel + p * stride + full * 64);
+    for (int i = 0; i < kRows; ++i) {
+      int32_t bytes = 0;
+      std::memcpy(&bytes, x + i * k + 4 * full, k - 4 * full);
+      const __m512i xb = _mm512_set1_epi32(bytes);
+      for (int p = 0; p < kPanels; ++p) acc[i][p] = dpbusd(acc[i][p], xb, w[p]);
+    }
+  }
+  for (int p = 0; p < kPanels; ++p) {
+    const int64_t first = p * kPanelColumns;
+    const int64_t count = std::clamp<int64_t>(columns - first, 0, kPanelColumns);
+    const __mmask16 store = static_cast<__mmask16>((1u << count) - 1);
+    const __m512i sums = _mm512_loadu_si512(shift_sums + first);
+    const __m512 scales = _mm512_loadu_ps(row_scales + first);
+    const __m512 bias_values = bias != nullptr ? _mm512_maskz_loadu_ps(store, bias + first)
+                                               : _mm512_setzero_ps();
+    for (int i = 0; i < kRows; ++i) {
+      const __m512 x_scale = _mm512_set1_ps(x_scales[i]);
+      __m512 result = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][p], sums)), scales);
+      result = bias != nullptr ? _mm512_fmadd_ps(result, x_scale, bias_values)
+                               : _mm512_mul_ps(result, x_scale);
+      _mm512_mask_storeu_ps(y + i * ldy + first, store, result);
+    }
+  }
+}
+
+// kRows x rows against the one or two panels (`columns` <= 32 output columns) at panel.
+template <int kRows>
+XF_VNNI_INLINE void int8_vnni_panel_rows(const uint8_t* x, int64_t k, const int8_t* panel,
+                                         const int32_t* shift_sums, const float* row_scales,
+                                         const float* x_scales, const float* bias, float* y,
+                                         int64_t ldy, int64_t columns) {
+  if (columns > kPanelColumns) {
+    int8_vnni_panel_tile<kRows, 2>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
+                                   columns);
+  } else {
+    int8_vnni_panel_tile<kRows, 1>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
+                                   columns);
+  }
+}
+
+// Int8PanelProducts: w is the first panel of `rows` weight rows, shift_sums and row_scales are
+// padded to whole panels, x_scales has m values, bias (when not null) `rows`.
+template <int64_t kFixedK>
+XF_VNNI_TARGET void int8_panel_products_vnni(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+                                             int64_t run_time_k, int64_t rows,
+                                             const int32_t* shift_sums, const float* row_scales,
+                                             const float* x_scales, const float* bias, float* y,
+                                             int64_t ldy) {
+  const int64_t k = kFixedK != 0 ? kFixedK : run_time_k;
+  for (int64_t r = 0; r < rows; r += 2 * kPanelColumns) {
+    const int64_t columns = std::min(2 * kPanelColumns, rows - r);
+    const int8_t* panel = w + r / kPanelColumns * panel_bytes(k);
+    const float* panel_bias = bias != nullptr ? bias + r : nullptr;
+    float* y_panel = y + r;
+    const int32_t* sums = shift_sums + r;
+    const float* scales = row_scales + r;
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+      int8_vnni_panel_rows<8>(x_shifted + i * k, k, panel, sums, scales, x_scales + i, panel_bias,
+                              y_panel + i * ldy, ldy, columns);
+    }
+    const uint8_t* x_rest = x_shifted + i * k;
+    const float* x_scales_rest = x_scales + i;
+    float* y_rest = y_panel + i * ldy;
+    switch (m - i) {
+#define XF_VNNI_PANEL_REST(rest)                                                                \
+  case rest:                                                                                    \
+    int8_vnni_panel_rows<rest>(x_rest, k, panel, sums, scales, x_scales_rest, panel_bias, y_rest, \
+                               ldy, columns);                                                   \
+    break;
+      XF_VNNI_PANEL_REST(7)
+      XF_VNNI_PANEL_REST(6)
+      XF_VNNI_PANEL_REST(5)
+      XF_VNNI_PANEL_REST(4)
+      XF_VNNI_PANEL_REST(3)
+      XF_VNNI_PANEL_REST(2)
+      XF_VNNI_PANEL_REST(1)
+#undef XF_VNNI_PANEL_REST
+      default: break;
+    }
+  }
+}
+
 // The same kernel on 256-bit registers, for CPUs without AVX-512 VNNI: AVX2 and AVX-VNNI
 // (vpdpbusd on ymm: Alder Lake and later, Zen 5). 16 ymm registers instead of 32 zmm, so a tile
 // is 8 accumulators (4 x rows by 2 weight rows, 2 by 4, 1 by 8), summed across lanes by one
@@ -892,6 +1008,10 @@ struct Avx2 { static constexpr Int8RowProducts run = int8_row_products_avx2<Avx2
 template <int64_t kFixedK>
 struct Avx2Panels { static constexpr Int8PanelProducts run = int8_panel_products_avx2<kFixedK>; };
 template <int64_t kFixedK>
+struct Vnni512Panels {
+  static constexpr Int8PanelProducts run = int8_panel_products_vnni<kFixedK>;
+};
+template <int64_t kFixedK>
 struct AvxVnni {
   static constexpr Int8RowProducts run = int8_row_products_avx2<AvxVnniDot, kFixedK>;
 };
@@ -917,11 +1037,17 @@ bool f32_kernel_reads_panels() {
 #endif
 }
 
-// The panel kernel for row length k, or null where int8_kernel_reads_panels() is false.
-Int8PanelProducts int8_panel_products_for(int64_t k) {
+// The panel kernel for m rows of length k at cpu_isa(), or null where there is none: at plain
+// AVX2 every row count (7-bit weights), at AVX-512 VNNI above int8_row_kernel_max_rows() (the
+// row kernel reads the stored weights below).
+Int8PanelProducts int8_panel_products_for(int64_t m, int64_t k) {
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
   if (int8_kernel_reads_panels()) return for_row_length<Avx2Panels>(k);
+  if (cpu_isa() == CpuIsa::avx512_vnni && m > int8_row_kernel_max_rows()) {
+    return for_row_length<Vnni512Panels>(k);
+  }
 #endif
+  (void)m;
   (void)k;
   return nullptr;
 }
@@ -1040,9 +1166,11 @@ struct CpuEngine::Impl {
     });
   }
 
-  // The 7-bit copy in the panel layout (panel_bytes), followed by each padded row's
-  // 128 * sum(w) (s32); row_scales padded with zeros. int8_panel_products_avx2 reads it.
-  std::shared_ptr<PackedWeights> seven_bit_panels(const WeightMatrix& weights) {
+  // The weights in the panel layout (panel_bytes), followed by each padded row's 128 * sum(w)
+  // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
+  // the 7-bit copy (seven_bits), int8_panel_products_vnni the stored values. (One process makes
+  // one kind: which is fixed by cpu_isa(), so the two never meet in `packed`.)
+  std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool seven_bits) {
     const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
     const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
     const dnnl::memory::desc desc({panels_size + padded_n * 4}, DataType::s8,
@@ -1057,14 +1185,15 @@ struct CpuEngine::Impl {
         int8_t* panel = to + r / kPanelColumns * panel_bytes(k);
         int32_t sum = 0;
         for (int64_t c = 0; c < k; ++c) {
-          const int8_t value = to_seven_bits(from[r * k + c]);
+          const int8_t value = seven_bits ? to_seven_bits(from[r * k + c]) : from[r * k + c];
           panel[c / 4 * 4 * kPanelColumns + r % kPanelColumns * 4 + c % 4] = value;
           sum += value;
         }
         shift_sums[r] = 128 * sum;
       }
       made.row_scales.assign(padded_n, 0.0f);
-      for (int64_t r = 0; r < n; ++r) made.row_scales[r] = 2.0f * weights.row_scales[r];
+      const float scale_factor = seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
+      for (int64_t r = 0; r < n; ++r) made.row_scales[r] = scale_factor * weights.row_scales[r];
     });
   }
 
@@ -1109,7 +1238,7 @@ struct StaticMatmul::Impl {
   // the weights it reads (stored, or their 7-bit copy), their row scales and each row's
   // 128 * sum of weights (plan time).
   Int8RowProducts int8_row_products = nullptr;
-  Int8PanelProducts int8_panel_products = nullptr;  // instead, at plain AVX2
+  Int8PanelProducts int8_panel_products = nullptr;  // instead: panels (AVX2; VNNI above 16 rows)
   const int8_t* int8_weights = nullptr;
   int64_t int8_weight_row_bytes = 0;  // k, or in panels panel_bytes(k) / 16
   const float* int8_row_scales = nullptr;
@@ -1175,7 +1304,7 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     if (int8_kernel_reads_panels()) {
       // The kernel serves every row count here: the primitive is made for its name only and
       // never runs, so it is given the stored weights; the kernel reads the panels.
-      s.packed = engine.impl_->seven_bit_panels(weights);
+      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/true);
       weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
     } else if (int8_products_saturate()) {
       s.packed = engine.impl_->seven_bit_copy(weights);
@@ -1206,16 +1335,23 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   }
   s.primitive = dnnl::matmul(pd);
   s.implementation = pd.impl_info_str();
-  if (s.int8 && m <= int8_row_kernel_max_rows()) {
-    s.int8_row_products = int8_row_products_for(s.k);
-    s.int8_panel_products = int8_panel_products_for(s.k);
+  if (s.int8) {
+    s.int8_panel_products = int8_panel_products_for(m, s.k);
+    if (s.int8_panel_products == nullptr && m <= int8_row_kernel_max_rows()) {
+      s.int8_row_products = int8_row_products_for(s.k);
+    }
+    if (s.int8_panel_products != nullptr && !int8_kernel_reads_panels()) {
+      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/false);
+    }
   }
   const bool int8_by_xf = s.int8_row_products != nullptr || s.int8_panel_products != nullptr;
   if (int8_by_xf) {
     // The weights oneDNN reads (the 7-bit copy where its products saturate, as the AVX2
     // kernel's vpmaddubsw does too), so that a row's result is the same on either path.
-    s.implementation = int8_row_kernel_name();
-    if (int8_kernel_reads_panels()) {
+    s.implementation = s.int8_panel_products != nullptr && !int8_kernel_reads_panels()
+                           ? "xf:int8_panels_avx512_vnni"
+                           : int8_row_kernel_name();
+    if (s.int8_panel_products != nullptr) {
       s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
       s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
       s.int8_row_scales = s.packed->row_scales.data();

@@ -20,6 +20,7 @@
 #include "xf/format/dtype_convert.h"
 #include "xf/kernels/convert.h"
 #include "xf/kernels/matmul.h"
+#include "xf/kernels_cpu/isa.h"
 
 namespace xf::cpu {
 namespace {
@@ -258,9 +259,10 @@ TEST(StaticMatmul, Int8MatchesReference) {
   check_int8(engine, 4, 64, 2048, true, random);
 }
 
-// Up to 16 rows run on xf's few-row kernel (where the CPU has one), 32 through oneDNN's general path
-// (below AVX-512 VNNI through the kernel too, in other register tiles): the same rows give
-// bit-identical results, over shapes with a K tail (k % 64), weight rows left
+// Up to 16 rows run on xf's few-row kernel (where the CPU has one), 32 on the panel kernel at
+// AVX-512 VNNI (the weights copied into panels), through oneDNN's general path at AVX-512
+// without VNNI, and below through the few-row kernel too, in other register tiles: the same
+// rows give bit-identical results, over shapes with a K tail (k % 64), weight rows left
 // over from the kernel's blocks of 16, the rows split between two threads (a slice each), the
 // output layer's size, the K compiled in (256, 1024) and not (1, 64, 300), and x row counts that
 // use each register tile (4, 2 and 1 x rows) alone and together.
@@ -277,7 +279,9 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
     const std::vector<float> x = random.uniform(general_rows * k, -3.0f, 3.0f);
     const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
     StaticMatmul general(engine, general_rows, weights, true);
-    if (general_rows > int8_row_kernel_max_rows()) {
+    if (cpu_isa() == CpuIsa::avx512_vnni) {
+      EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512_vnni");
+    } else if (general_rows > int8_row_kernel_max_rows()) {
       EXPECT_NE(std::string(general.implementation()).rfind("xf:", 0), 0u)
           << general.implementation();
     }
