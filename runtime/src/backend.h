@@ -36,8 +36,12 @@ class Backend {
 
   // One decoder step for the batch last encoded: every row feeds tokens[row] at position
   // `step` (0 for BOS) and writes its self-attention K/V at that position; computes the logits.
-  // tokens: [sentences * beam].
-  virtual void decode_step(const int32_t* tokens, int64_t beam, int64_t step) = 0;
+  // tokens: [sentences * beam]. live (may be null: every row): [sentences], each in 0..beam:
+  // only the first live[s] rows of sentence s are computed (a beam's finished hypotheses cost
+  // nothing); the other rows' K/V at `step` and top_k() values are then left undefined, and
+  // host_logits() holds the computed rows only, in order.
+  virtual void decode_step(const int32_t* tokens, int64_t beam, int64_t step,
+                           const int32_t* live = nullptr) = 0;
 
   // On the last step's logits: per row, log_softmax + row_offsets[row] (may be null), then the
   // k best values (descending) and their token ids. values, ids: [rows, k], host memory.

@@ -23,8 +23,8 @@ class ModuleBackend final : public Backend {
               int64_t source_len) override {
     modules::call_module([&] { inner_->encode(source_ids, source_lengths, sentences, source_len); });
   }
-  void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override {
-    modules::call_module([&] { inner_->decode_step(tokens, beam, step); });
+  void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override {
+    modules::call_module([&] { inner_->decode_step(tokens, beam, step, live); });
   }
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override {
     modules::call_module([&] { inner_->top_k(row_offsets, k, values, ids); });

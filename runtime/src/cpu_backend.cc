@@ -258,6 +258,10 @@ class CpuOps {
     cpu::reorder_rows_in_place(rows, slabs, slab_stride, stride, parents, count, group, len, reorder_scratch_,
                                threads_);
   }
+  void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count, int64_t len,
+                   float* dst, int64_t dst_stride) {
+    cpu::gather_rows(src, src_stride, indices, count, len, dst, dst_stride, threads_);
+  }
   // count blocks of `block` elements, `pitch` apart, from src to dst (which may overlap).
   void copy_blocks(const float* src, float* dst, int64_t block, int64_t count, int64_t pitch) {
     for (int64_t i = 0; i < count; ++i) std::memmove(dst + i * pitch, src + i * pitch, sizeof(float) * block);

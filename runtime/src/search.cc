@@ -320,12 +320,17 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   }
   const bool can_drop = backend.can_drop_sentences();
   const bool adjust = options.adjusts_logits();
+  // The backend computes the live hypotheses' rows alone (at the first step one a sentence),
+  // unless the logits are read on the host by row (adjusted, or a forced target prefix).
+  bool forced = false;
+  for (int64_t s = 0; s < sentences; ++s) forced |= prefixes_[s] != nullptr;
+  const int32_t* live_rows = adjust || forced ? nullptr : live_.data();
   const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   int current = 0;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
-    backend.decode_step(tokens_.data(), k, step);
+    backend.decode_step(tokens_.data(), k, step, live_rows);
     float* logits = backend.host_logits();  // null unless an option needs it (checked before)
     if (adjust)
       for (int64_t slot = 0; slot < slots; ++slot)

@@ -52,18 +52,18 @@ class TransformerBackend final : public Backend, public BackendProbe {
         vocab_(config_.target_vocab_size), pre_norm_(config_.norm_position == NormPosition::pre),
         embedding_scale_(config_.scale_embeddings ? std::sqrt(static_cast<float>(d_)) : 1.0f),
         host_lengths_(plan.max_sentences),
-        host_positions_(std::max(plan.encoder_group_rows, plan.max_rows)) {
+        host_positions_(std::max(plan.encoder_group_rows, plan.max_rows)),
+        host_live_rows_(plan.max_rows), host_full_rows_(plan.max_rows), host_live_tokens_(plan.max_rows),
+        host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * plan.max_beam),
+        host_live_ids_(plan.max_rows * plan.max_beam) {
     bind_weights();
     plan_buffers();
   }
 
   void encode(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
               int64_t source_len) override;
-  void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override;
-  void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override {
-    if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
-    ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
-  }
+  void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override;
+  void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
   float* host_logits() override { return Ops::kLogitsOnHost ? logits_ : nullptr; }
   void reorder_cache(const int32_t* parents, int64_t step) override;
   bool can_drop_sentences() const override { return true; }
@@ -74,7 +74,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   void copy_encoder_output(float* out) const override {
     ops_.download(memory_, sentences_ * source_len_ * d_, out);
   }
-  void copy_logits(float* out) const override { ops_.download(logits_, rows_ * vocab_, out); }
+  void copy_logits(float* out) const override { ops_.download(logits_, computed_rows_ * vocab_, out); }
   std::vector<const TensorView*> released_weights() const override { return ops_.released_weights(); }
 
  private:
@@ -154,13 +154,25 @@ class TransformerBackend final : public Backend, public BackendProbe {
 
   // Host inputs and their way to the device.
   typename Ops::Input source_ids_input_{}, lengths_input_{}, positions_input_{}, tokens_input_{},
-      parents_input_{};
+      parents_input_{}, live_rows_input_{}, full_rows_input_{};
   std::vector<int32_t> host_lengths_;    // [max_sentences] the batch's source lengths
   std::vector<int32_t> host_positions_;  // [max(encoder group rows, max_rows)]
   const int32_t* source_lengths_ = nullptr;  // the batch's lengths on the device
 
   // The batch last encoded (sentences_ shrinks as keep_sentences() drops finished ones).
   int64_t sentences_ = 0, source_len_ = 0, rows_ = 0, beam_ = 1;
+
+  // The last step's computed rows (decode_step's `live`): computed_rows_ of the rows_, in order;
+  // the position-wise work (products, norms, logits) runs on these alone, the attention on
+  // every row (a row's cache is at its own place), gathered there and back.
+  int64_t computed_rows_ = 0;
+  bool compacted_ = false;                 // computed_rows_ < rows_
+  std::vector<int32_t> host_live_rows_;    // [max_rows] computed row i is row host_live_rows_[i]
+  std::vector<int32_t> host_full_rows_;    // [max_rows] row r reads computed row host_full_rows_[r]
+  std::vector<int32_t> host_live_tokens_;  // [max_rows] the computed rows' tokens
+  std::vector<float> host_live_offsets_;   // [max_rows] their top_k row offsets
+  std::vector<float> host_live_values_;    // [max_rows * max_beam] their top_k results
+  std::vector<int32_t> host_live_ids_;
 };
 
 template <typename Ops>
@@ -236,6 +248,8 @@ void TransformerBackend<Ops>::plan_buffers() {
   positions_input_ = ops_.input(layout, sizeof(int32_t) * host_positions_.size());
   tokens_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
   parents_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
+  live_rows_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
+  full_rows_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
 
   // Encoder and decoder-step buffers share memory: a batch's encoder is done before its first step.
   const size_t phase_start = layout.mark();
@@ -328,12 +342,33 @@ void TransformerBackend<Ops>::encode_group(const int32_t* source_ids, const int3
 }
 
 template <typename Ops>
-void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, int64_t step) {
+void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, int64_t step,
+                                          const int32_t* live) {
   if (beam < 1 || beam > plan_.max_beam || step < 0 || step >= plan_.max_target_len || sentences_ < 1)
     throw Error("internal: decode_step() outside the plan");
   beam_ = beam;
   rows_ = sentences_ * beam;
-  const int64_t rows = rows_;
+  computed_rows_ = 0;
+  for (int64_t s = 0; live != nullptr && s < sentences_; ++s) {
+    if (live[s] < 0 || live[s] > beam) throw Error("internal: decode_step() with live rows outside the beam");
+    for (int64_t j = 0; j < live[s]; ++j) host_live_rows_[computed_rows_++] = static_cast<int32_t>(s * beam + j);
+  }
+  if (live != nullptr && computed_rows_ == 0) throw Error("internal: decode_step() with no live row");
+  compacted_ = live != nullptr && computed_rows_ < rows_;
+  if (!compacted_) computed_rows_ = rows_;
+  const int64_t rows = computed_rows_;
+  const int32_t* live_rows = nullptr;  // on the device: computed row -> row
+  const int32_t* full_rows = nullptr;  // row -> the computed row it reads (a dead row: the first)
+  if (compacted_) {
+    std::fill(host_full_rows_.begin(), host_full_rows_.begin() + rows_, 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      host_full_rows_[host_live_rows_[i]] = static_cast<int32_t>(i);
+      host_live_tokens_[i] = tokens[host_live_rows_[i]];
+    }
+    live_rows = ops_.upload(live_rows_input_, host_live_rows_.data(), rows);
+    full_rows = ops_.upload(full_rows_input_, host_full_rows_.data(), rows_);
+    tokens = host_live_tokens_.data();
+  }
   const int32_t* device_tokens = ops_.upload(tokens_input_, tokens, rows);
   std::fill(host_positions_.begin(), host_positions_.begin() + rows, static_cast<int32_t>(step));
   const int32_t* positions = ops_.upload(positions_input_, host_positions_.data(), rows);
@@ -350,6 +385,9 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
   const HeadStrides beam_query_strides{beam * d_, head_dim_, d_};
   const HeadStrides cross_strides{source_len_ * 2 * d_, head_dim_, 2 * d_};
   const AttentionShape cross_shape{sentences_, heads_, beam, source_len_, head_dim_};
+  // [computed rows, d] at `from` -> every row's [rows_, d] at `to`, and back.
+  auto to_every_row = [&](const T* from, T* to) { ops_.gather_rows(from, d_, full_rows, rows_, d_, to, d_); };
+  auto to_computed_rows = [&](const T* from, T* to) { ops_.gather_rows(from, d_, live_rows, rows, d_, to, d_); };
 
   for (size_t l = 0; l < decoder_.size(); ++l) {
     const DecoderLayer& layer = decoder_[l];
@@ -357,16 +395,31 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
     T* v_cache = self_v_[current_cache_] + l * cache_layer_stride_;
 
     const T* in = sublayer_input(x, layer.self_norm, rows, dec_normed_);
-    ops_.self_attention_step(layer.qkv, in, rows, step, k_cache, v_cache, cache_strides, dec_qkv_, dec_query_,
-                             dec_context_);
-    ops_.project(layer.self_output, dec_context_, dec_sublayer_, rows);
+    if (compacted_) {  // the QKV product too on every row: it is fused with the cache write
+      to_every_row(in, dec_sublayer_);
+      ops_.self_attention_step(layer.qkv, dec_sublayer_, rows_, step, k_cache, v_cache, cache_strides, dec_qkv_,
+                               dec_query_, dec_context_);
+      to_computed_rows(dec_context_, dec_query_);
+      ops_.project(layer.self_output, dec_query_, dec_sublayer_, rows);
+    } else {
+      ops_.self_attention_step(layer.qkv, in, rows, step, k_cache, v_cache, cache_strides, dec_qkv_, dec_query_,
+                               dec_context_);
+      ops_.project(layer.self_output, dec_context_, dec_sublayer_, rows);
+    }
     residual(x, dec_sublayer_, layer.self_output, layer.self_norm, rows);
 
     in = sublayer_input(x, layer.cross_norm, rows, dec_normed_);
     ops_.project(layer.cross_query, in, dec_query_, rows);
     const T* cross_kv = cross_kv_ + l * cross_kv_layer_stride_;
-    ops_.attention(dec_query_, beam_query_strides, cross_kv, cross_strides, cross_kv + d_, cross_strides,
-                   dec_context_, beam_query_strides, cross_shape, source_lengths_);
+    if (compacted_) {
+      to_every_row(dec_query_, dec_context_);
+      ops_.attention(dec_context_, beam_query_strides, cross_kv, cross_strides, cross_kv + d_, cross_strides,
+                     dec_sublayer_, beam_query_strides, cross_shape, source_lengths_);
+      to_computed_rows(dec_sublayer_, dec_context_);
+    } else {
+      ops_.attention(dec_query_, beam_query_strides, cross_kv, cross_strides, cross_kv + d_, cross_strides,
+                     dec_context_, beam_query_strides, cross_shape, source_lengths_);
+    }
     ops_.project(layer.cross_output, dec_context_, dec_sublayer_, rows);
     residual(x, dec_sublayer_, layer.cross_output, layer.cross_norm, rows);
 
@@ -374,6 +427,24 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
   }
   if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
   ops_.logits(output_projection_, x, logits_, rows);
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) {
+  if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
+  if (!compacted_) {
+    ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
+    return;
+  }
+  const int64_t rows = computed_rows_;
+  if (row_offsets != nullptr)
+    for (int64_t i = 0; i < rows; ++i) host_live_offsets_[i] = row_offsets[host_live_rows_[i]];
+  ops_.top_k(logits_, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, vocab_, k,
+             host_live_values_.data(), host_live_ids_.data());
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(host_live_values_.data() + i * k, k, values + host_live_rows_[i] * k);
+    std::copy_n(host_live_ids_.data() + i * k, k, ids + host_live_rows_[i] * k);
+  }
 }
 
 template <typename Ops>

@@ -27,9 +27,9 @@ class RecordingBackend final : public Backend {
     record("encode " + std::to_string(ids[0]) + " " + std::to_string(lengths[0]) + " " +
            std::to_string(sentences) + " " + std::to_string(source_len));
   }
-  void decode_step(const int32_t* tokens, int64_t beam, int64_t step) override {
+  void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override {
     record("decode_step " + std::to_string(tokens[0]) + " " + std::to_string(beam) + " " +
-           std::to_string(step));
+           std::to_string(step) + " " + (live != nullptr ? std::to_string(live[0]) : "all"));
   }
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override {
     record("top_k " + std::to_string(row_offsets[0]) + " " + std::to_string(k));
@@ -61,12 +61,13 @@ TEST(ModuleBackendAdapter, ForwardsEveryCallWithItsArgumentsAndResults) {
   RecordingBackend& inner = *owned;
   std::unique_ptr<Backend> adapted = adapt_module_backend(std::move(owned));
 
-  const int32_t ids[] = {11}, lengths[] = {3}, tokens[] = {5}, parents[] = {2}, kept[] = {1};
+  const int32_t ids[] = {11}, lengths[] = {3}, tokens[] = {5}, parents[] = {2}, kept[] = {1},
+                live[] = {3};
   const float offsets[] = {0.25f};
   float value = 0;
   int32_t id = 0;
   adapted->encode(ids, lengths, 1, 3);
-  adapted->decode_step(tokens, 4, 6);
+  adapted->decode_step(tokens, 4, 6, live);
   adapted->top_k(offsets, 1, &value, &id);
   EXPECT_EQ(adapted->host_logits(), inner.logits);
   adapted->reorder_cache(parents, 6);
@@ -76,7 +77,7 @@ TEST(ModuleBackendAdapter, ForwardsEveryCallWithItsArgumentsAndResults) {
   EXPECT_EQ(value, -1.5f);
   EXPECT_EQ(id, 7);
   const std::vector<std::string> expected = {
-      "encode 11 3 1 3", "decode_step 5 4 6", "top_k 0.250000 1", "host_logits",
+      "encode 11 3 1 3", "decode_step 5 4 6 3", "top_k 0.250000 1", "host_logits",
       "reorder_cache 2 6", "keep_sentences 1 1"};
   EXPECT_EQ(inner.calls, expected);
 }
@@ -90,7 +91,7 @@ TEST(ModuleBackendAdapter, WhatTheModuleThrowsArrivesAsErrorWithItsMessage) {
     adapted->decode_step(tokens, 1, 0);
     FAIL() << "no exception";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "module failed in decode_step 5 1 0");
+    EXPECT_STREQ(e.what(), "module failed in decode_step 5 1 0 all");
   }
 }
 

@@ -133,6 +133,65 @@ TEST(Translator, BeamOfOneEqualsGreedy) {
   expect_same_translations(greedy, beam);
 }
 
+// A step given each sentence's live rows computes those alone (the beam search passes its live
+// hypotheses): their top-k candidates equal a full step's bit for bit, step after step through
+// the beam reorders, whatever the dead rows hold; a sentence with no live row (ended) is left out.
+TEST(Translator, StepOfTheLiveRowsEqualsTheFullStep) {
+  auto model = default_model();
+  const ModelConfig& config = model->config();
+  const int64_t sentences = 3, beam = 3, rows = sentences * beam, k = beam;
+  const auto plan = runtime::make_memory_plan(config, test::plan_options(sentences, beam));
+  auto full = runtime::make_cpu_backend(*model, plan, 1);
+  auto compact = runtime::make_cpu_backend(*model, plan, 2);
+  const auto sources = test::random_source_ids(sentences, config.source_vocab_size, 29, 9);
+  const int64_t source_len = test::longest_with_eos(sources);
+  std::vector<int32_t> ids(sentences * source_len, config.pad_id), lengths(sentences);
+  for (int64_t s = 0; s < sentences; ++s) {
+    std::copy(sources[s].begin(), sources[s].end(), ids.begin() + s * source_len);
+    ids[s * source_len + sources[s].size()] = config.eos_id;
+    lengths[s] = static_cast<int32_t>(sources[s].size() + 1);
+  }
+  full->encode(ids.data(), lengths.data(), sentences, source_len);
+  compact->encode(ids.data(), lengths.data(), sentences, source_len);
+
+  std::mt19937 random(7);
+  std::vector<int32_t> tokens(rows, config.bos_id), live(sentences), parents(rows);
+  std::vector<float> offsets(rows), full_values(rows * k), values(rows * k);
+  std::vector<int32_t> full_ids(rows * k), compact_ids(rows * k);
+  const std::vector<std::vector<int32_t>> live_by_step = {{1, 1, 1}, {3, 2, 1}, {2, 0, 3}, {1, 0, 2}, {3, 0, 3}};
+  for (int64_t step = 0; step < static_cast<int64_t>(live_by_step.size()); ++step) {
+    live = live_by_step[step];
+    for (float& offset : offsets) offset = std::uniform_real_distribution<float>(-3, 0)(random);
+    full->decode_step(tokens.data(), beam, step);
+    compact->decode_step(tokens.data(), beam, step, live.data());
+    full->top_k(offsets.data(), k, full_values.data(), full_ids.data());
+    compact->top_k(offsets.data(), k, values.data(), compact_ids.data());
+    for (int64_t s = 0; s < sentences; ++s) {
+      for (int64_t j = 0; j < live[s]; ++j) {
+        const int64_t row = s * beam + j;
+        for (int64_t i = 0; i < k; ++i) {
+          ASSERT_EQ(values[row * k + i], full_values[row * k + i]) << "step " << step << " row " << row;
+          ASSERT_EQ(compact_ids[row * k + i], full_ids[row * k + i]) << "step " << step << " row " << row;
+        }
+      }
+    }
+    // The next step's rows continue from live rows of their own sentence; dead rows from
+    // themselves (as the search leaves them).
+    const std::vector<int32_t>& next_live = live_by_step[std::min<size_t>(step + 1, live_by_step.size() - 1)];
+    for (int64_t s = 0; s < sentences; ++s) {
+      for (int64_t j = 0; j < beam; ++j) {
+        const int64_t row = s * beam + j;
+        ASSERT_TRUE(next_live[s] == 0 || live[s] > 0) << "an ended sentence stays ended";
+        const int32_t from_live = static_cast<int32_t>(s * beam + random() % std::max<int32_t>(live[s], 1));
+        parents[row] = j < next_live[s] ? from_live : static_cast<int32_t>(row);
+        tokens[row] = full_ids[parents[row] * k + random() % k];
+      }
+    }
+    full->reorder_cache(parents.data(), step);
+    compact->reorder_cache(parents.data(), step);
+  }
+}
+
 // Sentences of different lengths, decoded in sorted, padded batches, give what each gives alone.
 TEST(Translator, BatchEqualsOneByOne) {
   auto model = default_model();
