@@ -962,9 +962,9 @@ const char* int8_row_kernel_name() {
 
 bool int8_row_kernel_available() { return int8_row_kernel_name() != nullptr; }
 
-// The most x rows the kernel is used for. With AVX-512 (VNNI or not), 16: above, oneDNN's
-// repacking pays for itself (and without VNNI its 512-bit kernels beat the 256-bit one here: at
-// every row count, batch 32 beam 4 took 1.9 times CTranslate2's time, docs/BENCHMARKS.md). At
+// The most x rows the kernel is used for. With AVX-512, 16: above, with VNNI the panel kernel
+// (int8_panel_products_for), without it oneDNN, whose 512-bit kernels beat the 256-bit one there
+// (at every row count, batch 32 beam 4 took 1.9 times CTranslate2's time, docs/BENCHMARKS.md). At
 // AVX2 and AVX-VNNI every row count: there oneDNN 2.6's s8 x s8 product also adds up each weight
 // column in a scalar byte loop on every call (15% of a batch-32 translation's time at AVX2), and
 // at 32 and 128 rows of the bundled model's shapes the kernel took 0.55-0.7 and 0.9-1.1 (AVX2),
