@@ -302,17 +302,39 @@ XF_VNNI_TARGET void int8_row_products_vnni(const uint8_t* x_shifted, int64_t m, 
   }
 }
 
-// AVX-512 VNNI at more than 16 rows: the full-range weights in the panel layout of
-// int8_panel_products_avx2 (panel_bytes), where one group of 4 columns of K is 64 bytes, one
-// zmm. A tile is kRows x rows (up to 8) by kPanels panels (1 or 2: 32 output columns): each
+// AVX-512 at more than 16 rows: the weights in the panel layout of int8_panel_products_avx2
+// (panel_bytes), where one group of 4 columns of K is 64 bytes, one zmm. A tile is kRows x rows (up to 8) by kPanels panels (1 or 2: 32 output columns): each
 // group, kPanels weight loads and kRows broadcasts of 4 x bytes feed kRows * kPanels vpdpbusd,
 // whose 16 int32 lanes are 16 output columns (no sums across lanes, one store a row). Replaces
 // oneDNN 2.6's gemm:jit, which added the u8 shift's compensation in a scalar loop over the
 // output on every call (20% of a batch-32 beam-4 translation of a base model) and allocated.
 // The epilogue is int8_panel_tile's: the same f32 operations as the row kernel followed by
-// scale_rows_add_bias, so a row's result does not depend on the row count.
-template <int kRows, int kPanels>
-XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
+// scale_rows_add_bias, so a row's result does not depend on the row count. Dot::add adds the
+// 4-byte dot products: VNNI's vpdpbusd on the full-range weights, or without VNNI (Skylake-X)
+// vpmaddubsw and vpmaddwd by ones on the 7-bit copy, as at AVX2. Both in asm, so that one build
+// (AVX-512 BW, no VNNI in the compiler's target) serves both; both return acc rather than take
+// it by reference, with which GCC 12 kept every accumulator on the stack.
+#define XF_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq")))
+#define XF_AVX512_INLINE XF_AVX512_TARGET inline __attribute__((always_inline))
+struct Vnni512Dot {
+  XF_AVX512_INLINE static __m512i add(__m512i acc, __m512i u8, __m512i s8, __m512i) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+  }
+};
+struct Avx512BwDot {
+  XF_AVX512_INLINE static __m512i add(__m512i acc, __m512i u8, __m512i s8, __m512i ones) {
+    __m512i pairs;
+    asm("vpmaddubsw %[s8], %[u8], %[pairs]\n\t"
+        "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"
+        "vpaddd %[pairs], %[acc], %[acc]"
+        : [acc] "+v"(acc), [pairs] "=&v"(pairs)
+        : [u8] "v"(u8), [s8] "v"(s8), [ones] "v"(ones));
+    return acc;
+  }
+};
+template <typename Dot, int kRows, int kPanels>
+XF_AVX512_INLINE void int8_512_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
                                          const int32_t* shift_sums, const float* row_scales,
                                          const float* x_scales, const float* bias, float* y,
                                          int64_t ldy, int64_t columns) {
@@ -320,6 +342,7 @@ XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8
   for (auto& row : acc) {
     for (auto& v : row) v = _mm512_setzero_si512();
   }
+  const __m512i ones = _mm512_set1_epi16(1);
   const int64_t stride = panel_bytes(k);
   const int64_t full = k / 4;
   for (int64_t g = 0; g < full; ++g) {
@@ -329,7 +352,7 @@ XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8
       int32_t bytes;
       std::memcpy(&bytes, x + i * k + 4 * g, 4);
       const __m512i xb = _mm512_set1_epi32(bytes);
-      for (int p = 0; p < kPanels; ++p) acc[i][p] = dpbusd(acc[i][p], xb, w[p]);
+      for (int p = 0; p < kPanels; ++p) acc[i][p] = Dot::add(acc[i][p], xb, w[p], ones);
     }
   }
   if (full * 4 < k) {  // the last k % 4 bytes, zero-extended (their weights are zero-padded)
@@ -339,7 +362,7 @@ XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8
       int32_t bytes = 0;
       std::memcpy(&bytes, x + i * k + 4 * full, k - 4 * full);
       const __m512i xb = _mm512_set1_epi32(bytes);
-      for (int p = 0; p < kPanels; ++p) acc[i][p] = dpbusd(acc[i][p], xb, w[p]);
+      for (int p = 0; p < kPanels; ++p) acc[i][p] = Dot::add(acc[i][p], xb, w[p], ones);
     }
   }
   for (int p = 0; p < kPanels; ++p) {
@@ -361,24 +384,24 @@ XF_VNNI_INLINE void int8_vnni_panel_tile(const uint8_t* x, int64_t k, const int8
 }
 
 // kRows x rows against the one or two panels (`columns` <= 32 output columns) at panel.
-template <int kRows>
-XF_VNNI_INLINE void int8_vnni_panel_rows(const uint8_t* x, int64_t k, const int8_t* panel,
+template <typename Dot, int kRows>
+XF_AVX512_INLINE void int8_512_panel_rows(const uint8_t* x, int64_t k, const int8_t* panel,
                                          const int32_t* shift_sums, const float* row_scales,
                                          const float* x_scales, const float* bias, float* y,
                                          int64_t ldy, int64_t columns) {
   if (columns > kPanelColumns) {
-    int8_vnni_panel_tile<kRows, 2>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
+    int8_512_panel_tile<Dot, kRows, 2>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
                                    columns);
   } else {
-    int8_vnni_panel_tile<kRows, 1>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
+    int8_512_panel_tile<Dot, kRows, 1>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
                                    columns);
   }
 }
 
 // Int8PanelProducts: w is the first panel of `rows` weight rows, shift_sums and row_scales are
 // padded to whole panels, x_scales has m values, bias (when not null) `rows`.
-template <int64_t kFixedK>
-XF_VNNI_TARGET void int8_panel_products_vnni(const uint8_t* x_shifted, int64_t m, const int8_t* w,
+template <typename Dot, int64_t kFixedK>
+XF_AVX512_TARGET void int8_panel_products_512(const uint8_t* x_shifted, int64_t m, const int8_t* w,
                                              int64_t run_time_k, int64_t rows,
                                              const int32_t* shift_sums, const float* row_scales,
                                              const float* x_scales, const float* bias, float* y,
@@ -393,7 +416,7 @@ XF_VNNI_TARGET void int8_panel_products_vnni(const uint8_t* x_shifted, int64_t m
     const float* scales = row_scales + r;
     int64_t i = 0;
     for (; i + 8 <= m; i += 8) {
-      int8_vnni_panel_rows<8>(x_shifted + i * k, k, panel, sums, scales, x_scales + i, panel_bias,
+      int8_512_panel_rows<Dot, 8>(x_shifted + i * k, k, panel, sums, scales, x_scales + i, panel_bias,
                               y_panel + i * ldy, ldy, columns);
     }
     const uint8_t* x_rest = x_shifted + i * k;
@@ -402,7 +425,7 @@ XF_VNNI_TARGET void int8_panel_products_vnni(const uint8_t* x_shifted, int64_t m
     switch (m - i) {
 #define XF_VNNI_PANEL_REST(rest)                                                                \
   case rest:                                                                                    \
-    int8_vnni_panel_rows<rest>(x_rest, k, panel, sums, scales, x_scales_rest, panel_bias, y_rest, \
+    int8_512_panel_rows<Dot, rest>(x_rest, k, panel, sums, scales, x_scales_rest, panel_bias, y_rest, \
                                ldy, columns);                                                   \
     break;
       XF_VNNI_PANEL_REST(7)
@@ -838,6 +861,8 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
 #pragma GCC diagnostic pop
 #undef XF_VNNI_INLINE
 #undef XF_VNNI_TARGET
+#undef XF_AVX512_INLINE
+#undef XF_AVX512_TARGET
 #endif
 
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
@@ -1009,7 +1034,11 @@ template <int64_t kFixedK>
 struct Avx2Panels { static constexpr Int8PanelProducts run = int8_panel_products_avx2<kFixedK>; };
 template <int64_t kFixedK>
 struct Vnni512Panels {
-  static constexpr Int8PanelProducts run = int8_panel_products_vnni<kFixedK>;
+  static constexpr Int8PanelProducts run = int8_panel_products_512<Vnni512Dot, kFixedK>;
+};
+template <int64_t kFixedK>
+struct Avx512Panels {
+  static constexpr Int8PanelProducts run = int8_panel_products_512<Avx512BwDot, kFixedK>;
 };
 template <int64_t kFixedK>
 struct AvxVnni {
@@ -1038,13 +1067,16 @@ bool f32_kernel_reads_panels() {
 }
 
 // The panel kernel for m rows of length k at cpu_isa(), or null where there is none: at plain
-// AVX2 every row count (7-bit weights), at AVX-512 VNNI above int8_row_kernel_max_rows() (the
-// row kernel reads the stored weights below).
+// AVX2 every row count (7-bit weights), at AVX-512 above int8_row_kernel_max_rows() (the row
+// kernel reads the stored weights, or without VNNI their 7-bit copy, below).
 Int8PanelProducts int8_panel_products_for(int64_t m, int64_t k) {
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
   if (int8_kernel_reads_panels()) return for_row_length<Avx2Panels>(k);
   if (cpu_isa() == CpuIsa::avx512_vnni && m > int8_row_kernel_max_rows()) {
     return for_row_length<Vnni512Panels>(k);
+  }
+  if (cpu_isa() == CpuIsa::avx512 && m > int8_row_kernel_max_rows()) {
+    return for_row_length<Avx512Panels>(k);
   }
 #endif
   (void)m;
@@ -1168,8 +1200,8 @@ struct CpuEngine::Impl {
 
   // The weights in the panel layout (panel_bytes), followed by each padded row's 128 * sum(w)
   // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
-  // the 7-bit copy (seven_bits), int8_panel_products_vnni the stored values. (One process makes
-  // one kind: which is fixed by cpu_isa(), so the two never meet in `packed`.)
+  // and int8_panel_products_512 without VNNI the 7-bit copy (seven_bits), with VNNI the stored
+  // values. (One process makes one kind, fixed by cpu_isa(), so the two never meet in `packed`.)
   std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool seven_bits) {
     const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
     const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
@@ -1341,16 +1373,17 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
       s.int8_row_products = int8_row_products_for(s.k);
     }
     if (s.int8_panel_products != nullptr && !int8_kernel_reads_panels()) {
-      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/false);
+      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/int8_products_saturate());
     }
   }
   const bool int8_by_xf = s.int8_row_products != nullptr || s.int8_panel_products != nullptr;
   if (int8_by_xf) {
     // The weights oneDNN reads (the 7-bit copy where its products saturate, as the AVX2
     // kernel's vpmaddubsw does too), so that a row's result is the same on either path.
-    s.implementation = s.int8_panel_products != nullptr && !int8_kernel_reads_panels()
-                           ? "xf:int8_panels_avx512_vnni"
-                           : int8_row_kernel_name();
+    s.implementation = s.int8_panel_products == nullptr || int8_kernel_reads_panels()
+                           ? int8_row_kernel_name()
+                       : cpu_isa() == CpuIsa::avx512_vnni ? "xf:int8_panels_avx512_vnni"
+                                                          : "xf:int8_panels_avx512";
     if (s.int8_panel_products != nullptr) {
       s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
       s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;

@@ -260,9 +260,9 @@ TEST(StaticMatmul, Int8MatchesReference) {
 }
 
 // Up to 16 rows run on xf's few-row kernel (where the CPU has one), 32 on the panel kernel at
-// AVX-512 VNNI (the weights copied into panels), through oneDNN's general path at AVX-512
-// without VNNI, and below through the few-row kernel too, in other register tiles: the same
-// rows give bit-identical results, over shapes with a K tail (k % 64), weight rows left
+// AVX-512 (the weights copied into panels; 7 bits without VNNI), and below AVX-512 through the
+// few-row kernel too, in other register tiles (oneDNN where there is none): the same rows give
+// bit-identical results, over shapes with a K tail (k % 64), weight rows left
 // over from the kernel's blocks of 16, the rows split between two threads (a slice each), the
 // output layer's size, the K compiled in (256, 1024) and not (1, 64, 300), and x row counts that
 // use each register tile (4, 2 and 1 x rows) alone and together.
@@ -281,6 +281,8 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
     StaticMatmul general(engine, general_rows, weights, true);
     if (cpu_isa() == CpuIsa::avx512_vnni) {
       EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512_vnni");
+    } else if (cpu_isa() == CpuIsa::avx512) {
+      EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512");
     } else if (general_rows > int8_row_kernel_max_rows()) {
       EXPECT_NE(std::string(general.implementation()).rfind("xf:", 0), 0u)
           << general.implementation();
