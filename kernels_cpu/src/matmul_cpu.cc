@@ -166,6 +166,13 @@ constexpr int64_t padded_to_panels(int64_t n) {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+// acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones):
+// the 4-byte dot product without VNNI, on ymm (AVX2) or zmm (AVX-512 BW) operands.
+#define XF_ADD_BYTE_PRODUCTS_ASM                \
+  "vpmaddubsw %[s8], %[u8], %[pairs]\n\t"      \
+  "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"   \
+  "vpaddd %[pairs], %[acc], %[acc]"
+
 // acc + the dot products of 4-byte groups of u8 and s8, as _mm512_dpbusd_epi32, but updating acc
 // in its register: with the intrinsic, GCC 12 copies every accumulator before each multiply in
 // a tile's loop (as many register moves as multiplies).
@@ -325,9 +332,7 @@ struct Vnni512Dot {
 struct Avx512BwDot {
   XF_AVX512_INLINE static __m512i add(__m512i acc, __m512i u8, __m512i s8, __m512i ones) {
     __m512i pairs;
-    asm("vpmaddubsw %[s8], %[u8], %[pairs]\n\t"
-        "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"
-        "vpaddd %[pairs], %[acc], %[acc]"
+    asm(XF_ADD_BYTE_PRODUCTS_ASM
         : [acc] "+v"(acc), [pairs] "=&v"(pairs)
         : [u8] "v"(u8), [s8] "v"(s8), [ones] "v"(ones));
     return acc;
@@ -335,9 +340,9 @@ struct Avx512BwDot {
 };
 template <typename Dot, int kRows, int kPanels>
 XF_AVX512_INLINE void int8_512_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
-                                         const int32_t* shift_sums, const float* row_scales,
-                                         const float* x_scales, const float* bias, float* y,
-                                         int64_t ldy, int64_t columns) {
+                                          const int32_t* shift_sums, const float* row_scales,
+                                          const float* x_scales, const float* bias, float* y,
+                                          int64_t ldy, int64_t columns) {
   __m512i acc[kRows][kPanels];
   for (auto& row : acc) {
     for (auto& v : row) v = _mm512_setzero_si512();
@@ -386,26 +391,26 @@ XF_AVX512_INLINE void int8_512_panel_tile(const uint8_t* x, int64_t k, const int
 // kRows x rows against the one or two panels (`columns` <= 32 output columns) at panel.
 template <typename Dot, int kRows>
 XF_AVX512_INLINE void int8_512_panel_rows(const uint8_t* x, int64_t k, const int8_t* panel,
-                                         const int32_t* shift_sums, const float* row_scales,
-                                         const float* x_scales, const float* bias, float* y,
-                                         int64_t ldy, int64_t columns) {
+                                          const int32_t* shift_sums, const float* row_scales,
+                                          const float* x_scales, const float* bias, float* y,
+                                          int64_t ldy, int64_t columns) {
   if (columns > kPanelColumns) {
-    int8_512_panel_tile<Dot, kRows, 2>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
-                                   columns);
+    int8_512_panel_tile<Dot, kRows, 2>(x, k, panel, shift_sums, row_scales, x_scales, bias, y,
+                                       ldy, columns);
   } else {
-    int8_512_panel_tile<Dot, kRows, 1>(x, k, panel, shift_sums, row_scales, x_scales, bias, y, ldy,
-                                   columns);
+    int8_512_panel_tile<Dot, kRows, 1>(x, k, panel, shift_sums, row_scales, x_scales, bias, y,
+                                       ldy, columns);
   }
 }
 
 // Int8PanelProducts: w is the first panel of `rows` weight rows, shift_sums and row_scales are
 // padded to whole panels, x_scales has m values, bias (when not null) `rows`.
 template <typename Dot, int64_t kFixedK>
-XF_AVX512_TARGET void int8_panel_products_512(const uint8_t* x_shifted, int64_t m, const int8_t* w,
-                                             int64_t run_time_k, int64_t rows,
-                                             const int32_t* shift_sums, const float* row_scales,
-                                             const float* x_scales, const float* bias, float* y,
-                                             int64_t ldy) {
+XF_AVX512_TARGET void int8_panel_products_512(const uint8_t* x_shifted, int64_t m,
+                                              const int8_t* w, int64_t run_time_k, int64_t rows,
+                                              const int32_t* shift_sums, const float* row_scales,
+                                              const float* x_scales, const float* bias, float* y,
+                                              int64_t ldy) {
   const int64_t k = kFixedK != 0 ? kFixedK : run_time_k;
   for (int64_t r = 0; r < rows; r += 2 * kPanelColumns) {
     const int64_t columns = std::min(2 * kPanelColumns, rows - r);
@@ -592,9 +597,7 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
 // between registers and spilled one to the stack in the 4-row tile.
 XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m256i ones) {
   __m256i pairs;
-  asm("vpmaddubsw %[s8], %[u8], %[pairs]\n\t"
-      "vpmaddwd %[ones], %[pairs], %[pairs]\n\t"
-      "vpaddd %[pairs], %[acc], %[acc]"
+  asm(XF_ADD_BYTE_PRODUCTS_ASM
       : [acc] "+x"(acc), [pairs] "=&x"(pairs)
       : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
 }
@@ -863,6 +866,7 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
 #undef XF_VNNI_TARGET
 #undef XF_AVX512_INLINE
 #undef XF_AVX512_TARGET
+#undef XF_ADD_BYTE_PRODUCTS_ASM
 #endif
 
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
