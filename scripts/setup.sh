@@ -16,11 +16,30 @@ packages=(
   # SentencePiece packages cannot be installed beside their amd64 twins (the host's headers serve).
   qemu-user-static libdnnl2:arm64 libgtest-dev:arm64
 )
+# The runtime's tests for aarch64 (scripts/test_aarch64.sh) link SentencePiece, whose arm64
+# packages cannot be installed beside the amd64 ones: their .debs are downloaded here (once) and
+# unpacked by the test into a sysroot under its build directory. Nothing downloads at test time.
+aarch64_debs=${XF_AARCH64_DEBS:-/var/cache/xf/aarch64-debs}
+aarch64_packages=(libsentencepiece0:arm64 libsentencepiece-dev:arm64 libprotobuf-lite32:arm64)
+fetch_aarch64_debs() {
+  [ -n "$(ls "$aarch64_debs"/libsentencepiece-dev_*_arm64.deb 2>/dev/null)" ] && return 0
+  local sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd mkdir -p "$aarch64_debs"
+  dpkg --print-foreign-architectures | grep -qx arm64 || $sudo_cmd dpkg --add-architecture arm64
+  $sudo_cmd apt-get update -qq
+  (cd "$aarch64_debs" && $sudo_cmd apt-get download "${aarch64_packages[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+  [ -n "$(ls "$aarch64_debs"/libsentencepiece-dev_*_arm64.deb 2>/dev/null)" ] ||
+    { echo "setup: could not download ${aarch64_packages[*]}" >&2; exit 1; }
+  echo "setup: arm64 SentencePiece packages in $aarch64_debs" >&2
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  fetch_aarch64_debs
   echo "setup: all packages present" >&2
   exit 0
 fi
@@ -33,4 +52,5 @@ if [[ " ${missing[*]}" == *":arm64"* ]] && ! dpkg --print-foreign-architectures 
 fi
 $sudo_cmd apt-get update -qq
 $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fetch_aarch64_debs
 echo "setup: done" >&2
