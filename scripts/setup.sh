@@ -17,21 +17,30 @@ packages=(
   qemu-user-static libdnnl2:arm64 libgtest-dev:arm64
 )
 # The runtime's tests for aarch64 (scripts/test_aarch64.sh) link SentencePiece, whose arm64
-# packages cannot be installed beside the amd64 ones: their .debs are downloaded here (once) and
-# unpacked by the test into a sysroot under its build directory. Nothing downloads at test time.
+# packages cannot be installed beside the amd64 ones: their .debs are downloaded here (once, kept
+# in XF_AARCH64_DEBS) and unpacked by the test into a sysroot under its build directory. Nothing
+# downloads at test time.
 aarch64_debs=${XF_AARCH64_DEBS:-/var/cache/xf/aarch64-debs}
-aarch64_packages=(libsentencepiece0:arm64 libsentencepiece-dev:arm64 libprotobuf-lite32:arm64)
+aarch64_packages=(libsentencepiece0 libsentencepiece-dev libprotobuf-lite32)
 fetch_aarch64_debs() {
-  [ -n "$(ls "$aarch64_debs"/libsentencepiece-dev_*_arm64.deb 2>/dev/null)" ] && return 0
+  local package wanted=()
+  for package in "${aarch64_packages[@]}"; do
+    ls "$aarch64_debs/${package}_"*_arm64.deb >/dev/null 2>&1 || wanted+=("$package:arm64")
+  done
+  [ ${#wanted[@]} -eq 0 ] && return 0
   local sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "setup: downloading ${wanted[*]} to $aarch64_debs" >&2
   $sudo_cmd mkdir -p "$aarch64_debs"
   dpkg --print-foreign-architectures | grep -qx arm64 || $sudo_cmd dpkg --add-architecture arm64
   $sudo_cmd apt-get update -qq
-  (cd "$aarch64_debs" && $sudo_cmd apt-get download "${aarch64_packages[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
-  [ -n "$(ls "$aarch64_debs"/libsentencepiece-dev_*_arm64.deb 2>/dev/null)" ] ||
-    { echo "setup: could not download ${aarch64_packages[*]}" >&2; exit 1; }
-  echo "setup: arm64 SentencePiece packages in $aarch64_debs" >&2
+  # apt's download user cannot write to a root-owned folder; apt warns and downloads as root.
+  (cd "$aarch64_debs" && $sudo_cmd apt-get download -qq "${wanted[@]}" 2>&1 |
+    { grep -v "Download is performed unsandboxed" || true; }) >&2
+  for package in "${aarch64_packages[@]}"; do
+    ls "$aarch64_debs/${package}_"*_arm64.deb >/dev/null 2>&1 ||
+      { echo "setup: could not download $package:arm64 to $aarch64_debs" >&2; exit 1; }
+  done
 }
 
 missing=()
