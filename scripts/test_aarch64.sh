@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Builds the CPU kernels' tests (kernels_test, cpu device) and the runtime's tests (translator,
 # golden, decoding options, weight store, backend registry, threads, C API) for aarch64 with
-# Debian's cross compiler and runs them under qemu-user: the kernel tests twice, on an emulated CPU
-# without the ARMv8.2 dot-product instructions (cortex-a57: xf's NEON int8 kernel) and with them
-# (max: its sdot build), the runtime tests on cortex-a57. Correctness only; qemu says nothing
-# about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers
+# Debian's cross compiler and runs them all under qemu-user twice: on an emulated CPU without the
+# ARMv8.2 dot-product instructions (cortex-a57: xf's NEON int8 kernel) and with them (max: its
+# sdot build). Correctness only; qemu says nothing about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers
 # header) and what scripts/setup.sh provides: qemu-user-static, the arm64 builds of oneDNN, OpenMP
 # and GoogleTest (Debian multiarch; their headers are the host's), and the arm64 SentencePiece
 # and protobuf-lite .debs (downloaded once to XF_AARCH64_DEBS, default /var/cache/xf/aarch64-debs),
@@ -96,12 +95,11 @@ done
 # The arm64 libraries are where the dynamic loader looks (multiarch; SentencePiece's by the
 # rpath above); -L / finds the loader.
 for cpu in cortex-a57 max; do
-  echo "test_aarch64: kernels_test under $qemu -cpu $cpu: xf's kernels at" \
+  echo "test_aarch64: under $qemu -cpu $cpu, xf's kernels at" \
     "$($qemu -cpu $cpu -L / "$out/xf_test_cpu_isa")" >&2
-  XF_TEST=1 $qemu -cpu $cpu -L / "$out/kernels_test" --gtest_brief=1
+  for test in kernels_test $(printf 'xf_runtime_%s_test ' "${runtime_tests[@]}"); do
+    echo "test_aarch64: $test under $qemu -cpu $cpu" >&2
+    XF_TEST=1 $qemu -cpu $cpu -L / "$out/$test" --gtest_brief=1
+  done
 done
-for test in "${runtime_tests[@]}"; do
-  echo "test_aarch64: xf_runtime_${test}_test under $qemu -cpu cortex-a57" >&2
-  XF_TEST=1 $qemu -cpu cortex-a57 -L / "$out/xf_runtime_${test}_test" --gtest_brief=1
-done
-echo "test_aarch64: kernel tests passed on cortex-a57 and max, runtime tests on cortex-a57" >&2
+echo "test_aarch64: kernel and runtime tests passed on cortex-a57 and max" >&2
