@@ -11,9 +11,9 @@ packages=(
   python3 python3-venv python3-dev  # the Python package (python/) and its tests
   libopenmpi-dev openmpi-bin  # data-parallel xf-train under mpirun (trainer/comm)
   g++-aarch64-linux-gnu  # scripts/check_aarch64.sh: the CPU code must compile for Jetson's CPU
-  # scripts/test_aarch64.sh: the kernel tests for aarch64 under qemu-user, linked against Debian's
-  # arm64 builds (multiarch). Runtime libraries only: libdnnl-dev:arm64 and the arm64
-  # SentencePiece packages cannot be installed beside their amd64 twins (the host's headers serve).
+  # scripts/test_aarch64.sh: the kernel and runtime tests for aarch64 under qemu-user, linked
+  # against Debian's arm64 builds (multiarch). Runtime libraries only: libdnnl-dev:arm64 and the
+  # arm64 SentencePiece packages cannot be installed beside their amd64 twins (below).
   qemu-user-static libdnnl2:arm64 libgtest-dev:arm64
 )
 # The runtime's tests for aarch64 (scripts/test_aarch64.sh) link SentencePiece, whose arm64

@@ -2,7 +2,7 @@
 # Builds xf (CUDA sources too whenever nvcc is present) and runs every test with ctest (which must
 # leave no file in TMPDIR: scripts/ctest_leaves_no_files.sh), tests the
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64 and runs the kernel
-# tests under qemu-user (scripts/test_aarch64.sh), runs the format
+# and runtime tests under qemu-user (scripts/test_aarch64.sh), runs the format
 # tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
 # libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
 # ctest includes the data-parallel runs under mpirun.
@@ -22,7 +22,7 @@ scripts/ctest_leaves_no_files.sh build --output-on-failure -j "$jobs" --timeout 
 scripts/test_python.sh build
 
 # The CPU side must build on aarch64 (Jetson): compile it with the cross compiler, then run the
-# kernel tests under qemu-user, without and with the dot-product instructions.
+# kernel and runtime tests under qemu-user, without and with the dot-product instructions.
 scripts/check_aarch64.sh build
 scripts/test_aarch64.sh build
 

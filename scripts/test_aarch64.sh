@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the CPU kernels' tests (kernels_test, cpu device) and the runtime's tests (translator,
-# golden, decoding options, weight store, backend registry, threads, C API) for aarch64 with
+# Builds the CPU kernels' tests (kernels_test, cpu device; kernels_cpu_alloc_test) and the
+# runtime's tests (translator, golden, decoding options, weight store, backend registry, threads,
+# C API, allocation) for aarch64 with
 # Debian's cross compiler and runs them all under qemu-user twice: on an emulated CPU without the
 # ARMv8.2 dot-product instructions (cortex-a57: xf's NEON int8 kernel) and with them (max: its
 # sdot build). Correctness only; qemu says nothing about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers
@@ -49,8 +50,12 @@ library_sources=(common/src/*.cc format/src/*.cc kernels_cpu/src/*.cc modules/sr
                  tests/common/tiny_model.cc tests/common/run_command.cc)
 kernel_test_sources=(tests/kernels/kernel_device.cc
                      $(ls tests/kernels/*_test.cc | grep -v alloc_cpu_test))
-runtime_tests=(translator golden decoding_options weight_store backend_registry threads c_api)
+runtime_tests=(translator golden decoding_options weight_store backend_registry threads c_api
+               allocation)
+# The malloc-counting hook: an object of its own, linked into the allocation tests only.
+alloc_counter=runtime/alloc_counter/alloc_counter.cc
 sources=("${library_sources[@]}" "${kernel_test_sources[@]}" tests/kernels/cpu_isa_main.cc
+         tests/kernels/matmul_alloc_cpu_test.cc "$alloc_counter"
          $(printf 'tests/runtime/%s_test.cc ' "${runtime_tests[@]}"))
 object_of() { echo "$out/obj/$(echo "$1" | tr / _).o"; }
 version=$(sed -nE 's/^#define XF_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)$/\2/p' runtime/include/xf/xf.h | paste -sd.)
@@ -63,9 +68,10 @@ compile() {
   $launcher $cxx -std=c++17 -O3 -DNDEBUG -fopenmp -DXF_SOURCE_DIR="\"$root\"" \
     -DXF_BINARY_DIR="\"$root/$out\"" -DXF_GOLDEN_DIR="\"$root/tests/reference/golden\"" \
     -DXF_VERSION_STRING="\"$version\"" -DXF_MODULE_ABI="\"$version aarch64\"" \
-    -I common/include -I format/include -I format/src -I modules/include -I kernels/include \
-    -I kernels_cpu/include -I runtime/include -I runtime/src -I tests/common -I tests/kernels \
-    -I tests/trainer -I "$build/format/generated" -I "$out/include" -I "$sysroot/usr/include" \
+    -I common/include -I format/include -I modules/include -I kernels/include \
+    -I kernels_cpu/include -I runtime/include -I runtime/src -I runtime/alloc_counter/include \
+    -I tests/common -I tests/kernels -I tests/trainer -I "$build/format/generated" \
+    -I "$out/include" -I "$sysroot/usr/include" \
     -c -o "$object" "$source" || { echo "test_aarch64: $source does not compile" >&2; return 1; }
 }
 export -f compile
@@ -87,9 +93,12 @@ link() {
     -Wl,-rpath-link,"$sysroot_libs" -lpthread -ldl
 }
 link kernels_test "${kernel_test_objects[@]}"
+link kernels_cpu_alloc_test "$(object_of tests/kernels/matmul_alloc_cpu_test.cc)" "$(object_of "$alloc_counter")"
 link xf_test_cpu_isa "$(object_of tests/kernels/cpu_isa_main.cc)"
 for test in "${runtime_tests[@]}"; do
-  link "xf_runtime_${test}_test" "$(object_of "tests/runtime/${test}_test.cc")"
+  hook=()
+  [ "$test" = allocation ] && hook=("$(object_of "$alloc_counter")")
+  link "xf_runtime_${test}_test" "$(object_of "tests/runtime/${test}_test.cc")" "${hook[@]}"
 done
 
 # The arm64 libraries are where the dynamic loader looks (multiarch; SentencePiece's by the
@@ -97,7 +106,7 @@ done
 for cpu in cortex-a57 max; do
   echo "test_aarch64: under $qemu -cpu $cpu, xf's kernels at" \
     "$($qemu -cpu $cpu -L / "$out/xf_test_cpu_isa")" >&2
-  for test in kernels_test $(printf 'xf_runtime_%s_test ' "${runtime_tests[@]}"); do
+  for test in kernels_test kernels_cpu_alloc_test $(printf 'xf_runtime_%s_test ' "${runtime_tests[@]}"); do
     echo "test_aarch64: $test under $qemu -cpu $cpu" >&2
     XF_TEST=1 $qemu -cpu $cpu -L / "$out/$test" --gtest_brief=1
   done
