@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the CPU kernels' tests (kernels_test, cpu device; kernels_cpu_alloc_test) and the
 # runtime's tests (translator, golden, decoding options, weight store, backend registry, threads,
-# C API, allocation) for aarch64 with
-# Debian's cross compiler and runs them all under qemu-user twice: on an emulated CPU without the
-# ARMv8.2 dot-product instructions (cortex-a57: xf's NEON int8 kernel) and with them (max: its
-# sdot build). Correctness only; qemu says nothing about speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers
-# header) and what scripts/setup.sh provides: qemu-user-static, the arm64 builds of oneDNN, OpenMP
-# and GoogleTest (Debian multiarch; their headers are the host's), and the arm64 SentencePiece
-# and protobuf-lite .debs (downloaded once to XF_AARCH64_DEBS, default /var/cache/xf/aarch64-debs),
+# C API, allocation) for aarch64 with Debian's cross compiler and runs them all under qemu-user
+# twice: on an emulated CPU without the ARMv8.2 dot-product instructions (cortex-a57: xf's NEON
+# int8 kernel) and with them (max: its sdot build). Correctness only; qemu says nothing about
+# speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers header) and
+# what scripts/setup.sh provides: qemu-user-static, the arm64 builds of oneDNN, OpenMP and
+# GoogleTest (Debian multiarch; their headers are the host's), and the arm64 SentencePiece and
+# protobuf-lite .debs (downloaded once to XF_AARCH64_DEBS, default /var/cache/xf/aarch64-debs),
 # which this script unpacks into BUILD_DIR-aarch64/sysroot. Anything missing fails with one line.
 # Usage: scripts/test_aarch64.sh [BUILD_DIR]   (default build; objects go to BUILD_DIR-aarch64)
 set -euo pipefail
@@ -40,7 +40,9 @@ ln -sfn /usr/include/gtest "$out/include/gtest"
 for f in /usr/include/dnnl*.h* /usr/include/flatbuffers; do ln -sfn "$f" "$out/include/"; done
 sysroot=$(cd "$out" && pwd)/sysroot
 rm -rf "$sysroot"
-for package in "${sentencepiece_debs[@]}"; do dpkg-deb -x "$debs/${package}_"*_arm64.deb "$sysroot"; done
+for package in "${sentencepiece_debs[@]}"; do
+  dpkg-deb -x "$debs/${package}_"*_arm64.deb "$sysroot"
+done
 sysroot_libs=$sysroot/usr/lib/aarch64-linux-gnu
 
 library_sources=(common/src/*.cc format/src/*.cc kernels_cpu/src/*.cc modules/src/*.cc
@@ -58,7 +60,8 @@ sources=("${library_sources[@]}" "${kernel_test_sources[@]}" tests/kernels/cpu_i
          tests/kernels/matmul_alloc_cpu_test.cc "$alloc_counter"
          $(printf 'tests/runtime/%s_test.cc ' "${runtime_tests[@]}"))
 object_of() { echo "$out/obj/$(echo "$1" | tr / _).o"; }
-version=$(sed -nE 's/^#define XF_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)$/\2/p' runtime/include/xf/xf.h | paste -sd.)
+version=$(sed -nE 's/^#define XF_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)$/\2/p' runtime/include/xf/xf.h |
+          paste -sd.)
 launcher=""
 command -v ccache >/dev/null && launcher=ccache
 # What the CMake targets define (runtime/, modules/, tests/): Release's -O3 -DNDEBUG.
@@ -93,7 +96,8 @@ link() {
     -Wl,-rpath-link,"$sysroot_libs" -lpthread -ldl
 }
 link kernels_test "${kernel_test_objects[@]}"
-link kernels_cpu_alloc_test "$(object_of tests/kernels/matmul_alloc_cpu_test.cc)" "$(object_of "$alloc_counter")"
+link kernels_cpu_alloc_test "$(object_of tests/kernels/matmul_alloc_cpu_test.cc)" \
+  "$(object_of "$alloc_counter")"
 link xf_test_cpu_isa "$(object_of tests/kernels/cpu_isa_main.cc)"
 for test in "${runtime_tests[@]}"; do
   hook=()
@@ -106,7 +110,8 @@ done
 for cpu in cortex-a57 max; do
   echo "test_aarch64: under $qemu -cpu $cpu, xf's kernels at" \
     "$($qemu -cpu $cpu -L / "$out/xf_test_cpu_isa")" >&2
-  for test in kernels_test kernels_cpu_alloc_test $(printf 'xf_runtime_%s_test ' "${runtime_tests[@]}"); do
+  for test in kernels_test kernels_cpu_alloc_test \
+              $(printf 'xf_runtime_%s_test ' "${runtime_tests[@]}"); do
     echo "test_aarch64: $test under $qemu -cpu $cpu" >&2
     XF_TEST=1 $qemu -cpu $cpu -L / "$out/$test" --gtest_brief=1
   done
