@@ -1457,37 +1457,42 @@ size_t StaticMatmul::workspace_bytes() const { return impl_->workspace_bytes; }
 const char* StaticMatmul::implementation() const { return impl_->implementation.c_str(); }
 bool StaticMatmul::reads_weights_in_place() const { return impl_->packed == nullptr; }
 
-void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace) const {
+void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace,
+                       int64_t rows) const {
   Impl& s = *impl_;
   if (s.with_bias && bias == nullptr)
     throw Error("StaticMatmul::run: made with a bias, given none");
+  if (rows < 0 || rows > s.m) throw Error("StaticMatmul::run: rows outside 0..m (0: all m)");
+  // xf's kernels take any row count: only the rows that matter (the rest are the runtime's
+  // padding to a planned count).
+  const bool by_xf = s.int8_row_products != nullptr || s.int8_panel_products != nullptr || s.f32_panels;
+  const int64_t m = by_xf && rows > 0 ? rows : s.m;
   char* bytes = static_cast<char*>(workspace);
   float* x_scales = reinterpret_cast<float*>(bytes + s.scales_offset);  // int8: [m]
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
-    quantize_int8_per_row(x, s.m, s.k, quantized, x_scales, s.engine->threads());
+    quantize_int8_per_row(x, m, s.k, quantized, x_scales, s.engine->threads());
     if (s.int8_row_products != nullptr || s.int8_panel_products != nullptr) {
-      uint8_t* shifted = shift_to_unsigned(quantized, s.m * s.k);
+      uint8_t* shifted = shift_to_unsigned(quantized, m * s.k);
       // One slice of weight rows a thread, a multiple of the kernel's 16 (slices of 256 rows
       // left a 256-row product on one thread of two, and split 768 rows 512 : 256).
       const int threads = s.engine->threads();
       const int64_t slice = (s.n + threads * 16 - 1) / (threads * 16) * 16;
       detail::parallel_for((s.n + slice - 1) / slice, threads,
-                           s.m * s.n * s.k >= (1 << 18), [&](int64_t b) {
-        const int64_t first = b * slice, rows = std::min(slice, s.n - first);
+                           m * s.n * s.k >= (1 << 18), [&](int64_t b) {
+        const int64_t first = b * slice, slice_rows = std::min(slice, s.n - first);
         const int8_t* weights = s.int8_weights + first * s.int8_weight_row_bytes;
         if (s.int8_panel_products != nullptr) {  // scales x and adds the bias itself
-          s.int8_panel_products(shifted, s.m, weights, s.k, rows, s.shift_sums + first,
+          s.int8_panel_products(shifted, m, weights, s.k, slice_rows, s.shift_sums + first,
                                 s.int8_row_scales + first, x_scales,
                                 s.with_bias ? bias + first : nullptr, y + first, s.n);
         } else {
-          s.int8_row_products(shifted, s.m, weights, s.k, rows, s.shift_sums + first,
+          s.int8_row_products(shifted, m, weights, s.k, slice_rows, s.shift_sums + first,
                               s.int8_row_scales + first, y + first, s.n);
         }
       });
       if (s.int8_panel_products == nullptr) {
-        scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr,
-                            s.engine->threads());
+        scale_rows_add_bias(y, m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
       }
       return;
     }
@@ -1500,10 +1505,10 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
       const int64_t slice =
           (s.n + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
       const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
-      detail::parallel_for((s.n + slice - 1) / slice, threads, s.m * s.n * s.k >= (1 << 18),
+      detail::parallel_for((s.n + slice - 1) / slice, threads, m * s.n * s.k >= (1 << 18),
                            [&](int64_t b) {
-        const int64_t first = b * slice, rows = std::min(slice, s.n - first);
-        f32_panel_products_avx2(x, s.m, panels + first * s.k, s.k, rows,
+        const int64_t first = b * slice, slice_rows = std::min(slice, s.n - first);
+        f32_panel_products_avx2(x, m, panels + first * s.k, s.k, slice_rows,
                                 s.with_bias ? bias + first : nullptr, y + first, s.n);
       });
       return;

@@ -108,7 +108,7 @@ class PlannedMatmul {
       const int64_t count = rows >= chunk ? chunk : buckets_->padded_remainder(rows);
       const size_t index = buckets_->index(count);
       if (index >= by_count_.size()) throw Error("internal: a product over more rows than planned");
-      by_count_[index].run(x, bias_, y, workspace);
+      by_count_[index].run(x, bias_, y, workspace, std::min(rows, count));  // not the padding
       x += count * in_;
       y += count * out_;
       rows -= std::min(rows, count);

@@ -38,11 +38,12 @@ class Workspace {
   std::vector<char> storage_;
 };
 
-// matmul over x in fresh workspace; the output starts as NaN, so an element left unwritten shows.
-std::vector<float> run(const StaticMatmul& matmul, const float* x, const float* bias) {
+// matmul over x (its first `rows`, 0: all) in fresh workspace; the output starts as NaN, so an
+// element left unwritten shows.
+std::vector<float> run(const StaticMatmul& matmul, const float* x, const float* bias, int64_t rows = 0) {
   Workspace workspace(matmul.workspace_bytes());
   std::vector<float> y(matmul.m() * matmul.n(), std::nanf(""));
-  matmul.run(x, bias, y.data(), workspace.data());
+  matmul.run(x, bias, y.data(), workspace.data(), rows);
   return y;
 }
 
@@ -301,6 +302,43 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
         }
       }
     }
+  }
+}
+
+// run() over fewer rows than planned (the runtime's padding left out): those rows come out as in
+// a run over all of them (int8 bit for bit, its contract; f32 within the f32 sum's rounding: the
+// f32 panel kernel's 1- and 2-row tiles add k in interleaved partial sums, so a row's last bits
+// depend on the tile it falls in), and xf's kernels leave the other rows of y unwritten.
+TEST(StaticMatmul, RunOverTheFirstRowsComputesThoseAlone) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const int64_t m = 48, n = 300, k = 256;
+  const Int8Case w = make_int8_weights(n, k, random);
+  const std::vector<float> x = random.uniform(m * k, -3.0f, 3.0f);
+  const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+  for (DType dtype : {DType::int8, DType::f32}) {
+    const WeightMatrix weights = dtype == DType::int8
+                                     ? WeightMatrix{DType::int8, w.quantized.data(), w.row_scales.data(), n, k}
+                                     : WeightMatrix{DType::f32, w.weights.data(), nullptr, n, k};
+    StaticMatmul matmul(engine, m, weights, true);
+    SCOPED_TRACE(matmul.implementation());
+    const std::vector<float> all = run(matmul, x.data(), bias.data());
+    const ProductReference reference(x, w.weights, &bias, m, n, k);
+    for (int64_t rows : {1, 5, 33, 48}) {
+      const std::vector<float> some = run(matmul, x.data(), bias.data(), rows);
+      for (int64_t i = 0; i < rows * n; ++i) {
+        if (dtype == DType::int8) {
+          ASSERT_EQ(some[i], all[i]) << "rows " << rows << " at " << i;
+        } else {
+          ASSERT_NEAR(some[i], all[i], 2 * reference.rounding_bound[i]) << "rows " << rows << " at " << i;
+        }
+      }
+      if (std::string(matmul.implementation()).rfind("xf:", 0) == 0) {
+        for (int64_t i = rows * n; i < m * n; ++i) ASSERT_TRUE(std::isnan(some[i])) << "rows " << rows << " at " << i;
+      }
+    }
+    EXPECT_THROW(run(matmul, x.data(), bias.data(), m + 1), Error);
   }
 }
 

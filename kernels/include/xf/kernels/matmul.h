@@ -77,11 +77,13 @@ class StaticMatmul {
   size_t workspace_bytes() const;
   // x: [m, k], y: [m, n], bias: [n] (ignored unless made with_bias; then required).
   // workspace: workspace_bytes() bytes, 64-byte aligned. No allocation by xf inside.
+  // rows (1..m; 0, the default: m): the rows of x that matter. xf's kernels compute those alone (the
+  // rest of y is left as it is); oneDNN's primitives, made for m, compute all m.
   // Not reentrant: one run() at a time per StaticMatmul (it points its prepared oneDNN memory
   // objects at the caller's buffers). Sets the calling thread's OpenMP thread count to the
   // engine's (omp_set_num_threads), which oneDNN follows: pass the same count as `threads` to
   // the kernels, or libgomp reallocates its thread team whenever the size changes.
-  void run(const float* x, const float* bias, float* y, void* workspace) const;
+  void run(const float* x, const float* bias, float* y, void* workspace, int64_t rows = 0) const;
   // True when run() reads the WeightMatrix it was made with (int8, or f32 in the stored layout);
   // false when it reads a packed copy, so the caller may release the stored bytes.
   bool reads_weights_in_place() const;
