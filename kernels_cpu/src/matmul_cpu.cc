@@ -602,6 +602,16 @@ XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m2
       : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
 }
 
+// The bias of the panel of `columns` output columns at r (null without a bias): in place, or for a
+// last panel of fewer than 16 columns copied into `padded` and zero-filled, since a tile loads 16.
+inline const float* panel_bias_of(const float* bias, int64_t r, int64_t columns,
+                                  float (&padded)[kPanelColumns]) {
+  if (bias == nullptr || columns == kPanelColumns) return bias != nullptr ? bias + r : nullptr;
+  std::fill(padded, padded + kPanelColumns, 0.0f);
+  std::memcpy(padded, bias + r, columns * sizeof(float));
+  return padded;
+}
+
 // acc[i] += x row i's 4 bytes (x_bytes[i]) times the group's 64 bytes at `group`.
 template <int kRows>
 XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_bytes)[kRows],
@@ -734,12 +744,8 @@ XF_AVX2_TARGET void int8_panel_products_avx2(const uint8_t* x_shifted, int64_t m
   for (int64_t r = 0; r < rows; r += kPanelColumns) {
     const int64_t columns = std::min(kPanelColumns, rows - r);
     const int8_t* panel = w + r / kPanelColumns * panel_bytes(k);
-    const float* panel_bias = bias != nullptr ? bias + r : nullptr;
-    alignas(32) float last_bias[kPanelColumns] = {};  // a last panel's bias, padded
-    if (bias != nullptr && columns < kPanelColumns) {
-      std::memcpy(last_bias, bias + r, columns * sizeof(float));
-      panel_bias = last_bias;
-    }
+    alignas(32) float padded[kPanelColumns];
+    const float* panel_bias = panel_bias_of(bias, r, columns, padded);
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
       int8_panel_tile<4>(x_shifted + i * k, k, panel, shift_sums + r, row_scales + r, x_scales + i,
@@ -836,12 +842,8 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
   for (int64_t r = 0; r < rows; r += kPanelColumns) {
     const int64_t columns = std::min(kPanelColumns, rows - r);
     const float* panel = w + r * k;
-    const float* panel_bias = bias != nullptr ? bias + r : nullptr;
-    alignas(32) float last_bias[kPanelColumns] = {};  // a last panel's bias, padded
-    if (bias != nullptr && columns < kPanelColumns) {
-      std::memcpy(last_bias, bias + r, columns * sizeof(float));
-      panel_bias = last_bias;
-    }
+    alignas(32) float padded[kPanelColumns];
+    const float* panel_bias = panel_bias_of(bias, r, columns, padded);
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) {
       f32_panel_tile<6>(x + i * k, k, panel, panel_bias, y + i * ldy + r, ldy, columns);
