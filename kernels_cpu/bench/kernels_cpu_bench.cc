@@ -90,6 +90,52 @@ BENCHMARK(BM_StaticMatmul)
     ->Apply(bundled_f32_shapes)
     ->Unit(benchmark::kMicrosecond);
 
+// The bundled model's decoder-step products with the weights cold, as in a translation: a step
+// reads every layer's weights (16 MB in f32) once, so they come from L3 or memory, not L2 as in
+// the loops above. Each iteration runs the next of `copies` copies of the weights (40 x 768 KB,
+// 8 x 8.6 MB: more than L2). range(3): 0 f32 packed, 2 int8; range(4): copies.
+void BM_StaticMatmulCold(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool int8 = state.range(3) == 2;
+  const int64_t copies = state.range(4);
+  CpuEngine engine(threads());
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<int8_t>> quantized(copies, std::vector<int8_t>(n * k));
+  std::vector<std::vector<float>> scales(copies, std::vector<float>(n));
+  std::vector<std::unique_ptr<StaticMatmul>> matmuls;
+  for (int64_t c = 0; c < copies; ++c) {
+    weights.push_back(random_values(n * k));
+    weights.back()[0] += static_cast<float>(c);  // distinct matrices: no shared packed copy
+    quantize_int8_per_row(weights[c].data(), n, k, quantized[c].data(), scales[c].data(),
+                          threads());
+    const WeightMatrix matrix =
+        int8 ? WeightMatrix{xf::DType::int8, quantized[c].data(), scales[c].data(), n, k}
+             : WeightMatrix{xf::DType::f32, weights[c].data(), nullptr, n, k};
+    matmuls.push_back(std::make_unique<StaticMatmul>(engine, m, matrix, true));
+  }
+  std::vector<float> workspace(matmuls[0]->workspace_bytes() / sizeof(float) + 16);
+  const std::vector<float> x = random_values(m * k), bias = random_values(n);
+  std::vector<float> y(m * n);
+  int64_t next = 0;
+  for (auto _ : state) {
+    matmuls[next]->run(x.data(), bias.data(), y.data(), workspace.data());
+    next = (next + 1) % copies;
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetLabel(matmuls[0]->implementation());
+}
+
+void bundled_cold_shapes(benchmark::internal::Benchmark* b) {
+  for (int variant : {0, 2}) {
+    for (auto [n, k, copies] : {std::tuple{768, 256, 40}, {256, 1024, 40}, {8446, 256, 8}}) {
+      for (int m : {4, 24, 104, 128}) b->Args({m, n, k, variant, copies});
+    }
+  }
+}
+BENCHMARK(BM_StaticMatmulCold)->Apply(bundled_cold_shapes)->Unit(benchmark::kMicrosecond);
+
 // The trainer's products (gemm, and Bf16Gemm for xf-train --bf16) at the bundled model's shapes:
 // 2,500-token batches, d_model 256, d_ff 1024, vocabulary 8000. range(3): 0 f32, 1 bf16;
 // range(4): 1 for the weight gradient's layout (A transposed: dW = dy^T x, K = the tokens).

@@ -632,8 +632,10 @@ XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_byte
 // speed of MKL's AVX2 s8u8s32 kernel on the same instructions (perf, 2-core Xeon, AVX2 cap).
 // Here each group is 2 weight loads, 4 broadcasts and 8 x (vpmaddubsw, vpmaddwd, vpaddd), with
 // weights, broadcasts and products in ymm0-5 and the 8 accumulators and `ones` where GCC puts them.
+// `prefetch` walks a panel's bytes beside `panel`, one line a group (int8_panel_products_avx2).
 XF_AVX2_INLINE void int8_panel_groups_4_rows(const uint8_t* x, int64_t k, const int8_t* panel,
-                                             int64_t groups, __m256i (&acc)[4][2]) {
+                                             const int8_t* prefetch, int64_t groups,
+                                             __m256i (&acc)[4][2]) {
   if (groups <= 0) return;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* x0 = x;
@@ -641,6 +643,7 @@ XF_AVX2_INLINE void int8_panel_groups_4_rows(const uint8_t* x, int64_t k, const 
   const uint8_t* x_end = x + 4 * groups;
   asm volatile(
       "1:\n\t"
+      "prefetcht2 (%[prefetch])\n\t"
       "vmovdqu (%[w]), %%ymm0\n\t"
       "vmovdqu 32(%[w]), %%ymm1\n\t"
       "vpbroadcastd (%[x0]), %%ymm2\n\t"
@@ -672,13 +675,15 @@ XF_AVX2_INLINE void int8_panel_groups_4_rows(const uint8_t* x, int64_t k, const 
       "vpaddd %%ymm4, %[a30], %[a30]\n\t"
       "vpaddd %%ymm5, %[a31], %[a31]\n\t"
       "add $64, %[w]\n\t"
+      "add $64, %[prefetch]\n\t"
       "add $4, %[x0]\n\t"
       "add $4, %[x2]\n\t"
       "cmp %[x_end], %[x0]\n\t"
       "jne 1b"
       : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a10] "+x"(acc[1][0]),
         [a11] "+x"(acc[1][1]), [a20] "+x"(acc[2][0]), [a21] "+x"(acc[2][1]),
-        [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [w] "+r"(panel), [x0] "+r"(x0), [x2] "+r"(x2)
+        [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [w] "+r"(panel), [prefetch] "+r"(prefetch),
+        [x0] "+r"(x0), [x2] "+r"(x2)
       : [k] "r"(k), [x_end] "r"(x_end), [ones] "x"(ones)
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5");
 }
@@ -688,14 +693,17 @@ template <int kRows>
 XF_AVX2_INLINE void int8_panel_tile(const uint8_t* x, int64_t k, const int8_t* panel,
                                     const int32_t* shift_sums, const float* row_scales,
                                     const float* x_scales, const float* bias, float* y,
-                                    int64_t ldy, int64_t columns) {
+                                    int64_t ldy, int64_t columns,
+                                    const int8_t* next_panel = nullptr) {
   __m256i acc[kRows][2];
   for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
   const int64_t full = k / 4;
   if constexpr (kRows == 4) {
-    int8_panel_groups_4_rows(x, k, panel, full, acc);
+    // Without a next panel to ask for, the asm's prefetch reads this panel's lines (in L1).
+    int8_panel_groups_4_rows(x, k, panel, next_panel != nullptr ? next_panel : panel, full, acc);
   } else {
     for (int64_t g = 0; g < full; ++g) {
+      if (next_panel != nullptr) _mm_prefetch(next_panel + g * 64, _MM_HINT_T2);
       int32_t x_bytes[kRows];
       for (int i = 0; i < kRows; ++i) std::memcpy(&x_bytes[i], x + i * k + 4 * g, 4);
       int8_panel_group<kRows>(panel + g * 64, x_bytes, acc);
@@ -746,25 +754,28 @@ XF_AVX2_TARGET void int8_panel_products_avx2(const uint8_t* x_shifted, int64_t m
     const int8_t* panel = w + r / kPanelColumns * panel_bytes(k);
     alignas(32) float padded[kPanelColumns];
     const float* panel_bias = panel_bias_of(bias, r, columns, padded);
+    // The first tile asks for the next panel into L2, as in f32_panel_products_avx2.
+    const int8_t* next_panel = r + kPanelColumns < rows ? panel + panel_bytes(k) : nullptr;
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
       int8_panel_tile<4>(x_shifted + i * k, k, panel, shift_sums + r, row_scales + r, x_scales + i,
-                         panel_bias, y + i * ldy + r, ldy, columns);
+                         panel_bias, y + i * ldy + r, ldy, columns, i == 0 ? next_panel : nullptr);
     }
     const uint8_t* x_rest = x_shifted + i * k;
     float* y_rest = y + i * ldy + r;
+    const int8_t* next = i == 0 ? next_panel : nullptr;
     switch (m - i) {
       case 3:
         int8_panel_tile<3>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
-                           panel_bias, y_rest, ldy, columns);
+                           panel_bias, y_rest, ldy, columns, next);
         break;
       case 2:
         int8_panel_tile<2>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
-                           panel_bias, y_rest, ldy, columns);
+                           panel_bias, y_rest, ldy, columns, next);
         break;
       case 1:
         int8_panel_tile<1>(x_rest, k, panel, shift_sums + r, row_scales + r, x_scales + i,
-                           panel_bias, y_rest, ldy, columns);
+                           panel_bias, y_rest, ldy, columns, next);
         break;
       default: break;
     }
@@ -794,7 +805,8 @@ XF_AVX2_INLINE void f32_panel_step(const float* x, int64_t k, const float* panel
 
 template <int kRows>
 XF_AVX2_INLINE void f32_panel_tile(const float* x, int64_t k, const float* panel,
-                                   const float* bias, float* y, int64_t ldy, int64_t columns) {
+                                   const float* bias, float* y, int64_t ldy, int64_t columns,
+                                   const float* next_panel = nullptr) {
   // With one or two x rows, 2 or 4 accumulators would wait on each other's FMA latency: k is
   // then split kSplit ways (consecutive k to separate accumulators), added at the end.
   constexpr int kSplit = kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
@@ -804,6 +816,13 @@ XF_AVX2_INLINE void f32_panel_tile(const float* x, int64_t k, const float* panel
   }
   int64_t c = 0;
   for (; c + kSplit <= k; c += kSplit) {
+    // One line of the next panel a k (a k's 16 values are one line): see f32_panel_products_avx2.
+    if (next_panel != nullptr) {
+      for (int split = 0; split < kSplit; ++split) {
+        _mm_prefetch(reinterpret_cast<const char*>(next_panel + (c + split) * kPanelColumns),
+                     _MM_HINT_T2);
+      }
+    }
     for (int split = 0; split < kSplit; ++split) f32_panel_step(x, k, panel, c + split, acc[split]);
   }
   for (; c < k; ++c) f32_panel_step(x, k, panel, c, acc[0]);
@@ -844,18 +863,24 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
     const float* panel = w + r * k;
     alignas(32) float padded[kPanelColumns];
     const float* panel_bias = panel_bias_of(bias, r, columns, padded);
+    // The first tile over a panel asks for the next panel into L2: fetched while the other
+    // tiles run, it is not waited on line by line when its own first tile starts (weights cold
+    // in L3 or memory, as each step of a decoder reads them, ran 15% slower than warm ones).
+    const float* next_panel = r + kPanelColumns < rows ? panel + kPanelColumns * k : nullptr;
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) {
-      f32_panel_tile<6>(x + i * k, k, panel, panel_bias, y + i * ldy + r, ldy, columns);
+      f32_panel_tile<6>(x + i * k, k, panel, panel_bias, y + i * ldy + r, ldy, columns,
+                        i == 0 ? next_panel : nullptr);
     }
     const float* x_rest = x + i * k;
     float* y_rest = y + i * ldy + r;
+    const float* next = i == 0 ? next_panel : nullptr;
     switch (m - i) {
-      case 5: f32_panel_tile<5>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
-      case 4: f32_panel_tile<4>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
-      case 3: f32_panel_tile<3>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
-      case 2: f32_panel_tile<2>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
-      case 1: f32_panel_tile<1>(x_rest, k, panel, panel_bias, y_rest, ldy, columns); break;
+      case 5: f32_panel_tile<5>(x_rest, k, panel, panel_bias, y_rest, ldy, columns, next); break;
+      case 4: f32_panel_tile<4>(x_rest, k, panel, panel_bias, y_rest, ldy, columns, next); break;
+      case 3: f32_panel_tile<3>(x_rest, k, panel, panel_bias, y_rest, ldy, columns, next); break;
+      case 2: f32_panel_tile<2>(x_rest, k, panel, panel_bias, y_rest, ldy, columns, next); break;
+      case 1: f32_panel_tile<1>(x_rest, k, panel, panel_bias, y_rest, ldy, columns, next); break;
       default: break;
     }
   }
