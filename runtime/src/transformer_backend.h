@@ -52,7 +52,11 @@ class TransformerBackend final : public Backend, public BackendProbe {
         vocab_(config_.target_vocab_size), pre_norm_(config_.norm_position == NormPosition::pre),
         embedding_scale_(config_.scale_embeddings ? std::sqrt(static_cast<float>(d_)) : 1.0f),
         host_lengths_(plan.max_sentences),
-        host_positions_(std::max(plan.encoder_group_rows, plan.max_rows)),
+        host_positions_(plan.max_rows),
+        host_token_ids_(plan.max_sentences * plan.max_source_len),
+        host_token_positions_(plan.max_sentences * plan.max_source_len),
+        host_token_rows_(plan.max_sentences * plan.max_source_len),
+        host_row_tokens_(plan.max_sentences * plan.max_source_len),
         host_live_rows_(plan.max_rows), host_full_rows_(plan.max_rows), host_live_tokens_(plan.max_rows),
         host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * plan.max_beam),
         host_live_ids_(plan.max_rows * plan.max_beam) {
@@ -86,8 +90,20 @@ class TransformerBackend final : public Backend, public BackendProbe {
 
   void bind_weights();
   void plan_buffers();
-  void encode_group(const int32_t* source_ids, const int32_t* source_lengths, const int32_t* positions,
-                    int64_t sentences, int64_t source_len, T* x);
+  // A group of whole sentences, [sentences, source_len] padded rows at `memory`, and its real
+  // tokens one after another: ids and positions [tokens]; where tokens < padded rows, the maps
+  // between the layouts (group-local): token -> its row, row -> the token it reads (a padding
+  // row: its sentence's first token); null where the group has no padding.
+  struct EncoderGroup {
+    int64_t sentences = 0, tokens = 0;
+    const int32_t* source_lengths = nullptr;
+    const int32_t* ids = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* token_rows = nullptr;
+    const int32_t* row_tokens = nullptr;
+    T* memory = nullptr;
+  };
+  void encode_group(const EncoderGroup& group, int64_t source_len);
 
   // out = LayerNorm(x + bias + residual); bias and residual may be null.
   void layer_norm(const T* x, const T* bias, const T* residual, const Norm& n, int64_t rows, T* out) {
@@ -144,19 +160,25 @@ class TransformerBackend final : public Backend, public BackendProbe {
   T* self_v_[2] = {nullptr, nullptr};
   int current_cache_ = 0;
   int64_t cache_layer_stride_ = 0, cache_row_stride_ = 0;
-  // Encoder working buffers (live during encode only), rows = encoder group (padded).
+  // Encoder working buffers (live during encode only), rows = encoder group (padded). A group
+  // with padding runs its position-wise work on its real tokens alone, in enc_x_ and
+  // enc_token_qkv_, and only the attention on the padded rows.
   T *enc_qkv_ = nullptr, *enc_context_ = nullptr, *enc_sublayer_ = nullptr, *enc_hidden_ = nullptr,
-    *enc_normed_ = nullptr;
+    *enc_normed_ = nullptr, *enc_x_ = nullptr, *enc_token_qkv_ = nullptr;
   // Decoder step buffers (live from a step to the next encode), rows = decoder rows (padded).
   T *dec_x_ = nullptr, *dec_normed_ = nullptr, *dec_qkv_ = nullptr, *dec_query_ = nullptr,
     *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
   float* logits_ = nullptr;  // [rows (padded), vocab], f32 on every device
 
   // Host inputs and their way to the device.
-  typename Ops::Input source_ids_input_{}, lengths_input_{}, positions_input_{}, tokens_input_{},
-      parents_input_{}, live_rows_input_{}, full_rows_input_{};
+  typename Ops::Input lengths_input_{}, positions_input_{}, tokens_input_{},
+      parents_input_{}, live_rows_input_{}, full_rows_input_{}, token_ids_input_{},
+      token_positions_input_{}, token_rows_input_{}, row_tokens_input_{};
   std::vector<int32_t> host_lengths_;    // [max_sentences] the batch's source lengths
-  std::vector<int32_t> host_positions_;  // [max(encoder group rows, max_rows)]
+  std::vector<int32_t> host_positions_;  // [max_rows] the step's position, each row
+  // The batch's real source tokens, group after group (EncoderGroup), and its padded rows' tokens:
+  // [max_sentences * max_source_len] each.
+  std::vector<int32_t> host_token_ids_, host_token_positions_, host_token_rows_, host_row_tokens_;
   const int32_t* source_lengths_ = nullptr;  // the batch's lengths on the device
 
   // The batch last encoded (sentences_ shrinks as keep_sentences() drops finished ones).
@@ -243,13 +265,14 @@ void TransformerBackend<Ops>::plan_buffers() {
     for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
   }
   ops_.reserve(layout);
-  source_ids_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences * plan_.max_source_len);
   lengths_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences);
   positions_input_ = ops_.input(layout, sizeof(int32_t) * host_positions_.size());
   tokens_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
   parents_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
   live_rows_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
   full_rows_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_rows);
+  for (auto* input : {&token_ids_input_, &token_positions_input_, &token_rows_input_, &row_tokens_input_})
+    *input = ops_.input(layout, sizeof(int32_t) * host_token_ids_.size());
 
   // Encoder and decoder-step buffers share memory: a batch's encoder is done before its first step.
   const size_t phase_start = layout.mark();
@@ -258,6 +281,10 @@ void TransformerBackend<Ops>::plan_buffers() {
   const size_t enc_sublayer = layout.reserve_array<T>(enc_rows * d_);
   const size_t enc_hidden = layout.reserve_array<T>(enc_rows * d_ff_);
   const size_t enc_normed = layout.reserve_array<T>(pre_norm_ ? enc_rows * d_ : 0);
+  // Only a batch of several sentences has padding.
+  const int64_t token_rows = plan_.max_sentences > 1 ? enc_rows : 0;
+  const size_t enc_x = layout.reserve_array<T>(token_rows * d_);
+  const size_t enc_token_qkv = layout.reserve_array<T>(token_rows * 3 * d_);
   layout.rewind(phase_start);
   const size_t dec_x = layout.reserve_array<T>(dec_rows * d_);
   const size_t dec_normed = layout.reserve_array<T>(pre_norm_ ? dec_rows * d_ : 0);
@@ -281,6 +308,8 @@ void TransformerBackend<Ops>::plan_buffers() {
   enc_sublayer_ = at(enc_sublayer);
   enc_hidden_ = at(enc_hidden);
   enc_normed_ = at(enc_normed);
+  enc_x_ = at(enc_x);
+  enc_token_qkv_ = at(enc_token_qkv);
   dec_x_ = at(dec_x);
   dec_normed_ = at(dec_normed);
   dec_qkv_ = at(dec_qkv);
@@ -296,22 +325,54 @@ void TransformerBackend<Ops>::encode(const int32_t* source_ids, const int32_t* s
                                      int64_t sentences, int64_t source_len) {
   if (sentences < 1 || sentences > plan_.max_sentences || source_len < 1 || source_len > plan_.max_source_len)
     throw Error("internal: encode() outside the plan");
+  for (int64_t s = 0; s < sentences; ++s) {
+    if (source_lengths[s] < 1 || source_lengths[s] > source_len)
+      throw Error("internal: encode() with a source length outside 1..source_len");
+  }
   sentences_ = sentences;
   source_len_ = source_len;
-  const int32_t* ids = ops_.upload(source_ids_input_, source_ids, sentences * source_len);
   std::copy(source_lengths, source_lengths + sentences, host_lengths_.begin());
   source_lengths_ = upload_lengths();
 
-  // Groups of whole sentences of at most encoder_group_rows rows; every group starts at
-  // position 0, so one positions buffer serves them all.
+  // Groups of whole sentences of at most encoder_group_rows rows. The real tokens of each group
+  // one after another: in a batch, the shorter sentences' padding (a fifth of the rows of
+  // 32 sentences in input order) is left out of the products, norms and FFN.
   const int64_t group = std::max<int64_t>(1, plan_.encoder_group_rows / source_len);
-  const int64_t group_rows = std::min(group, sentences) * source_len;
-  for (int64_t i = 0; i < group_rows; ++i) host_positions_[i] = static_cast<int32_t>(i % source_len);
-  const int32_t* positions = ops_.upload(positions_input_, host_positions_.data(), group_rows);
+  int64_t tokens = 0;
   for (int64_t first = 0; first < sentences; first += group) {
-    const int64_t count = std::min(group, sentences - first);
-    encode_group(ids + first * source_len, source_lengths_ + first, positions, count, source_len,
-                 memory_ + first * source_len * d_);
+    const int64_t group_start = tokens;
+    for (int64_t s = first; s < std::min(first + group, sentences); ++s) {
+      const int64_t sentence_token = tokens - group_start, sentence_row = (s - first) * source_len;
+      for (int64_t t = 0; t < source_len; ++t) {
+        const bool real = t < source_lengths[s];
+        host_row_tokens_[s * source_len + t] = static_cast<int32_t>(sentence_token + (real ? t : 0));
+        if (!real) continue;
+        host_token_ids_[tokens] = source_ids[s * source_len + t];
+        host_token_positions_[tokens] = static_cast<int32_t>(t);
+        host_token_rows_[tokens] = static_cast<int32_t>(sentence_row + t);
+        ++tokens;
+      }
+    }
+  }
+  const int32_t* ids = ops_.upload(token_ids_input_, host_token_ids_.data(), tokens);
+  const int32_t* positions = ops_.upload(token_positions_input_, host_token_positions_.data(), tokens);
+  const int32_t* token_rows = ops_.upload(token_rows_input_, host_token_rows_.data(), tokens);
+  const int32_t* row_tokens = ops_.upload(row_tokens_input_, host_row_tokens_.data(), sentences * source_len);
+  int64_t group_start = 0;
+  for (int64_t first = 0; first < sentences; first += group) {
+    EncoderGroup g;
+    g.sentences = std::min(group, sentences - first);
+    for (int64_t s = first; s < first + g.sentences; ++s) g.tokens += source_lengths[s];
+    g.source_lengths = source_lengths_ + first;
+    g.ids = ids + group_start;
+    g.positions = positions + group_start;
+    if (g.tokens < g.sentences * source_len && plan_.max_sentences > 1) {  // see plan_buffers
+      g.token_rows = token_rows + group_start;
+      g.row_tokens = row_tokens + first * source_len;
+    }
+    g.memory = memory_ + first * source_len * d_;
+    encode_group(g, source_len);
+    group_start += g.tokens;
   }
   // Every decoder layer's cross-attention K | V, once per batch (bias included).
   const int64_t rows = sentences * source_len;
@@ -320,25 +381,40 @@ void TransformerBackend<Ops>::encode(const int32_t* source_ids, const int32_t* s
 }
 
 template <typename Ops>
-void TransformerBackend<Ops>::encode_group(const int32_t* source_ids, const int32_t* source_lengths,
-                                           const int32_t* positions, int64_t sentences, int64_t source_len,
-                                           T* x) {
-  const int64_t rows = sentences * source_len;
-  ops_.embed(source_table_, source_ids, positions, rows, embedding_scale_, x);
+void TransformerBackend<Ops>::encode_group(const EncoderGroup& group, int64_t source_len) {
+  const int64_t rows = group.sentences * source_len;  // padded
+  const bool packed = group.token_rows != nullptr;
+  // x: the tokens' [tokens, d], in the memory itself unless packed.
+  const int64_t tokens = group.tokens;
+  if (!packed && tokens != rows) throw Error("internal: padding in a plan of one sentence");
+  T* x = packed ? enc_x_ : group.memory;
+  ops_.embed(source_table_, group.ids, group.positions, tokens, embedding_scale_, x);
   // The fused QKV output [sentences, source_len, 3d] seen as [sentences, heads, source_len, head_dim].
   const HeadStrides qkv_strides{source_len * 3 * d_, head_dim_, 3 * d_};
   const HeadStrides context_strides{source_len * d_, head_dim_, d_};
-  const AttentionShape shape{sentences, heads_, source_len, source_len, head_dim_};
+  const AttentionShape shape{group.sentences, heads_, source_len, source_len, head_dim_};
   for (const EncoderLayer& layer : encoder_) {
-    const T* in = sublayer_input(x, layer.self_norm, rows, enc_normed_);
-    ops_.project(layer.qkv, in, enc_qkv_, rows);
+    const T* in = sublayer_input(x, layer.self_norm, tokens, enc_normed_);
+    T* context = enc_context_;
+    if (packed) {  // QKV of the tokens, spread to the padded rows; the context back to the tokens
+      ops_.project(layer.qkv, in, enc_token_qkv_, tokens);
+      ops_.gather_rows(enc_token_qkv_, 3 * d_, group.row_tokens, rows, 3 * d_, enc_qkv_, 3 * d_);
+    } else {
+      ops_.project(layer.qkv, in, enc_qkv_, rows);
+    }
     ops_.attention(enc_qkv_, qkv_strides, enc_qkv_ + d_, qkv_strides, enc_qkv_ + 2 * d_, qkv_strides,
-                   enc_context_, context_strides, shape, source_lengths);
-    ops_.project(layer.self_output, enc_context_, enc_sublayer_, rows);
-    residual(x, enc_sublayer_, layer.self_output, layer.self_norm, rows);
-    feed_forward(layer, x, rows, enc_normed_, enc_hidden_, enc_sublayer_);
+                   enc_context_, context_strides, shape, group.source_lengths);
+    if (packed) {
+      context = enc_token_qkv_;  // free again: [tokens, d] of it
+      ops_.gather_rows(enc_context_, d_, group.token_rows, tokens, d_, context, d_);
+    }
+    ops_.project(layer.self_output, context, enc_sublayer_, tokens);
+    residual(x, enc_sublayer_, layer.self_output, layer.self_norm, tokens);
+    feed_forward(layer, x, tokens, enc_normed_, enc_hidden_, enc_sublayer_);
   }
-  if (pre_norm_) layer_norm(x, nullptr, nullptr, encoder_final_norm_, rows, x);
+  if (pre_norm_) layer_norm(x, nullptr, nullptr, encoder_final_norm_, tokens, x);
+  // The memory in the padded layout the cross-attention reads (a padding row: a copy of a token).
+  if (packed) ops_.gather_rows(x, d_, group.row_tokens, rows, d_, group.memory, d_);
 }
 
 template <typename Ops>
