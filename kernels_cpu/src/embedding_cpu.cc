@@ -11,6 +11,7 @@
 #include "simd_cpu.h"
 #include "xf/error.h"
 #include "xf/kernels/convert.h"
+#include "xf/kernels/matmul.h"
 
 namespace xf::cpu {
 
@@ -76,17 +77,21 @@ void add_scaled_row(const WeightMatrix& table, int64_t id, float scale, float* o
 
 }  // namespace
 
-void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
-           float scale, float* out, int threads, PositionEncoding encoding) {
+namespace {
+
+// embed() over a table of `vocab` rows of `dim`: add_row(id, scale, out_row) adds a scaled row.
+template <typename AddRow>
+void embed_rows_of(int64_t vocab, int64_t dim, AddRow&& add_row, const int32_t* ids,
+                   const int32_t* positions, int64_t count, float scale, float* out, int threads,
+                   PositionEncoding encoding) {
   // Checked here, before the parallel loop: an exception cannot leave an OpenMP region.
   for (int64_t i = 0; i < count; ++i) {
-    if (ids[i] < 0 || ids[i] >= table.rows) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
       throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary of " +
-                  std::to_string(table.rows));
+                  std::to_string(vocab));
     }
     if (positions[i] < 0) throw Error("embed: negative position " + std::to_string(positions[i]));
   }
-  const int64_t dim = table.cols;
   // Each thread takes a contiguous range of rows. The sinusoid of the last position is kept on
   // the stack (dims up to kCachedDim): a decode step's rows all share one position, so it costs
   // one row of sin/cos instead of one per row.
@@ -105,13 +110,42 @@ void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positio
       } else {
         write_sinusoid(encoding, positions[i], dim, out_row);
       }
-      add_scaled_row(table, ids[i], scale, out_row);
+      add_row(ids[i], scale, out_row);
     }
   };
   const int64_t parts = std::min<int64_t>(std::max(threads, 1), count);
   detail::parallel_for(parts, threads, count * dim > detail::kMinSharedWork, [&](int64_t part) {
     embed_rows(count * part / parts, count * (part + 1) / parts);
   });
+}
+
+}  // namespace
+
+void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
+           float scale, float* out, int threads, PositionEncoding encoding) {
+  embed_rows_of(
+      table.rows, table.cols,
+      [&](int64_t id, float row_scale, float* out_row) { add_scaled_row(table, id, row_scale, out_row); },
+      ids, positions, count, scale, out, threads, encoding);
+}
+
+void embed(const StaticMatmul& table, const int32_t* ids, const int32_t* positions, int64_t count,
+           float scale, float* out, int threads, PositionEncoding encoding) {
+  if (!table.holds_f32_weight_rows()) throw Error("embed: the product holds no f32 rows of its own");
+  const int64_t dim = table.k();
+  embed_rows_of(
+      table.n(), dim,
+      [&](int64_t id, float row_scale, float* out_row) {
+        // Copied out piece by piece, then added as add_scaled_row adds a stored f32 row.
+        constexpr int64_t kPiece = 256;
+        float values[kPiece];
+        for (int64_t begin = 0; begin < dim; begin += kPiece) {
+          const int64_t width = std::min(kPiece, dim - begin);
+          table.copy_weight_row(id, begin, width, values);
+          scale_add(values, row_scale, width, out_row + begin);
+        }
+      },
+      ids, positions, count, scale, out, threads, encoding);
 }
 
 template <typename T>

@@ -759,8 +759,9 @@ XF_AVX2_TARGET void int8_panel_products_avx2(const uint8_t* x_shifted, int64_t m
     const int8_t* panel = w + r / kPanelColumns * panel_bytes(k);
     alignas(32) float padded[kPanelColumns];
     const float* panel_bias = panel_bias_of(bias, r, columns, padded);
-    // The first tile asks for the next panel into L2, as in f32_panel_products_avx2.
-    const int8_t* next_panel = r + kPanelColumns < rows ? panel + panel_bytes(k) : nullptr;
+    // The first tile asks for the next panel into L2 when other tiles follow, as in
+    // f32_panel_products_avx2.
+    const int8_t* next_panel = m > 4 && r + kPanelColumns < rows ? panel + panel_bytes(k) : nullptr;
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
       int8_panel_tile<4>(x_shifted + i * k, k, panel, shift_sums + r, row_scales + r, x_scales + i,
@@ -909,7 +910,9 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
     // The first tile over a panel asks for the next panel into L2: fetched while the other
     // tiles run, it is not waited on line by line when its own first tile starts (weights cold
     // in L3 or memory, as each step of a decoder reads them, ran 15% slower than warm ones).
-    const float* next_panel = r + kPanelColumns < rows ? panel + kPanelColumns * k : nullptr;
+    // Not with a single tile: nothing else runs meanwhile, and a lone row, which streams the
+    // weights at memory speed, ran 6% slower with the second stream (f32 batch 1 greedy).
+    const float* next_panel = m > 6 && r + kPanelColumns < rows ? panel + kPanelColumns * k : nullptr;
     // Tiles of 3 to 6 rows take k in blocks of kPanelBlockK, carrying their sums through y.
     const int64_t blocked_rows = m % 6 >= 3 ? m : m / 6 * 6;
     for (int64_t block = 0; block < k && blocked_rows > 0; block += kPanelBlockK) {
@@ -1533,6 +1536,19 @@ int64_t StaticMatmul::k() const { return impl_->k; }
 size_t StaticMatmul::workspace_bytes() const { return impl_->workspace_bytes; }
 const char* StaticMatmul::implementation() const { return impl_->implementation.c_str(); }
 bool StaticMatmul::reads_weights_in_place() const { return impl_->packed == nullptr; }
+
+bool StaticMatmul::holds_f32_weight_rows() const { return impl_->f32_panels; }
+
+void StaticMatmul::copy_weight_row(int64_t row, int64_t first, int64_t count, float* out) const {
+  const Impl& s = *impl_;
+  if (!s.f32_panels) throw Error("StaticMatmul::copy_weight_row: no f32 copy of its own");
+  if (row < 0 || row >= s.n || first < 0 || count < 0 || first + count > s.k)
+    throw Error("StaticMatmul::copy_weight_row: outside the weights");
+  // The panel layout (f32_panel_products_avx2): a row's k values are kPanelColumns apart.
+  const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
+  const float* values = panels + row / kPanelColumns * kPanelColumns * s.k + row % kPanelColumns;
+  for (int64_t c = 0; c < count; ++c) out[c] = values[(first + c) * kPanelColumns];
+}
 
 void StaticMatmul::run(const float* x, const float* bias, float* y, void* workspace,
                        int64_t rows) const {

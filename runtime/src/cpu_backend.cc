@@ -6,7 +6,8 @@
 // matrices through oneDNN's packed copies, after which the file's pages of them are released
 // (ModelFile::release_pages: resident once, not twice); f16 and bf16 tensors are widened to f32
 // once, here, at load (the CPU kernels compute in f32). 1-D parameters are copied, so that
-// decoding reads no mapped page but the embedding tables'.
+// decoding reads no mapped page but the embedding tables'. A table tied to an output layer that
+// reads xf's own f32 copy (the AVX2 panels) is read from that copy and released too.
 #include <omp.h>
 
 #include <algorithm>
@@ -94,6 +95,8 @@ class PlannedMatmul {
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // One of its products (they share one copy of the weights).
+  const cpu::StaticMatmul& any_product() const { return by_count_.front(); }
   // False when every product reads a packed copy of the weights it was given.
   bool reads_weights_in_place() const {
     for (const cpu::StaticMatmul& m : by_count_)
@@ -141,7 +144,12 @@ class CpuOps {
     const float* bias = nullptr;
   };
   using Logits = Linear;
-  using Table = WeightMatrix;
+  // An embedding table: its rows as stored (or converted), or, for a table tied to an output
+  // layer that reads xf's own f32 copy of it, that copy (the stored rows are then released).
+  struct Table {
+    WeightMatrix stored{};
+    const cpu::StaticMatmul* copy = nullptr;
+  };
   struct Norm {
     const float* gamma = nullptr;
     const float* beta = nullptr;
@@ -172,14 +180,16 @@ class CpuOps {
     Linear l;
     l.bias = config_.output_bias ? vector(param::kOutputBias) : nullptr;
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
+    if (l.product->any_product().holds_f32_weight_rows()) tied_copy_ = &l.product->any_product();
     return l;
   }
   // embed() reads every dtype: a table is converted like the matrices when a conversion was
   // asked for, else read as stored, or as its widened copy when one exists (so that a tied
   // output projection and the embedding share one f32 table).
   Table table(const std::string& name) {
-    if (matrix_dtype_ || weights_.has_copy(name, DType::f32)) return matrix(name);
-    return as_matrix(weights_.get(name, weights_.stored(name).dtype));
+    if (tied_copy_ != nullptr && name == param::output_projection(config_)) return {{}, tied_copy_};
+    if (matrix_dtype_ || weights_.has_copy(name, DType::f32)) return {matrix(name)};
+    return {as_matrix(weights_.get(name, weights_.stored(name).dtype))};
   }
   // Again, now that nothing more is read at load: reading the next tensors mapped back the
   // cached pages next to them (the kernel's fault-around), tails of matrices released before.
@@ -214,7 +224,11 @@ class CpuOps {
   void logits(const Logits& l, const float* x, float* y, int64_t rows) { project(l, x, y, rows); }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,
              float* out) {
-    cpu::embed(table, ids, positions, rows, scale, out, threads_, config_.position_encoding);
+    if (table.copy != nullptr) {
+      cpu::embed(*table.copy, ids, positions, rows, scale, out, threads_, config_.position_encoding);
+    } else {
+      cpu::embed(table.stored, ids, positions, rows, scale, out, threads_, config_.position_encoding);
+    }
   }
   void layer_norm(const float* x, const float* bias, const float* residual, const Norm& n, float epsilon,
                   int64_t rows, int64_t dim, float* out) {
@@ -285,17 +299,20 @@ class CpuOps {
 
   // The products of one weight matrix; the file's pages of the stored matrix are released when
   // they read a packed or converted copy (peak memory: the stored f32 weights would otherwise
-  // stay resident beside their packed copies). Embedding tables stay: embed() reads them every step.
+  // stay resident beside their packed copies). Embedding tables stay, embed() reading them every
+  // step, unless a tied one reads the output layer's own f32 copy (table()).
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias) {
     const WeightMatrix weights = matrix(weight_name);
     auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
+    // A table is read by embed() too, unless it reads the products' own f32 copy (table()).
     const bool is_table = weight_name == param::source_embedding(config_) ||
                           weight_name == param::target_embedding(config_);
+    const bool table_reads_copy = m->any_product().holds_f32_weight_rows();
     const TensorView& stored = weights_.stored(weight_name);
     // Not read when the products read a converted copy (int8, widened) or a packed one.
-    if (!is_table && (weights.data != stored.data || !m->reads_weights_in_place())) {
+    if ((!is_table || table_reads_copy) && (weights.data != stored.data || !m->reads_weights_in_place())) {
       weights_.release_stored(stored);
       released_.push_back(&stored);
     }
@@ -308,6 +325,8 @@ class CpuOps {
   cpu::CpuEngine engine_;
   WeightStore weights_;
   std::optional<DType> matrix_dtype_;  // what every matrix is converted to at load; unset: as stored
+  // The output layer's own f32 copy of its weights, where it has one: a table tied to it reads it.
+  const cpu::StaticMatmul* tied_copy_ = nullptr;
   // Stored matrices whose mapped pages were released. Views, not names: looking a name up reads
   // the file's header, whose pages would be mapped back, neighbours with them.
   std::vector<const TensorView*> released_;

@@ -11,6 +11,7 @@
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/kernels/embedding.h"
+#include "xf/kernels/matmul.h"
 
 namespace xf::test {
 namespace {
@@ -160,6 +161,36 @@ TEST(EmbedCpu, F16AndInt8TablesAsStored) {
     check_stored_table(dtype, 11, 7, 1, random);    // odd dim: the last column is a sine
     check_stored_table(dtype, 9, 600, 2, random);   // wider than the widening buffer
     check_stored_table(dtype, 3, 2100, 2, random);  // wider than the cached sinusoid
+  }
+}
+
+// A table tied to the output layer, read from the product's own f32 copy (at AVX2: panels of 16
+// rows), gives embed() over the table itself bit for bit: ids in every row of a panel, the last
+// panel partial (vocab 37), dims across the copy's pieces of 256 columns (300).
+TEST(EmbedCpu, FromTheOutputLayersCopyEqualsTheTable) {
+  RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  cpu::CpuEngine engine(2);
+  for (int64_t dim : {32, 300}) {
+    const int64_t vocab = 37;
+    const std::vector<float> values = random.uniform(vocab * dim, -0.2f, 0.2f);
+    const cpu::WeightMatrix table{DType::f32, values.data(), nullptr, vocab, dim};
+    const cpu::StaticMatmul product(engine, 8, table, false);
+    if (!product.holds_f32_weight_rows()) {
+      EXPECT_THROW(cpu::embed(product, nullptr, nullptr, 0, 1.0f, nullptr, 2), Error);
+      GTEST_SKIP() << "the f32 products read no copy of their own at this level: " << product.implementation();
+    }
+    Tokens t = random_tokens(random, vocab, 40);
+    for (int32_t id = 0; id < vocab; ++id) t.ids[id % t.ids.size()] = id;
+    const int64_t count = static_cast<int64_t>(t.ids.size());
+    const float scale = std::sqrt(static_cast<float>(dim));
+    std::vector<float> from_table(count * dim), from_copy(count * dim);
+    cpu::embed(table, t.ids.data(), t.positions.data(), count, scale, from_table.data(), 2);
+    cpu::embed(product, t.ids.data(), t.positions.data(), count, scale, from_copy.data(), 2);
+    for (int64_t i = 0; i < count * dim; ++i)
+      ASSERT_EQ(from_copy[i], from_table[i]) << "dim " << dim << " token " << i / dim << " column " << i % dim;
+    const int32_t outside = static_cast<int32_t>(vocab), position = 0;
+    EXPECT_THROW(cpu::embed(product, &outside, &position, 1, scale, from_copy.data(), 2), Error);
   }
 }
 

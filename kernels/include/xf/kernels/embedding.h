@@ -19,8 +19,16 @@
 
 namespace xf::cpu {
 
+class StaticMatmul;  // xf/kernels/matmul.h
+
 // The table in any stored dtype (f16, bf16 and int8 rows widened on the fly).
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
+           float scale, float* out, int threads,
+           PositionEncoding encoding = PositionEncoding::interleaved);
+
+// The same over the rows of a product's own f32 copy of a table tied to the output layer
+// (StaticMatmul::holds_f32_weight_rows()): equal to embed() over the table itself, bit for bit.
+void embed(const StaticMatmul& table, const int32_t* ids, const int32_t* positions, int64_t count,
            float scale, float* out, int threads,
            PositionEncoding encoding = PositionEncoding::interleaved);
 
