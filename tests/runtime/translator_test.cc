@@ -618,9 +618,9 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
 }
 
 // A target table tied to the output layer, where the output layer reads xf's own f32 copy (the
-// AVX2 panels): embed() reads that copy and the stored table is released (not resident twice:
-// f32 batch 1 of the bundled model peaked 7 MB lower); elsewhere the table stays. Translations
-// equal those of the same bytes opened from memory either way.
+// AVX2 panels): embed() reads that copy and the stored table is released (not resident twice);
+// elsewhere the table stays. Translations equal those of the same bytes opened from memory
+// either way.
 TEST(Translator, TiedTableReadsTheOutputLayersCopy) {
   TinyModelOptions options;
   options.seed = 23;
