@@ -918,7 +918,8 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
     for (int64_t block = 0; block < k && blocked_rows > 0; block += kPanelBlockK) {
       const int64_t block_k = std::min(kPanelBlockK, k - block);
       const bool last = block + block_k == k;
-      const float* next = last ? next_panel : panel + (block + block_k) * kPanelColumns;
+      // Prefetched as next_panel is (several tiles only): the panel's next block, or the next panel.
+      const float* next = m <= 6 ? nullptr : last ? next_panel : panel + (block + block_k) * kPanelColumns;
       if (block == 0) {
         f32_panel_block<false>(x + block, blocked_rows, k, block_k, panel + block * kPanelColumns,
                                last ? panel_bias : nullptr, y + r, ldy, columns, next);
