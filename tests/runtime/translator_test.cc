@@ -553,6 +553,22 @@ std::pair<size_t, size_t> mapped_pages(int pagemap, const TensorView& t) {
   return {mapped, total};
 }
 
+// The model file at `path` opened twice: mapped, and from its bytes read into memory (where
+// nothing is released; the bytes live as long as the model that reads them).
+struct MappedAndInMemory {
+  std::string bytes;
+  std::shared_ptr<const Model> mapped, in_memory;
+};
+std::unique_ptr<MappedAndInMemory> open_mapped_and_in_memory(const std::string& path) {
+  auto models = std::make_unique<MappedAndInMemory>();
+  std::ifstream in(path, std::ios::binary);
+  models->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  models->mapped = Model::open(path);
+  models->in_memory =
+      Model::from_file(ModelFile::from_memory(models->bytes.data(), models->bytes.size(), "in memory"));
+  return models;
+}
+
 // A matrix whose products read oneDNN's packed copy is released from the mapping (resident
 // memory: the f32 weights once, not twice): its pages are no longer mapped once the backend is
 // made, embedding tables (untied here) are not released, and translations equal those of the same bytes
@@ -566,10 +582,9 @@ TEST(Translator, PackedF32MatricesReleaseTheirMappedPages) {
   options.d_model = 128;
   options.d_ff = 512;
   const std::string path = test::tiny_model_file(options, "release_pages");
-  auto mapped = Model::open(path);
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto in_memory = Model::from_file(ModelFile::from_memory(bytes.data(), bytes.size(), "in memory"));
+  const auto models = open_mapped_and_in_memory(path);
+  const auto& mapped = models->mapped;
+  const auto& in_memory = models->in_memory;
 
   const int pagemap = ::open("/proc/self/pagemap", O_RDONLY);
   ASSERT_GE(pagemap, 0) << "cannot open /proc/self/pagemap";
@@ -629,10 +644,9 @@ TEST(Translator, TiedTableReadsTheOutputLayersCopy) {
   options.d_model = 64;
   options.tied_output = true;
   const std::string path = test::tiny_model_file(options, "tied_release");
-  auto mapped = Model::open(path);
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto in_memory = Model::from_file(ModelFile::from_memory(bytes.data(), bytes.size(), "in memory"));
+  const auto models = open_mapped_and_in_memory(path);
+  const auto& mapped = models->mapped;
+  const auto& in_memory = models->in_memory;
   const ModelConfig& config = mapped->config();
   ASSERT_TRUE(config.tied_output);
 
