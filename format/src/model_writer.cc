@@ -284,4 +284,19 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
   }
 }
 
+ModelWriter writer_of_parameters(const ModelConfig& config, const float* parameters, size_t count,
+                                 DType dtype) {
+  ModelWriter writer(config);
+  size_t offset = 0;
+  for (const auto& spec : transformer_parameters(config)) {
+    const size_t elements = static_cast<size_t>(spec.elements());
+    if (offset + elements > count) throw Error("fewer parameters than the model's config lists");
+    DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
+    writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, parameters + offset);
+    offset += elements;
+  }
+  if (offset != count) throw Error("more parameters than the model's config lists");
+  return writer;
+}
+
 }  // namespace xf

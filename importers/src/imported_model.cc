@@ -4,7 +4,6 @@
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
 #include "xf/format/schema.h"
-#include "xf/trainer/checkpoint.h"
 
 namespace xf::importers {
 
@@ -59,7 +58,7 @@ void write_imported_model(const ImportedModel& model, const std::string& output,
                   shape_text(spec.shape) + " for " + spec.name);
     parameters.insert(parameters.end(), t.values.begin(), t.values.end());
   }
-  ModelWriter writer = trainer::model_writer(model.config, parameters.data(), parameters.size(), options.dtype);
+  ModelWriter writer = writer_of_parameters(model.config, parameters.data(), parameters.size(), options.dtype);
   writer.set_source_tokenizer(model.source_tokenizer);
   if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
     writer.set_target_tokenizer(model.target_tokenizer);

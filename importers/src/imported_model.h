@@ -1,8 +1,8 @@
 #pragma once
 // What every importer hands to the writer: the config, each xf parameter's f32 values by name,
 // the tokenizers and the model's own vocabularies. write_imported_model() checks that the
-// tensors are exactly transformer_parameters(config) and writes the .xfm through the trainer's
-// model_writer() (matrices in the asked dtype, 1-D tensors f32).
+// tensors are exactly transformer_parameters(config) and writes the .xfm through
+// writer_of_parameters() (format/model_writer.h: matrices in the asked dtype, 1-D tensors f32).
 #include <cstdint>
 #include <map>
 #include <string>

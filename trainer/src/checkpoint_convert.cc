@@ -82,25 +82,10 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
   return metadata;
 }
 
-ModelWriter model_writer(const ModelConfig& config, const float* parameters, size_t count,
-                         DType dtype) {
-  ModelWriter writer(config);
-  size_t offset = 0;
-  for (const auto& spec : transformer_parameters(config)) {
-    const size_t elements = static_cast<size_t>(spec.elements());
-    if (offset + elements > count) throw Error("checkpoint has fewer parameters than its config lists");
-    DType tensor_dtype = spec.shape.size() >= 2 ? dtype : DType::f32;
-    writer.add_tensor_f32(spec.name, tensor_dtype, spec.shape, parameters + offset);
-    offset += elements;
-  }
-  if (offset != count) throw Error("checkpoint has more parameters than its config lists");
-  return writer;
-}
-
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
                       const std::string& target_tokenizer) {
-  ModelWriter writer = model_writer(checkpoint.config, checkpoint.parameters.data(),
+  ModelWriter writer = writer_of_parameters(checkpoint.config, checkpoint.parameters.data(),
                                     checkpoint.parameters.size(), dtype);
   writer.set_source_tokenizer(checkpoint.tokenizer_model);
   if (!target_tokenizer.empty()) writer.set_target_tokenizer(target_tokenizer);

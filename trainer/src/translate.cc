@@ -13,7 +13,7 @@ std::vector<std::vector<int32_t>> translate_greedy(const ModelConfig& config, co
                                                    const std::vector<std::vector<int32_t>>& sources,
                                                    int threads) {
   if (sources.empty()) return {};
-  const std::vector<uint8_t> bytes = model_writer(config, parameters, count, DType::f32).serialize();
+  const std::vector<uint8_t> bytes = writer_of_parameters(config, parameters, count, DType::f32).serialize();
   auto model = Model::from_file(ModelFile::copy_from_memory(bytes.data(), bytes.size(), "the model in training"));
   size_t longest = 0;
   for (const auto& source : sources) longest = std::max(longest, source.size());

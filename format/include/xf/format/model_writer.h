@@ -57,6 +57,14 @@ class ModelWriter {
   std::map<std::string, PendingTensor> tensors_;
 };
 
+// A writer holding `parameters` (`count` floats in transformer_parameters(config)'s order) in
+// `dtype`: the one rule for which tensors take a model's dtype, shared by the trainer's
+// checkpoints and the importers. Matrices (rank >= 2) take `dtype`; 1-D tensors (biases,
+// LayerNorm gains) stay f32: they are a negligible share of the bytes, and int8 per-row scales
+// would give one scale per element. Throws when `count` is not the config's parameter count.
+ModelWriter writer_of_parameters(const ModelConfig& config, const float* parameters, size_t count,
+                                 DType dtype);
+
 // Writes bytes to path atomically: path.tmp.<pid>, fsync, rename. Shared by every writer of
 // models and checkpoints. Only a regular file (or a path that does not exist yet) is replaced
 // by rename; an existing device or FIFO (/dev/null, /dev/full, a pipe) is written in place, so

@@ -85,14 +85,7 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
                                                   const std::vector<std::string>& sources,
                                                   const std::map<std::string, std::string>& extra);
 
-// A writer holding `parameters` (`count` floats in transformer_parameters(config)'s order) in
-// `dtype`. Matrices (rank >= 2) take `dtype`; 1-D tensors (biases, LayerNorm gains) stay f32:
-// they are a negligible share of the bytes, and int8 per-row scales would give one scale per
-// element. Throws when `count` is not the config's parameter count.
-ModelWriter model_writer(const ModelConfig& config, const float* parameters, size_t count,
-                         DType dtype);
-
-// Writes the checkpoint's parameters through model_writer() with the tokenizer and the metadata;
+// Writes the checkpoint's parameters through writer_of_parameters() with the tokenizer and the metadata;
 // `target_tokenizer`, when not empty, is the target side's own SentencePiece model.
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
