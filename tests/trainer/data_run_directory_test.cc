@@ -72,7 +72,7 @@ TEST(DataRunDirectory, LeftoversOfDeadProcessesAreTidiedAndALiveOnesAreKept) {
   const std::string dead = std::to_string(dead_pid()), alive = std::to_string(::getpid());
   fs::create_directories(dir + "/.step-000009.tmp." + dead);
   std::ofstream(dir + "/.step-000009.tmp." + dead + "/parameters.bin") << std::string(1000, 'x');
-  std::ofstream(dir + "/metrics.png.tmp." + dead) << "half a plot";
+  std::ofstream(dir + "/metrics.csv.tmp." + dead) << "half a table";
   // A checkpoint moved aside to be replaced, and no replacement in place: put back.
   fs::create_directories(dir + "/.best.old." + dead);
   std::ofstream(dir + "/.best.old." + dead + "/checkpoint.txt") << "the previous best";
@@ -84,7 +84,7 @@ TEST(DataRunDirectory, LeftoversOfDeadProcessesAreTidiedAndALiveOnesAreKept) {
   std::ostringstream log;
   { RunDirectory tidied(dir, /*resume=*/true, false, log); }
   EXPECT_FALSE(fs::exists(dir + "/.step-000009.tmp." + dead));
-  EXPECT_FALSE(fs::exists(dir + "/metrics.png.tmp." + dead));
+  EXPECT_FALSE(fs::exists(dir + "/metrics.csv.tmp." + dead));
   EXPECT_FALSE(fs::exists(dir + "/.best.old." + dead));
   EXPECT_EQ(read_file(dir + "/best/checkpoint.txt"), "the previous best");
   EXPECT_FALSE(fs::exists(dir + "/.step-000004.old." + dead));

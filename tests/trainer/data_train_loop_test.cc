@@ -1,6 +1,5 @@
 // xf-train's engine: option parsing and checking, determinism, exact resume (N steps straight ==
-// k steps, stop, resume to N), a clean stop on request, checkpoint averaging into a .xfm, and
-// the PNG writer.
+// k steps, stop, resume to N), a clean stop on request, checkpoint averaging into a .xfm.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,7 +15,7 @@
 #include "xf/format/parameters.h"
 #include "xf/kernels/matmul.h"
 #include "xf/trainer/checkpoint.h"
-#include "xf/trainer/plot.h"
+#include "xf/trainer/tensorboard_events.h"
 #include "xf/trainer/train_loop.h"
 #include "xf/translator.h"
 #include "reverse_corpus.h"
@@ -168,7 +167,12 @@ TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
   int train_rows = 0;
   while (std::getline(csv, line)) train_rows += line.rfind("train,", 0) == 0;
   EXPECT_EQ(train_rows, total_steps);
-  EXPECT_TRUE(fs::exists(dir + "/parts/metrics.png"));
+  // TensorBoard's events: a file for each start (the run and its resumption).
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir + "/parts")) {
+    event_files += is_tensorboard_event_file(entry.path().filename().string());
+  }
+  EXPECT_EQ(event_files, 2);
 }
 
 // --join-probability: a run with joined examples trains on other batches than one without,
@@ -460,79 +464,6 @@ TEST(DataTrainLoop, PrunedTargetVocabularyKeepsItsRowsAndTranslatesTheSame) {
   EXPECT_EQ(reshare("/altered.xfm"), dir + "/altered.xfm: target piece 5 is not a row of the "
                                            "source vocabulary; not a pruned shared vocabulary");
   fs::remove_all(dir);
-}
-
-// An independent PNG reader for the test: bitwise CRC, stored blocks only.
-uint32_t bitwise_crc(const std::string& bytes) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char c : bytes) {
-    crc ^= c;
-    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  return ~crc;
-}
-
-uint32_t be32(const std::string& s, size_t at) {
-  return (static_cast<uint32_t>(static_cast<unsigned char>(s[at])) << 24) |
-         (static_cast<uint32_t>(static_cast<unsigned char>(s[at + 1])) << 16) |
-         (static_cast<uint32_t>(static_cast<unsigned char>(s[at + 2])) << 8) |
-         static_cast<uint32_t>(static_cast<unsigned char>(s[at + 3]));
-}
-
-TEST(DataTrainLoop, PngEncoderWritesAValidImage) {
-  // 300 x 100 RGB: large enough to need two stored deflate blocks (> 65535 bytes).
-  const int width = 300, height = 100;
-  std::mt19937 rng(9);
-  std::vector<uint8_t> rgb(width * height * 3);
-  for (auto& v : rgb) v = static_cast<uint8_t>(rng());
-  std::string png = encode_png_rgb(width, height, rgb);
-  ASSERT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
-
-  size_t at = 8;
-  std::string zlib;
-  std::vector<std::string> types;
-  while (at < png.size()) {
-    uint32_t length = be32(png, at);
-    std::string type = png.substr(at + 4, 4);
-    std::string data = png.substr(at + 8, length);
-    EXPECT_EQ(be32(png, at + 8 + length), bitwise_crc(type + data)) << type;
-    if (type == "IHDR") {
-      EXPECT_EQ(be32(data, 0), static_cast<uint32_t>(width));
-      EXPECT_EQ(be32(data, 4), static_cast<uint32_t>(height));
-      EXPECT_EQ(data.substr(8), std::string("\x08\x02\x00\x00\x00", 5));
-    }
-    if (type == "IDAT") zlib += data;
-    types.push_back(type);
-    at += 12 + length;
-  }
-  EXPECT_EQ(types, (std::vector<std::string>{"IHDR", "IDAT", "IEND"}));
-  ASSERT_EQ((static_cast<unsigned char>(zlib[0]) * 256 + static_cast<unsigned char>(zlib[1])) % 31, 0);
-
-  // Inflate stored blocks.
-  std::string raw;
-  size_t p = 2;
-  int blocks = 0;
-  while (true) {
-    unsigned char header = static_cast<unsigned char>(zlib[p]);
-    ASSERT_EQ(header & 6, 0) << "not a stored block";
-    uint16_t len = static_cast<unsigned char>(zlib[p + 1]) | (static_cast<unsigned char>(zlib[p + 2]) << 8);
-    uint16_t nlen = static_cast<unsigned char>(zlib[p + 3]) | (static_cast<unsigned char>(zlib[p + 4]) << 8);
-    ASSERT_EQ(static_cast<uint16_t>(~len), nlen);
-    raw += zlib.substr(p + 5, len);
-    p += 5 + len;
-    ++blocks;
-    if (header & 1) break;
-  }
-  EXPECT_GE(blocks, 2);
-  uint32_t a = 1, b = 0;
-  for (unsigned char c : raw) a = (a + c) % 65521, b = (b + a) % 65521;
-  EXPECT_EQ(be32(zlib, p), (b << 16) | a);
-  ASSERT_EQ(raw.size(), static_cast<size_t>(height) * (1 + 3 * width));
-  for (int y = 0; y < height; ++y) {
-    ASSERT_EQ(raw[y * (1 + 3 * width)], 0);  // filter: none
-    ASSERT_EQ(0, std::memcmp(raw.data() + y * (1 + 3 * width) + 1, rgb.data() + y * 3 * width, 3 * width));
-  }
-  EXPECT_THROW(encode_png_rgb(2, 2, std::vector<uint8_t>(5)), Error);
 }
 
 }  // namespace

@@ -9,11 +9,14 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "run_command.h"  // read_file
 #include "temp_dir.h"
 #include "xf/trainer/checkpoint.h"
+#include "xf/trainer/tensorboard_events.h"
 #include "xf/trainer/train_log.h"
 #include "xf/trainer/train_schedule.h"
 #include "xf/trainer/validation.h"
@@ -145,6 +148,130 @@ TEST(TrainLog, ProgressAndValidationLines) {
   EXPECT_EQ(validation_line(50, 4.5, 0, false), "valid step 50 | loss 4.5000 | ppl 90.02 | bleu 0.00\n");
 }
 
+// An independent reader of TensorBoard's event files for the tests: records checked with a
+// bitwise CRC-32C, each Event's fields decoded from the protobuf wire format.
+uint32_t bitwise_crc32c(const std::string& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : bytes) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+uint32_t masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u; }
+uint64_t little_endian(const std::string& s, size_t at, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) value = value << 8 | static_cast<unsigned char>(s.at(at + i));
+  return value;
+}
+
+struct ReadEvent {
+  double wall_time = 0;
+  int64_t step = 0;
+  std::string file_version, tag;
+  float value = 0;
+  bool session_start = false;
+};
+
+// The fields of one protobuf message: number -> raw value (varints and fixed values as their
+// bits, length-delimited ones as bytes).
+std::vector<std::pair<int, std::string>> fields_of(const std::string& message) {
+  std::vector<std::pair<int, std::string>> fields;
+  size_t at = 0;
+  auto varint = [&] {
+    uint64_t value = 0;
+    for (int shift = 0;; shift += 7) {
+      const unsigned char byte = static_cast<unsigned char>(message.at(at++));
+      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if (!(byte & 0x80)) return value;
+    }
+  };
+  while (at < message.size()) {
+    const uint64_t key = varint();
+    const int wire = key & 7;
+    std::string raw;
+    if (wire == 0) raw = std::to_string(varint());
+    else if (wire == 1) raw = message.substr(at, 8), at += 8;
+    else if (wire == 5) raw = message.substr(at, 4), at += 4;
+    else if (wire == 2) {
+      const size_t length = varint();
+      raw = message.substr(at, length);
+      at += length;
+    } else ADD_FAILURE() << "wire type " << wire;
+    fields.emplace_back(static_cast<int>(key >> 3), raw);
+  }
+  return fields;
+}
+
+std::vector<ReadEvent> read_events(const std::string& path) {
+  const std::string bytes = read_file(path);
+  std::vector<ReadEvent> events;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const uint64_t length = little_endian(bytes, at, 8);
+    EXPECT_EQ(little_endian(bytes, at + 8, 4), masked(bitwise_crc32c(bytes.substr(at, 8))));
+    const std::string data = bytes.substr(at + 12, length);
+    EXPECT_EQ(little_endian(bytes, at + 12 + length, 4), masked(bitwise_crc32c(data)));
+    at += 16 + length;
+    ReadEvent event;
+    for (const auto& [field, raw] : fields_of(data)) {
+      if (field == 1) {
+        const uint64_t bits = little_endian(raw, 0, 8);
+        std::memcpy(&event.wall_time, &bits, 8);
+      }
+      if (field == 2) event.step = std::stoll(raw);
+      if (field == 3) event.file_version = raw;
+      if (field == 6) event.session_start = fields_of(raw).at(0).second == "1";
+      if (field == 5) {  // Summary { Value { tag, simple_value } }
+        for (const auto& [value_field, value] : fields_of(fields_of(raw).at(0).second)) {
+          if (value_field == 1) event.tag = value;
+          if (value_field == 2) {
+            const uint32_t bits = static_cast<uint32_t>(little_endian(value, 0, 4));
+            std::memcpy(&event.value, &bits, 4);
+          }
+        }
+      }
+    }
+    events.push_back(event);
+  }
+  EXPECT_EQ(at, bytes.size()) << "a record runs past the end of " << path;
+  return events;
+}
+
+std::vector<std::string> event_files_in(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (is_tensorboard_event_file(entry.path().filename().string())) files.push_back(entry.path());
+  }
+  return files;
+}
+
+TEST(TensorBoardEvents, Crc32cIsTheCastagnoliChecksum) {
+  // The check value of CRC-32C (RFC 3720, B.4): "123456789" -> 0xE3069283.
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  const std::string random_bytes = "\x01\xfe\x80xf-train\x00\x7f";
+  EXPECT_EQ(crc32c(random_bytes.data(), random_bytes.size()), bitwise_crc32c(random_bytes));
+  EXPECT_EQ(masked_crc32c(random_bytes.data(), random_bytes.size()), masked(bitwise_crc32c(random_bytes)));
+}
+
+TEST(TensorBoardEvents, ScalarEventsReadBack) {
+  const std::string event = scalar_event(1700000000.5, 300, "valid/bleu", 12.5f);
+  const std::string path = test::make_temp_dir("tensorboard-event") + "/events.out.tfevents.1.x";
+  std::ofstream(path, std::ios::binary) << tensorboard_record(event)
+                                        << tensorboard_record(session_start_event(2.0, 7))
+                                        << tensorboard_record(file_version_event(3.0));
+  const std::vector<ReadEvent> read = read_events(path);
+  ASSERT_EQ(read.size(), 3u);
+  EXPECT_EQ(read[0].wall_time, 1700000000.5);
+  EXPECT_EQ(read[0].step, 300);
+  EXPECT_EQ(read[0].tag, "valid/bleu");
+  EXPECT_EQ(read[0].value, 12.5f);
+  EXPECT_TRUE(read[1].session_start);
+  EXPECT_EQ(read[1].step, 7);
+  EXPECT_EQ(read[2].file_version, "brain.Event:2");
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
 StepLosses losses(double loss_sum, double nll_sum, int64_t tokens, int64_t batch_tokens, double lr) {
   StepLosses step;
   step.sums.loss_sum = loss_sum;
@@ -155,7 +282,7 @@ StepLosses losses(double loss_sum, double nll_sum, int64_t tokens, int64_t batch
   return step;
 }
 
-TEST(TrainLog, CsvRowsProgressLinesAndPlot) {
+TEST(TrainLog, CsvRowsProgressLinesAndEvents) {
   const std::string dir = test::make_temp_dir("train-log");
   const RunClock clock;
   std::ostringstream progress;
@@ -180,7 +307,27 @@ TEST(TrainLog, CsvRowsProgressLinesAndPlot) {
                                           "train,2,0\\.5,3,7\\.38906,0\\.25,,,3\n"
                                           "valid,2,0\\.5,4,54\\.5982,,,12\\.5,3\n")))
       << read_file(dir + "/metrics.csv");
-  EXPECT_EQ(read_file(dir + "/metrics.png").substr(0, 8), "\x89PNG\r\n\x1a\n");
+  // The same numbers as TensorBoard scalars, after the file version and the session's start.
+  const std::vector<std::string> files = event_files_in(dir);
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<ReadEvent> events = read_events(files[0]);
+  ASSERT_EQ(events.size(), 11u);
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  EXPECT_TRUE(events[1].session_start);
+  EXPECT_EQ(events[1].step, 1);
+  std::vector<std::string> seen;
+  for (size_t i = 2; i < events.size(); ++i) {
+    seen.push_back(std::to_string(events[i].step) + " " + events[i].tag);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "1 train/loss", "1 train/nll", "1 train/lr", "1 train/tokens_per_second",
+                      "2 train/loss", "2 train/nll", "2 train/lr", "2 valid/nll", "2 valid/bleu"}));
+  EXPECT_FLOAT_EQ(events[2].value, 2.5f);                  // loss_sum / tokens
+  EXPECT_FLOAT_EQ(events[3].value, 2.0f);                  // nll_sum / tokens
+  EXPECT_FLOAT_EQ(events[4].value, 0.5f);                  // lr
+  EXPECT_FLOAT_EQ(events[9].value, 4.0f);                  // validation NLL
+  EXPECT_FLOAT_EQ(events[10].value, 12.5f);                // BLEU
+  EXPECT_GT(events[2].wall_time, 1.6e9);                   // seconds since 1970
 }
 
 TEST(TrainLog, AResumedRunKeepsTheRowsUpToItsStep) {
@@ -192,6 +339,13 @@ TEST(TrainLog, AResumedRunKeepsTheRowsUpToItsStep) {
   std::ostringstream progress;
   TrainLog log(progress, dir, true, /*first_step=*/2, 2, clock, 0, 0);
   EXPECT_EQ(read_file(dir + "/metrics.csv"), kept);
+  // Its events start a session at step 3, from which TensorBoard drops the points it holds.
+  const std::vector<std::string> files = event_files_in(dir);
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<ReadEvent> events = read_events(files[0]);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(events[1].session_start);
+  EXPECT_EQ(events[1].step, 3);
   // Another rank's log writes no file and prints what it is given (its stream is silent).
   const std::string other = test::make_temp_dir("train-log-rank1");
   TrainLog rank1(progress, other, /*write_files=*/false, 0, 0, clock, 0, 0);

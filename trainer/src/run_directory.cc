@@ -50,7 +50,7 @@ std::string read_holder(int fd) {
 // What xf-train writes into a run directory (--overwrite deletes these).
 bool written_by_xf_train(const std::string& name) {
   static const std::regex run_file(
-      R"((step-[0-9]+|best|metrics\.csv|metrics\.png|sentencepiece\.model|corpus-[0-9a-f]+\.bin))");
+      R"((step-[0-9]+|best|metrics\.csv|events\.out\.tfevents\..+|sentencepiece\.model|corpus-[0-9a-f]+\.bin))");
   return std::regex_match(name, run_file);
 }
 

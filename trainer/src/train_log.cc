@@ -1,15 +1,12 @@
-// The training run's logs: progress lines, metrics.csv and metrics.png (train_log.h).
+// The training run's logs: progress lines, metrics.csv and TensorBoard events (train_log.h).
 #include "xf/trainer/train_log.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
-#include <vector>
 
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
-#include "xf/trainer/plot.h"
 
 namespace xf::trainer {
 
@@ -68,50 +65,11 @@ void truncate_metrics_csv(const std::string& path, int64_t step) {
   write_file_atomically(path, kept.data(), kept.size());
 }
 
-void write_metrics_plot(const std::string& csv_path, const std::string& png_path) {
-  std::ifstream in(csv_path);
-  std::string line;
-  std::getline(in, line);
-  PlotSeries train, smooth, valid;
-  train.red = 170, train.green = 200, train.blue = 235;
-  smooth.red = 20, smooth.green = 80, smooth.blue = 200;
-  valid.red = 220, valid.green = 60, valid.blue = 30;
-  valid.points = true;
-  while (std::getline(in, line)) {
-    std::vector<std::string> fields;
-    std::stringstream row(line);
-    std::string field;
-    while (std::getline(row, field, ',')) fields.push_back(field);
-    if (fields.size() < 4) continue;
-    double step = std::atof(fields[1].c_str()), loss = std::atof(fields[3].c_str());
-    if (fields[0] == "train" && fields.size() >= 5) {
-      // The plain NLL (log of the ppl column), comparable with the validation loss; the loss
-      // column is label-smoothed.
-      train.x.push_back(step);
-      train.y.push_back(std::log(std::atof(fields[4].c_str())));
-    } else if (fields[0] == "valid") {
-      valid.x.push_back(step);
-      valid.y.push_back(loss);
-    }
-  }
-  const size_t window = std::max<size_t>(1, train.y.size() / 50);
-  double sum = 0;
-  for (size_t i = 0; i < train.y.size(); ++i) {
-    sum += train.y[i];
-    if (i >= window) sum -= train.y[i - window];
-    smooth.x.push_back(train.x[i]);
-    smooth.y.push_back(sum / std::min(i + 1, window));
-  }
-  std::string png = render_line_plot_png({train, smooth, valid}, 900, 500);
-  write_file_atomically(png_path, png.data(), png.size());
-}
-
 TrainLog::TrainLog(std::ostream& progress, const std::string& out_dir, bool write_files,
                    int64_t first_step, double elapsed_before, const RunClock& clock,
                    int64_t target_steps, double max_minutes)
     : progress_(progress),
       csv_path_(out_dir + "/" + kMetricsCsv),
-      png_path_(out_dir + "/" + kMetricsPng),
       write_files_(write_files),
       first_step_(first_step),
       elapsed_before_(elapsed_before),
@@ -122,6 +80,7 @@ TrainLog::TrainLog(std::ostream& progress, const std::string& out_dir, bool writ
   truncate_metrics_csv(csv_path_, first_step);
   csv_.open(csv_path_, std::ios::app);
   if (!csv_) throw Error(csv_path_ + ": cannot open for appending");
+  events_ = std::make_unique<TensorBoardWriter>(out_dir, first_step);
 }
 
 void TrainLog::step(int64_t step, double epoch, const StepLosses& losses, double elapsed_seconds,
@@ -132,6 +91,11 @@ void TrainLog::step(int64_t step, double epoch, const StepLosses& losses, double
   interval_scored_ += losses.sums.token_count;
   csv_ << "train," << step << "," << epoch << "," << losses.loss() << "," << losses.ppl() << ","
        << losses.lr << ",";
+  if (events_) {
+    events_->scalar(step, "train/loss", static_cast<float>(losses.loss()));
+    events_->scalar(step, "train/nll", static_cast<float>(std::log(losses.ppl())));
+    events_->scalar(step, "train/lr", static_cast<float>(losses.lr));
+  }
   if (line_due) {
     const auto now = std::chrono::steady_clock::now();
     double seconds = std::chrono::duration<double>(now - interval_start_).count();
@@ -148,6 +112,7 @@ void TrainLog::step(int64_t step, double epoch, const StepLosses& losses, double
     interval_loss_ = interval_nll_ = 0;
     interval_scored_ = 0;
     csv_ << tokens_per_second;
+    if (events_) events_->scalar(step, "train/tokens_per_second", static_cast<float>(tokens_per_second));
   }
   csv_ << ",," << elapsed_seconds << "\n";
 }
@@ -158,12 +123,17 @@ void TrainLog::validation(int64_t step, double epoch, double loss, double bleu, 
   csv_ << "valid," << step << "," << epoch << "," << loss << "," << std::exp(loss) << ",,"
        << "," << bleu << "," << elapsed_seconds << "\n";
   csv_.flush();
+  if (events_) {
+    events_->scalar(step, "valid/nll", static_cast<float>(loss));
+    events_->scalar(step, "valid/bleu", static_cast<float>(bleu));
+    events_->flush();
+  }
 }
 
 void TrainLog::finish() {
   if (!write_files_) return;
   csv_.close();
-  write_metrics_plot(csv_path_, png_path_);
+  events_->flush();
 }
 
 }  // namespace xf::trainer

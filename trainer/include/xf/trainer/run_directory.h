@@ -18,7 +18,7 @@ class RunDirectory {
   // moved aside to be replaced (.NAME.old.PID) is put back when NAME is missing, else removed.
   // A new run (`resume` false) into a directory that holds anything else is refused unless
   // `overwrite`, which deletes what xf-train writes there (step-*/, best/, metrics.csv,
-  // metrics.png, sentencepiece.model, corpus-*.bin) and leaves any other file alone.
+  // events.out.tfevents.*, sentencepiece.model, corpus-*.bin) and leaves any other file alone.
   // What it removes is said on `log`.
   RunDirectory(const std::string& path, bool resume, bool overwrite, std::ostream& log);
   ~RunDirectory();  // removes the lock file, then releases the lock

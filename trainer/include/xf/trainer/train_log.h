@@ -1,22 +1,24 @@
 #pragma once
 // The training run's logs: the progress lines users read ("step ... | ETA ...", "valid step
-// ..."), rank 0's metrics.csv (a row a step, a row a validation) and, at the end, metrics.png.
-// The line formats are functions of their numbers, tested alone.
+// ..."), rank 0's metrics.csv (a row a step, a row a validation) and TensorBoard event file (the
+// same numbers, tensorboard_events.h). The line formats are functions of their numbers, tested
+// alone.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <ostream>
 #include <string>
 
 #include "xf/trainer/batch.h"
+#include "xf/trainer/tensorboard_events.h"
 #include "xf/trainer/train_schedule.h"
 
 namespace xf::trainer {
 
 inline constexpr const char* kMetricsCsv = "metrics.csv";
-inline constexpr const char* kMetricsPng = "metrics.png";
 inline constexpr const char* kMetricsHeader =
     "kind,step,epoch,loss,ppl,lr,tokens_per_second,bleu,elapsed_seconds\n";
 
@@ -40,9 +42,6 @@ std::string validation_line(int64_t step, double loss, double bleu, bool improve
 // checkpoint); a missing file becomes the header alone.
 void truncate_metrics_csv(const std::string& path, int64_t step);
 
-// The training NLL per step, its moving average and the validation NLL points, as a PNG.
-void write_metrics_plot(const std::string& csv_path, const std::string& png_path);
-
 // The epoch as a fraction: `position`'s epoch plus the share of its batches taken.
 inline double epoch_fraction(const DataPosition& position, size_t batches_per_epoch) {
   return static_cast<double>(position.epoch) +
@@ -59,8 +58,10 @@ struct StepLosses {
 };
 
 // The progress lines (to `progress`) and, on rank 0 (`write_files`), metrics.csv in out_dir
-// (truncated to first_step on opening) and metrics.png at finish(). Throws xf::Error when the
-// CSV cannot be opened.
+// (truncated to first_step on opening) and a TensorBoard event file beside it, with the scalars
+// train/loss (label-smoothed), train/nll, train/lr and train/tokens_per_second (with each
+// progress line) per step, valid/nll and valid/bleu per validation. Throws xf::Error when
+// either cannot be opened.
 class TrainLog {
  public:
   TrainLog(std::ostream& progress, const std::string& out_dir, bool write_files,
@@ -72,14 +73,15 @@ class TrainLog {
             bool line_due);
   void validation(int64_t step, double epoch, double loss, double bleu, bool improved,
                   double elapsed_seconds);
-  // Closes the CSV and draws metrics.png from it (rank 0).
+  // Closes the CSV and flushes the events (rank 0).
   void finish();
 
  private:
   std::ostream& progress_;
-  std::string csv_path_, png_path_;
+  std::string csv_path_;
   bool write_files_;
   std::ofstream csv_;  // rank 0's; writes elsewhere go nowhere
+  std::unique_ptr<TensorBoardWriter> events_;  // rank 0's
   int64_t first_step_;
   double elapsed_before_;
   const RunClock& clock_;

@@ -31,8 +31,8 @@ struct TrainSummary {
   double seconds = 0;                 // wall time of this run
 };
 
-// Runs training. Progress lines go to `progress`; the CSV log (metrics.csv), checkpoints
-// (step-*/ and best/), the SentencePiece model and the plot (metrics.png) go to options.out_dir.
+// Runs training. Progress lines go to `progress`; the logs (metrics.csv, TensorBoard events),
+// checkpoints (step-*/ and best/) and the SentencePiece model go to options.out_dir.
 // When *stop_requested becomes true, the current step finishes, a checkpoint is saved and the
 // function returns with interrupted = true. `devices`: what trains a --device other than cpu
 // (xf-train passes module_device_training(), which loads libxf_cuda_trainer.so); without it such
