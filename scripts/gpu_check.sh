@@ -364,4 +364,8 @@ done
 tar -C "$work" -czf "$out/outputs.tar.gz" outputs 2>/dev/null
 "$py" scripts/gpu/report.py "$results" --traces "$work/outputs" | tee -a "$out/summary.md"
 note "total $(elapsed) s, status $status"
+# The logs are committed: they name the checkout's files relative to it and $OUT as OUT, never a
+# folder of the machine (tests/scripts/outside_paths_test.py).
+find "$out" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.md' -o -name '*.jsonl' \) \
+  -exec sed -i -e "s|$out/|OUT/|g" -e "s|$root/||g" {} +
 exit "$status"

@@ -93,11 +93,15 @@ results=$work/results.jsonl
 head -n "$lines" "$input" > "$work/input.txt"
 head -n "$lines_b1" "$input" > "$work/input_b1.txt"
 
+# Logs are committed: they name the work folder WORK_DIR and the repository's files relative to it,
+# never a folder of the machine.
+relative_paths() { sed -e "s|$work/|WORK_DIR/|g" -e "s|$repo/||g"; }
 declare -A ct2_type=([f32]=float32 [int8]=int8)
 for dtype in f32 int8; do
-  "$python" "$here/xfm_convert_dtype.py" "$model" "$work/model_$dtype.xfm" --dtype "$dtype"
+  "$python" "$here/xfm_convert_dtype.py" "$model" "$work/model_$dtype.xfm" --dtype "$dtype" 2>&1 |
+    relative_paths >&2
   "$python" "$here/xfm_to_ctranslate2.py" "$work/model_$dtype.xfm" "$work/ct2_$dtype" \
-    --quantization "${ct2_type[$dtype]}" --force
+    --quantization "${ct2_type[$dtype]}" --force 2>&1 | relative_paths >&2
 done
 
 # timed OUTPUT_VAR COMMAND...: runs COMMAND (at NICE when set) under /usr/bin/time; sets
@@ -177,4 +181,4 @@ for (config, engine), r in best.items():
             config, x["peak_rss_mb"], x["model_mb"], x["arena_mb"], budget,
             "within" if x["peak_rss_mb"] <= budget else "OVER"))
 EOF
-echo "all runs: $results; their stderr: $work/stderr.log"
+echo "all runs: WORK_DIR/results.jsonl; their stderr: WORK_DIR/stderr.log (set WORK_DIR to keep them)"

@@ -72,5 +72,8 @@ for n in 4 8; do
     --target-vocabulary-from "$work/train.tsv" >>"$log" 2>&1 ||
     echo "finetune: averaging the last $n failed" | tee -a "$log"
 done
+# The log is committed: the checkout's files relative to it, the scratch folder as WORK and $OUT
+# as OUT, never a folder of the machine (tests/scripts/outside_paths_test.py).
+sed -i -e "s|$work/|WORK/|g" -e "s|$out/|OUT/|g" -e "s|$root/||g" "$log"
 tail -5 "$log"
 ls -la "$out"
