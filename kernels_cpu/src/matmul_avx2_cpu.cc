@@ -13,23 +13,14 @@
 namespace xf::cpu {
 namespace {
 
-// GCC 12's AVX-512 headers build some intrinsics (_mm512_reduce_add_epi32, the 128-bit lane
-// shuffles and broadcasts among them) on an "undefined" operand that -Wmaybe-uninitialized and
-// -Wuninitialized then report inside the header.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-// The same kernel on 256-bit registers, for CPUs without AVX-512 VNNI: AVX2 and AVX-VNNI
-// (vpdpbusd on ymm: Alder Lake and later, Zen 5). 16 ymm registers instead of 32 zmm, so a tile
-// is 8 accumulators (4 x rows by 2 weight rows, 2 by 4, 1 by 8), summed across lanes by one
-// hadd tree. Plain AVX2 has no 4-byte dot product: pairs of u8 x s8 products are added in int16
-// (vpmaddubsw), then pairs of those in int32 (vpmaddwd by ones). vpmaddubsw saturates, so there
-// the kernel reads the 7-bit weight copy that oneDNN's AVX2 path reads (2 * 255 * 63 fits int16):
-// on both paths the int32 dot product of the same bytes is exact, and a row's result is bit for
-// bit the same whichever ran.
+// matmul_avx512_cpu.cc's few-row VNNI kernel on 256-bit registers, for CPUs without AVX-512 VNNI:
+// AVX2 and AVX-VNNI (vpdpbusd on ymm: Alder Lake and later, Zen 5). 16 ymm registers instead of 32
+// zmm, so a tile is 8 accumulators (4 x rows by 2 weight rows, 2 by 4, 1 by 8), summed across lanes
+// by one hadd tree. Plain AVX2 has no 4-byte dot product: pairs of u8 x s8 products are added in
+// int16 (vpmaddubsw), then pairs of those in int32 (vpmaddwd by ones). vpmaddubsw saturates, so
+// there the kernel reads the 7-bit weight copy that oneDNN's AVX2 path reads (2 * 255 * 63 fits
+// int16): on both paths the int32 dot product of the same bytes is exact, and a row's result is bit
+// for bit the same whichever ran.
 #define XF_AVX2_TARGET __attribute__((target("avx2,fma")))
 #define XF_AVX2_INLINE XF_AVX2_TARGET inline __attribute__((always_inline))
 
@@ -527,7 +518,6 @@ XF_AVX2_TARGET void f32_panel_products_avx2(const float* x, int64_t m, const flo
 }
 #undef XF_AVX2_INLINE
 #undef XF_AVX2_TARGET
-#pragma GCC diagnostic pop
 
 }  // namespace xf::cpu
 #endif

@@ -119,28 +119,30 @@ def transformer_parameters(c):
     specs.append((source_embedding_name(c), (c["source_vocab_size"], d)))
     if not c["shared_embeddings"]:
         specs.append((target_embedding_name(c), (c["target_vocab_size"], d)))
-    for i in range(c["encoder_layers"]):
-        p = "encoder.layers.%d." % i
+
+    def self_attention(p):
         linear(p + "self_attention.qkv", 3 * d, d)
         linear(p + "self_attention.output", d, d)
         norm(p + "self_attention_norm")
+
+    def ffn(p):
         linear(p + "ffn.inner", ff, d)
         linear(p + "ffn.outer", d, ff)
         norm(p + "ffn_norm")
+
+    for i in range(c["encoder_layers"]):
+        self_attention("encoder.layers.%d." % i)
+        ffn("encoder.layers.%d." % i)
     if c["norm_position"] == 1:
         norm("encoder.final_norm")
     for i in range(c["decoder_layers"]):
         p = "decoder.layers.%d." % i
-        linear(p + "self_attention.qkv", 3 * d, d)
-        linear(p + "self_attention.output", d, d)
-        norm(p + "self_attention_norm")
+        self_attention(p)
         linear(p + "cross_attention.query", d, d)
         linear(p + "cross_attention.key_value", 2 * d, d)
         linear(p + "cross_attention.output", d, d)
         norm(p + "cross_attention_norm")
-        linear(p + "ffn.inner", ff, d)
-        linear(p + "ffn.outer", d, ff)
-        norm(p + "ffn_norm")
+        ffn(p)
     if c["norm_position"] == 1:
         norm("decoder.final_norm")
     if not c["tied_output"]:

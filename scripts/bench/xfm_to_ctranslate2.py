@@ -92,14 +92,17 @@ def build_spec(model):
     matrices.append((encoder.embeddings[0], xfm.source_embedding_name(c)))
     encoder.position_encodings.encodings = positions
     encoder.scale_embeddings = True
-    for i, layer in enumerate(encoder.layer):
-        p = "encoder.layers.%d." % i
+
+    def set_self_attention_and_ffn(layer, p):
         set_linear(layer.self_attention.linear[0], p + "self_attention.qkv")
         set_linear(layer.self_attention.linear[1], p + "self_attention.output")
         set_norm(layer.self_attention.layer_norm, p + "self_attention_norm")
         set_linear(layer.ffn.linear_0, p + "ffn.inner")
         set_linear(layer.ffn.linear_1, p + "ffn.outer")
         set_norm(layer.ffn.layer_norm, p + "ffn_norm")
+
+    for i, layer in enumerate(encoder.layer):
+        set_self_attention_and_ffn(layer, "encoder.layers.%d." % i)
     if pre_norm:
         set_norm(encoder.layer_norm, "encoder.final_norm")
 
@@ -110,16 +113,11 @@ def build_spec(model):
     decoder.scale_embeddings = True
     for i, layer in enumerate(decoder.layer):
         p = "decoder.layers.%d." % i
-        set_linear(layer.self_attention.linear[0], p + "self_attention.qkv")
-        set_linear(layer.self_attention.linear[1], p + "self_attention.output")
-        set_norm(layer.self_attention.layer_norm, p + "self_attention_norm")
+        set_self_attention_and_ffn(layer, p)
         set_linear(layer.attention.linear[0], p + "cross_attention.query")
         set_linear(layer.attention.linear[1], p + "cross_attention.key_value")
         set_linear(layer.attention.linear[2], p + "cross_attention.output")
         set_norm(layer.attention.layer_norm, p + "cross_attention_norm")
-        set_linear(layer.ffn.linear_0, p + "ffn.inner")
-        set_linear(layer.ffn.linear_1, p + "ffn.outer")
-        set_norm(layer.ffn.layer_norm, p + "ffn_norm")
     if pre_norm:
         set_norm(decoder.layer_norm, "decoder.final_norm")
     decoder.projection.weight = weights[xfm.output_projection_name(c)]

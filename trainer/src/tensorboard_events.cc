@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -121,8 +122,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t first_step)
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const double now = seconds_since_epoch();
+  // The writer's number in this process keeps two starts within one second apart (a test's run
+  // and its resumption); TensorBoard reads a folder's files in the order of their names.
+  static std::atomic<int> writers_made{0};
   path_ = dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host +
-          "." + std::to_string(getpid());
+          "." + std::to_string(getpid()) + "." + std::to_string(writers_made++);
   file_ = std::fopen(path_.c_str(), "ab");
   if (file_ == nullptr) throw Error(path_ + ": cannot open for writing");
   write(file_version_event(now));

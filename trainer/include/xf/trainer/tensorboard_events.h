@@ -26,7 +26,7 @@ std::string file_version_event(double wall_time);                  // "brain.Eve
 std::string session_start_event(double wall_time, int64_t step);    // SessionLog START
 std::string scalar_event(double wall_time, int64_t step, const std::string& tag, float value);
 
-// One run's event file, events.out.tfevents.<seconds>.<host>.<pid> in `dir`: a new file for each
+// One run's event file, events.out.tfevents.<seconds>.<host>.<pid>.<n> in `dir`: a new file for each
 // start of the run, which begins with a session START at the first step it will write
 // (first_step + 1): TensorBoard then drops the points of earlier files from that step on, those
 // of a run that went on past its checkpoint before it was stopped. Appends as it goes; flush() after each
