@@ -232,7 +232,9 @@ const char* run_name(bool pre_norm) { return pre_norm ? "pre_separate" : "post_s
 void expect_golden_bits(const golden::GoldenFile& golden, const std::string& p, const RunResult& r,
                         bool with_nll) {
   EXPECT_EQ(bit_mismatches(golden, p + ".loss_sum", r.losses), 0);
-  if (with_nll) EXPECT_EQ(bit_mismatches(golden, p + ".nll_sum", r.nlls), 0);
+  if (with_nll) {
+    EXPECT_EQ(bit_mismatches(golden, p + ".nll_sum", r.nlls), 0);
+  }
   EXPECT_EQ(bit_mismatches(golden, p + ".parameters", r.parameters), 0);
   EXPECT_EQ(bit_mismatches(golden, p + ".adam.first_moment", r.first_moment), 0);
   EXPECT_EQ(bit_mismatches(golden, p + ".adam.second_moment", r.second_moment), 0);
