@@ -424,6 +424,26 @@ def test_a_huge_source_runs_in_bounded_memory():
     assert float(done.stdout) < 40.0, f"peak RSS grew by {done.stdout.strip()} MB"
 
 
+def test_xfs_threads_never_take_asynchronous_signals():
+    # Python handles SIGINT; a handler that ran on a thread inside oneDNN's AVX-512 GEMM would
+    # corrupt the heap. In a fresh interpreter (its main thread and xf's OpenMP workers): every
+    # worker blocks SIGINT for good, the main thread has its mask back after the call.
+    script = textwrap.dedent(f"""
+        import os, xf
+        xf.Translator({str(MODEL)!r}, threads=2, weight_dtype="f32").translate_batch(["Hello world."])
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{{task}}/status") as status:
+                blocked = next(line for line in status if line.startswith("SigBlk:"))
+            print(task == str(os.getpid()), int(blocked.split()[1], 16) >> 1 & 1)  # bit 1: SIGINT
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    threads = [line.split() for line in done.stdout.splitlines()]
+    assert ["True", "0"] in threads, done.stdout
+    workers = [blocked for main, blocked in threads if main == "False"]
+    assert workers and all(blocked == "1" for blocked in workers), done.stdout
+
+
 def test_type_information_is_installed():
     package = Path(xf.__file__).parent
     assert (package / "py.typed").is_file()
