@@ -6,7 +6,8 @@
 # interrupted checkpoint (step S) and every resumed one (S + 2) must equal the straight run's
 # parameters.bin and adam.bin byte for byte.
 # Usage: scripts/stress/signals.sh BUILD MODEL RUNS [DELAY_MS]
-#   MODEL: tiny (d_model 16) or d256 (d_model 256, d_ff 1024, 4 heads); RUNS: signals sent.
+#   MODEL: tiny (d_model 16) or d256 (d_model 256, d_ff 1024, 4 heads); RUNS: signals sent, or
+#   fewer when XF_STRESS_SECONDS is set and that many seconds have gone (then compared as usual).
 # Prints one line a run and a summary line "MODEL: N runs: ... crashes ..."; exits 1 on any failure.
 # Run it under load with scripts/stress/busy_cores.sh, at nice (a shared machine).
 set -uo pipefail
@@ -35,7 +36,9 @@ hashes() { sha256sum "$1/parameters.bin" "$1/adam.bin" | awk '{ printf "%s ", $1
 
 failures=0 crashes=0 max_step=0
 declare -A saved resumed  # step -> hashes, from the interrupted and the resumed runs
+deadline=${XF_STRESS_SECONDS:-0}
 for ((run = 1; run <= runs; ++run)); do
+  if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ]; then runs=$((run - 1)); break; fi
   signal=$([ $((run % 3)) -eq 0 ] && echo HUP || echo TERM)
   out="$work/run" log="$work/run.log"
   rm -rf "$out"
