@@ -4,7 +4,7 @@
 # Python package (scripts/test_python.sh), compiles the CPU sources for aarch64 and runs the kernel
 # and runtime tests under qemu-user (scripts/test_aarch64.sh), runs the format
 # tests again under AddressSanitizer and the threads test under ThreadSanitizer, then a bounded
-# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh),
+# libFuzzer run of the model reader. Exits non-zero when any build step or test fails. Where OpenMPI is installed (scripts/setup.sh --tests),
 # ctest includes the data-parallel runs under mpirun.
 # Usage: scripts/test.sh   (from anywhere; builds into build/, build-asan/, build-tsan/, build-fuzz/)
 set -euo pipefail
@@ -12,7 +12,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc 2>/dev/null || echo 2)
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO
+# What only the tests need (GoogleTest, Python, OpenMPI, the aarch64 cross compiler, qemu-user,
+# arm64 libraries): installed here, not by README's first command (nothing when present).
+scripts/setup.sh --tests
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO -DXF_BUILD_TESTS=ON
 cmake --build build -j "$jobs"
 # Every test removes what it made, pass or fail: ctest runs with TMPDIR at a fresh folder that
 # must stay empty.

@@ -5,7 +5,7 @@
 # twice: on an emulated CPU without the ARMv8.2 dot-product instructions (cortex-a57: xf's NEON
 # int8 kernel) and with them (max: its sdot build). Correctness only; qemu says nothing about
 # speed on a real ARM CPU. Needs a configured BUILD_DIR (for the generated FlatBuffers header) and
-# what scripts/setup.sh provides: qemu-user-static, the arm64 builds of oneDNN, OpenMP and
+# what scripts/setup.sh --tests provides: qemu-user-static, the arm64 builds of oneDNN, OpenMP and
 # GoogleTest (Debian multiarch; their headers are the host's), and the arm64 SentencePiece and
 # protobuf-lite .debs (downloaded once to XF_AARCH64_DEBS, default /var/cache/xf/aarch64-debs),
 # which this script unpacks into BUILD_DIR-aarch64/sysroot. Anything missing fails with one line.
@@ -21,14 +21,14 @@ arm_libs=/usr/lib/aarch64-linux-gnu
 debs=${XF_AARCH64_DEBS:-/var/cache/xf/aarch64-debs}
 sentencepiece_debs=(libsentencepiece0 libsentencepiece-dev libprotobuf-lite32)
 fail() { echo "test_aarch64: $*" >&2; exit 1; }
-command -v $cxx >/dev/null || fail "$cxx not found (scripts/setup.sh)"
-command -v $qemu >/dev/null || fail "$qemu not found (scripts/setup.sh)"
+command -v $cxx >/dev/null || fail "$cxx not found (scripts/setup.sh --tests)"
+command -v $qemu >/dev/null || fail "$qemu not found (scripts/setup.sh --tests)"
 for lib in libdnnl.so.2 libgomp.so.1 libgtest.a libgtest_main.a; do
-  [ -e "$arm_libs/$lib" ] || fail "$arm_libs/$lib missing (scripts/setup.sh installs the arm64 packages)"
+  [ -e "$arm_libs/$lib" ] || fail "$arm_libs/$lib missing (scripts/setup.sh --tests installs the arm64 packages)"
 done
 for package in "${sentencepiece_debs[@]}"; do
   ls "$debs/${package}_"*_arm64.deb >/dev/null 2>&1 ||
-    fail "$debs/${package}_*_arm64.deb missing (scripts/setup.sh downloads it; XF_AARCH64_DEBS)"
+    fail "$debs/${package}_*_arm64.deb missing (scripts/setup.sh --tests downloads it; XF_AARCH64_DEBS)"
 done
 [ -f "$build/format/generated/xf_model_generated.h" ] || fail "configure and build $build first"
 

@@ -6,7 +6,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO >/dev/null
+# A first build leaves the tests out (GoogleTest is installed by `scripts/setup.sh --tests`, which
+# scripts/test.sh runs); an existing build keeps its choice.
+tests=()
+[ -f build/CMakeCache.txt ] || tests=(-DXF_BUILD_TESTS=OFF)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=AUTO "${tests[@]}" >/dev/null
 cmake --build build -j "$jobs" --target xf-run xf-train xf-convert >/dev/null
 
 if [ -f models/enfr.xfm ]; then

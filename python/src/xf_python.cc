@@ -9,6 +9,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +25,27 @@
 namespace nb = nanobind;
 
 namespace {
+
+// Python handles SIGINT, and a handler runs on whichever thread the kernel picks: one that
+// interrupts a thread inside oneDNN 2.6's AVX-512 GEMM corrupts the heap (that GEMM points the
+// stack pointer at heap memory: oneDNN issue 4845). While xf computes, the calling thread blocks
+// the asynchronous signals, and the OpenMP workers it starts inherit the block for good; a
+// signal that comes meanwhile waits for the call's end (Ctrl-C: KeyboardInterrupt then).
+class AsynchronousSignalsBlocked {
+ public:
+  AsynchronousSignalsBlocked() {
+    sigset_t signals;
+    sigfillset(&signals);
+    for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) sigdelset(&signals, fault);
+    pthread_sigmask(SIG_BLOCK, &signals, &previous_);
+  }
+  ~AsynchronousSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  AsynchronousSignalsBlocked(const AsynchronousSignalsBlocked&) = delete;
+  AsynchronousSignalsBlocked& operator=(const AsynchronousSignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+};
 
 // The UTF-8 bytes of a str, at most max_bytes of them (cut at a character boundary when
 // longer; *cut says so): of a huge text only the head the plan can use is copied. The first
@@ -107,6 +131,7 @@ class PyTranslator {
     options.max_len_a = max_len_a;
     options.max_len_b = max_len_b;
     nb::gil_scoped_release released;  // loading and packing the weights takes a while
+    AsynchronousSignalsBlocked blocked;
     model_ = xf::Model::open(model_path);
     translator_ = std::make_unique<xf::Translator>(model_, options);
   }
@@ -127,6 +152,7 @@ class PyTranslator {
     std::vector<size_t> truncated;
     {
       nb::gil_scoped_release released;
+      AsynchronousSignalsBlocked blocked;
       std::lock_guard<std::mutex> lock(mutex_);  // after releasing the GIL: no lock-order cycle
       std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(prefixes.size());
       for (size_t i = 0; i < sources.size(); ++i) {
@@ -165,6 +191,7 @@ class PyTranslator {
     std::vector<size_t> truncated;
     {
       nb::gil_scoped_release released;
+      AsynchronousSignalsBlocked blocked;
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<std::vector<int32_t>> ids(sources.size()), target_lists(targets.size());
       for (size_t i = 0; i < sources.size(); ++i) {

@@ -9,6 +9,7 @@ Names follow CTranslate2's Translator where the meaning is the same.
 """
 import itertools
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
@@ -117,11 +118,13 @@ class Translator:
     _COMPUTE_TYPES = {"default": None, "auto": None, "float32": "f32", "float16": "f16", "int8": "int8",
                       "int8_float32": "int8"}
 
-    def __init__(self, model_path: str, device: str = "cpu", max_batch: int = 32,
+    def __init__(self, model_path: Union[str, "os.PathLike[str]"], device: str = "cpu", max_batch: int = 32,
                  max_beam: Optional[int] = None, threads: Optional[int] = None, max_source_len: int = 256,
                  weight_dtype: Optional[str] = None, max_len_a: float = 1.0, max_len_b: int = 50,
                  compute_type: str = "default", intra_threads: Optional[int] = None,
                  inter_threads: int = 1, device_index: int = 0):
+        if not isinstance(model_path, (str, os.PathLike)):  # str(None) would open "None"
+            raise TypeError(f"model_path must be a str or os.PathLike, got {type(model_path).__name__}")
         if not isinstance(device, str):  # the name itself is checked by the runtime
             raise TypeError(f"device must be a str, got {type(device).__name__}")
         _choice("compute_type", compute_type, list(self._COMPUTE_TYPES))
@@ -141,7 +144,7 @@ class Translator:
         if _int("device_index", device_index, 0) != 0:
             raise ValueError("device_index must be 0: xf runs on one device")
         self._translator = _Translator(
-            str(model_path), device, _int("max_batch", max_batch, 1),
+            os.fspath(model_path), device, _int("max_batch", max_batch, 1),
             0 if max_beam is None else _int("max_beam", max_beam, 1, 1024), threads,
             _int("max_source_len", max_source_len, 1), weight_dtype,
             _float("max_len_a", max_len_a, 0.0), _int("max_len_b", max_len_b, 0))
@@ -198,7 +201,7 @@ class Translator:
             options.beam = _int("beam_size", beam_size, 1, 1024)
         options.n_best = _int("num_hypotheses", num_hypotheses, 1, 1024)
         if length_penalty is not None:
-            options.length_penalty = _float("length_penalty", length_penalty)
+            options.length_penalty = _float("length_penalty", length_penalty, 0.0)
         options.max_len_a = _float("max_len_a", max_len_a, 0.0)
         options.max_len_b = _int("max_len_b", max_len_b, 0)
         options.max_decoding_length = _int("max_decoding_length", max_decoding_length, 0)

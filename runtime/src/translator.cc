@@ -37,8 +37,8 @@ void check_options(const TranslateOptions& options, int64_t beam) {
   if (options.n_best < 1 || options.n_best > beam)
     throw Error("n_best " + std::to_string(options.n_best) + " must be between 1 and the beam " +
                 std::to_string(beam));
-  if (!std::isfinite(*options.length_penalty))
-    throw Error("length_penalty must be a finite number");
+  if (!(std::isfinite(*options.length_penalty) && *options.length_penalty >= 0.0f))
+    throw Error("length_penalty must be a finite number, 0 or more");
   if (!std::isfinite(options.max_len_a) || options.max_len_a < 0.0f)
     throw Error("max_len_a must be a non-negative number");
   if (options.max_decoding_length < 0)

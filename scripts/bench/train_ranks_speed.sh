@@ -32,7 +32,7 @@ batch_tokens=${BATCH_TOKENS:-2500}
 steps=${STEPS:-20}
 rounds=${ROUNDS:-2}
 [[ -x $xf_bin/xf-train ]] || { echo "$0: $xf_bin/xf-train not found (set XF_BIN)" >&2; exit 1; }
-command -v mpirun >/dev/null || { echo "$0: mpirun not found (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "$0: mpirun not found (scripts/setup.sh --tests installs OpenMPI)" >&2; exit 1; }
 if [[ -n ${WORK_DIR:-} ]]; then
   work=$WORK_DIR
   mkdir -p "$work"

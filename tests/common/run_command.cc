@@ -6,18 +6,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 extern char** environ;
 
 namespace xf::test {
 
+namespace {
+
+// `text` as one single-quoted shell word.
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
+
 CommandRun run_command(const std::string& command, const std::string& dir) {
   const std::string out = dir + "/stdout", err = dir + "/stderr";
   // A group, so that the redirections apply to a whole pipeline and come after the command's own.
-  const int status = std::system(("{ " + command + "\n} < /dev/null > '" + out + "' 2> '" + err + "'").c_str());
+  const std::string group = "{ " + command + "\n} < /dev/null > '" + out + "' 2> '" + err + "'";
+  // timeout(1) ends the whole group past the bound (its own process group): status 124.
+  const int status = std::system(("timeout -k 5 " + std::to_string(kCommandLimitSeconds) + " sh -c " +
+                                  shell_quoted(group)).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
 
@@ -48,10 +65,21 @@ pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::st
   return rc == 0 ? pid : -1;
 }
 
-int wait_status(pid_t pid) {
+int wait_status(pid_t pid, double limit_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_seconds);
   int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  for (;;) {
+    const pid_t ended = ::waitpid(pid, &status, WNOHANG);
+    if (ended == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (ended < 0) return -1;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "process " << pid << " still running after " << limit_seconds << " s: killed";
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 std::string read_from(int fd, int quiet_ms, bool one_line) {

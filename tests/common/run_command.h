@@ -15,8 +15,13 @@ struct CommandRun {
   std::string err;  // stderr
 };
 
+// How long a command or process a test starts may run: well under ctest's timeout, so that a
+// hang fails its own test, in one line, instead of holding the suite.
+constexpr int kCommandLimitSeconds = 180;
+
 // Runs the shell command line `command` with stdin from /dev/null (a redirection inside the
-// command wins) and its stdout and stderr captured in files in `dir`.
+// command wins) and its stdout and stderr captured in files in `dir`. Past
+// kCommandLimitSeconds it is killed, with status 124.
 CommandRun run_command(const std::string& command, const std::string& dir);
 
 // The whole file, bytes as they are ("" when it cannot be read).
@@ -28,8 +33,9 @@ std::string read_file(const std::string& path);
 pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::string& err_path,
             const std::vector<int>& close_in_child = {});
 
-// Waits for `pid`: its exit status, or 128 + the signal that ended it.
-int wait_status(pid_t pid);
+// Waits for `pid`: its exit status, or 128 + the signal that ended it; past `limit_seconds` a
+// test failure, the process killed, and -1.
+int wait_status(pid_t pid, double limit_seconds = kCommandLimitSeconds);
 
 // Reads `fd` until it ends, nothing more comes for `quiet_ms`, or (when `one_line`) a newline
 // has come; what was read.

@@ -125,7 +125,7 @@ TEST_F(ReverseTask, TrainConvertTranslateExactly) {
   EXPECT_EQ(kept->metadata_value("training.steps"), "1500");
   EXPECT_EQ(kept->source_tokenizer(),
             xf::ModelFile::open(kDir + "/reverse_f32.xfm")->source_tokenizer());
-  EXPECT_NE(std::system((kBin + "xf-convert " + kDir + "/reverse_f32.xfm -o " + kDir +
+  EXPECT_NE(std::system(("timeout 180 " + kBin + "xf-convert " + kDir + "/reverse_f32.xfm -o " + kDir +
                          "/x.xfm --keep-decoder-layers 0,2 2> /dev/null").c_str()),
             0);
 }

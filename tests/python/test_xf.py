@@ -36,7 +36,8 @@ def xf_run(*args, input_lines):
     if not Path(executable).exists():
         pytest.fail(f"xf-run not found at {executable} (build it, or set XF_RUN)")
     done = subprocess.run([executable, "--model", str(MODEL), "--threads", "1", "--dtype", "f32", *args],
-                          input="\n".join(input_lines) + "\n", capture_output=True, text=True, check=True)
+                          input="\n".join(input_lines) + "\n", capture_output=True, text=True, check=True,
+                          timeout=180)
     return done.stdout.splitlines()
 
 
@@ -315,6 +316,7 @@ BAD_OPTIONS = [
     (dict(num_hypotheses=0), ValueError, "num_hypotheses must be from 1"),
     (dict(length_penalty="high"), TypeError, "length_penalty must be a number, got str"),
     (dict(length_penalty=float("nan")), ValueError, "length_penalty must be a finite number"),
+    (dict(length_penalty=-1), ValueError, "length_penalty must be a finite number at least 0, got -1.0"),
     (dict(max_decoding_length=-1), ValueError, "max_decoding_length must be from 0"),
     (dict(min_decoding_length=-1), ValueError, "min_decoding_length must be from 0"),
     (dict(max_batch_size=-1), ValueError, "max_batch_size must be from 0"),
@@ -357,6 +359,20 @@ BAD_TRANSLATOR_OPTIONS = [
 def test_every_bad_translator_option_is_refused_naming_it(options, error, message):
     with pytest.raises(error, match=message):
         xf.Translator(MODEL, **options)
+
+
+def test_a_model_path_that_is_not_a_path_is_refused(tmp_path):
+    # str(None) opened a file named "None" (and found one, here).
+    (tmp_path / "None").write_bytes(open(MODEL, "rb").read())
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for bad in (None, 3, b"x.xfm"):
+            with pytest.raises(TypeError, match=f"model_path must be a str or os.PathLike, got {type(bad).__name__}"):
+                xf.Translator(bad)
+        assert xf.Translator(tmp_path / "None").translate_batch(["ok"])  # a PathLike is a path
+    finally:
+        os.chdir(cwd)
 
 
 def test_score_and_tokenize_options_are_checked(translator):
@@ -406,6 +422,26 @@ def test_a_huge_source_runs_in_bounded_memory():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) < 40.0, f"peak RSS grew by {done.stdout.strip()} MB"
+
+
+def test_xfs_threads_never_take_asynchronous_signals():
+    # Python handles SIGINT; a handler that ran on a thread inside oneDNN's AVX-512 GEMM would
+    # corrupt the heap. In a fresh interpreter (its main thread and xf's OpenMP workers): every
+    # worker blocks SIGINT for good, the main thread has its mask back after the call.
+    script = textwrap.dedent(f"""
+        import os, xf
+        xf.Translator({str(MODEL)!r}, threads=2, weight_dtype="f32").translate_batch(["Hello world."])
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{{task}}/status") as status:
+                blocked = next(line for line in status if line.startswith("SigBlk:"))
+            print(task == str(os.getpid()), int(blocked.split()[1], 16) >> 1 & 1)  # bit 1: SIGINT
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    threads = [line.split() for line in done.stdout.splitlines()]
+    assert ["True", "0"] in threads, done.stdout
+    workers = [blocked for main, blocked in threads if main == "False"]
+    assert workers and all(blocked == "1" for blocked in workers), done.stdout
 
 
 def test_type_information_is_installed():

@@ -697,6 +697,7 @@ TEST(DecodingOptions, BadOptionsAreClearErrors) {
   expect_error(with([](TranslateOptions& o) { o.sampling_topp = 0.0f; }), "sampling_topp must be in (0, 1]");
   expect_error(with([](TranslateOptions& o) { o.sampling_temperature = 0.0f; }), "sampling_temperature must be");
   expect_error(with([](TranslateOptions& o) { o.repetition_penalty = -1.0f; }), "repetition_penalty must be");
+  expect_error(with([](TranslateOptions& o) { o.length_penalty = -1.0f; }), "length_penalty must be a finite number, 0 or more");
   expect_error(with([](TranslateOptions& o) { o.no_repeat_ngram_size = -2; }), "no_repeat_ngram_size must be");
   expect_error(with([](TranslateOptions& o) { o.max_decoding_length = -1; }), "max_decoding_length must be");
   expect_error(with([](TranslateOptions& o) { o.max_batch_size = -1; }), "max_batch_size must be");

@@ -75,7 +75,7 @@ class GetDataTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def run_get_data(self, *args, expect=0):
-        result = subprocess.run([GET_DATA, *args], capture_output=True, text=True)
+        result = subprocess.run([GET_DATA, *args], capture_output=True, text=True, timeout=180)
         self.assertEqual(result.returncode, expect, result.stderr)
         return result
 

@@ -72,6 +72,32 @@ TEST_F(ModelFiles, XfConvertRefusesATokenizerThatDoesNotLoadOrDoesNotMatch) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A checkpoint whose sentencepiece.model is empty or a directory: refused in one line, as a
+// missing one is (it converted into a model without a tokenizer, exit 0).
+TEST_F(ModelFiles, XfConvertRefusesACheckpointWhoseTokenizerIsEmptyOrADirectory) {
+  xf::trainer::Checkpoint checkpoint = tiny_checkpoint();
+  checkpoint.adam.first_moment.assign(checkpoint.parameters.size(), 0.0f);
+  checkpoint.adam.second_moment.assign(checkpoint.parameters.size(), 0.0f);
+  const std::string out = dir_ + "/out.xfm";
+  for (const bool directory : {false, true}) {
+    const std::string path = dir_ + (directory ? "/step-000002" : "/step-000001");
+    xf::trainer::write_checkpoint(path, checkpoint);
+    const std::string tokenizer = path + "/sentencepiece.model";
+    if (directory) {
+      fs::remove(tokenizer);
+      fs::create_directory(tokenizer);
+    } else {
+      std::ofstream(tokenizer, std::ios::trunc);
+    }
+    const Result result = run(std::string(XF_CONVERT) + " " + path + " -o " + out);
+    EXPECT_EQ(result.status, 1) << result.err;
+    EXPECT_EQ(last_line(result.err), "xf-convert: " + tokenizer +
+                              (directory ? ": is a directory, not a file\n"
+                                         : ": empty (a checkpoint holds its SentencePiece model)\n"));
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
 // A model file pruned by --target-vocabulary-from, rewritten in another dtype: the same config,
 // the same target tokenizer, the same weights (f32 to f32 exactly).
 TEST_F(ModelFiles, XfConvertRewritesAPrunedModelFileInAnotherDtype) {

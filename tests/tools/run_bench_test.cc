@@ -223,6 +223,7 @@ PipedRun run_piped(const std::vector<std::string>& argv, const std::function<voi
     ::dup2(e, 2);
     const rlimit limit{1ul << 30, 1ul << 30};
     ::setrlimit(RLIMIT_AS, &limit);
+    ::alarm(xf::test::kCommandLimitSeconds);  // kept across exec: a hung child dies of SIGALRM
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -368,9 +369,17 @@ TEST(XfRun, DecodingOptionFlagsMatchTheLibrary) {
   const ProgramRun bad = run(XF_RUN, "--model " + model_path() + " --batch-type words");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("--batch-type expects examples or tokens"), std::string::npos) << bad.err;
-  const ProgramRun beam = run(XF_RUN, "--model " + model_path() + " --sampling-topk 5", input);
-  EXPECT_EQ(beam.status, 1);
-  EXPECT_NE(beam.err.find("needs greedy search (beam 1)"), std::string::npos) << beam.err;
+  // A decoding flag out of its range is a bad command line: exit 2, one line naming the flag
+  // (these exited 1 with the library's field names).
+  for (const std::string flags :
+       {"--sampling-temperature 0", "--sampling-topp 2", "--sampling-topp 0", "--repetition-penalty 0",
+        "--repetition-penalty -1", "--sampling-topk 5", "--sampling-topk 5 --beam 4"}) {
+    SCOPED_TRACE(flags);
+    const ProgramRun r = run(XF_RUN, "--model " + model_path() + " " + flags, input);
+    xf::test::expect_one_line_error(r, 2, flags.substr(0, flags.find(' ')));
+  }
+  const ProgramRun beam = run(XF_RUN, "--model " + model_path() + " --sampling-topk 5 --beam 4", input);
+  EXPECT_NE(beam.err.find("--sampling-topk 5 needs --beam 1"), std::string::npos) << beam.err;
 }
 
 // The model's decoding.* metadata gives xf-run's defaults (beam, length penalty); an option

@@ -35,8 +35,11 @@ class ParallelMpi : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
+  // A rank that waits 30 s for the others ends the run in one line (the watchdog), well before
+  // kRunLimitSeconds ends it from outside.
   std::map<std::string, std::string> tiny(const std::string& run_name, int steps) {
-    return tiny_run(train_, dir_ + "/" + run_name, {{"max-steps", std::to_string(steps)}});
+    return tiny_run(train_, dir_ + "/" + run_name,
+                    {{"max-steps", std::to_string(steps)}, {"comm-timeout", "30"}});
   }
 
   // Starts a long run on two ranks (extra options added) and returns mpirun's pid once step 40

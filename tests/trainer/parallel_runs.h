@@ -86,9 +86,13 @@ inline int wait_exit(pid_t pid, double limit, double* seconds = nullptr) {
   }
 }
 
+// A run of the tests' tiny models takes seconds (a test of three runs took 7 s at most beside a
+// busy loop on every core); past this bound it is taken for hung, ended, and the test fails.
+constexpr double kRunLimitSeconds = 120;
+
 inline int run(int ranks, const std::map<std::string, std::string>& values,
                const std::string& log) {
-  return wait_exit(spawn(command(ranks, values), log), 300);
+  return wait_exit(spawn(command(ranks, values), log), kRunLimitSeconds);
 }
 
 // The process mpirun (`launcher`) started as `rank`, found by its parent and environment.

@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstdint>
+#include <filesystem>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +88,98 @@ INSTANTIATE_TEST_SUITE_P(Signals, XfTrainProcess, ::testing::Values(SIGTERM, SIG
                            return std::string(info.param == SIGTERM ? "Sigterm"
                                               : info.param == SIGHUP ? "Sighup" : "Sigint");
                          });
+
+// The bits of /proc's "Sig...:" field `name` (SigBlk: blocked, SigCgt: with a handler) in the
+// status file `path`.
+uint64_t signal_mask(const std::string& path, const std::string& name) {
+  const std::string text = read_file(path);
+  const size_t at = text.find("\n" + name + ":");
+  if (at == std::string::npos) return 0;
+  return std::stoull(text.substr(at + name.size() + 2), nullptr, 16);
+}
+
+constexpr uint64_t bit(int signal) { return uint64_t{1} << (signal - 1); }
+
+// No stop signal has a handler, and every thread blocks them all (the OpenMP workers of
+// --threads 2 too): a handler that ran on a thread inside oneDNN's AVX-512 GEMM corrupted the
+// heap (exit 134 in 5 of 20 SIGTERMs). One thread takes them with sigwait().
+TEST(XfTrainSignals, NoStopSignalHasAHandlerAndEveryThreadBlocksThem) {
+  const std::string dir = test::make_temp_dir("xf_train_signal_mask");
+  const std::string train = write_reverse_corpus(dir, 60, 9), err = dir + "/stderr";
+  const pid_t pid = start_xf_train(
+      tiny_arguments(train, dir + "/run", {"--max-steps", "1000000", "--log-every", "1", "--threads", "2"}), err);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(wait_for_text(err, "\nstep ")) << read_file(err);
+  const uint64_t stop_signals = bit(SIGINT) | bit(SIGTERM) | bit(SIGHUP) | bit(SIGUSR1);
+  const std::string proc = "/proc/" + std::to_string(pid);
+  EXPECT_EQ(signal_mask(proc + "/status", "SigCgt") & stop_signals, 0u);
+  // Every thread but the one waiting in sigwait(), which the kernel shows unblocked while it waits.
+  int threads = 0, waiting = 0;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task")) {
+    const std::string path = task.path().string();
+    ++threads;
+    if ((signal_mask(path + "/status", "SigBlk") & stop_signals) == stop_signals) continue;
+    const std::string call = read_file(path + "/syscall");  // "NUMBER args..."
+    EXPECT_EQ(std::atol(call.c_str()), SYS_rt_sigtimedwait)
+        << "thread " << task.path().filename() << " takes stop signals outside sigwait: " << call;
+    ++waiting;
+  }
+  EXPECT_EQ(waiting, 1);
+  EXPECT_GE(threads, 3);  // main, its OpenMP worker, the signal thread
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(wait_status(pid), 0) << read_file(err);
+}
+
+// Stop signals at random moments of a run on two threads, a d_model 64 model: each run saves,
+// exits 0 and names the step (scripts/stress/signals.sh sends hundreds).
+TEST(XfTrainSignals, StopSignalsAtRandomMomentsOnTwoThreadsEachSaveAndExitZero) {
+  const std::string dir = test::make_temp_dir("xf_train_signals");
+  const std::string train = write_reverse_corpus(dir, 200, 10);
+  std::mt19937 rng(11);
+  for (int run = 0; run < 6; ++run) {
+    const int signal = run % 2 ? SIGHUP : SIGTERM;
+    SCOPED_TRACE("run " + std::to_string(run) + ", signal " + std::to_string(signal));
+    const std::string out = dir + "/run" + std::to_string(run), err = out + ".stderr";
+    const pid_t pid = start_xf_train(
+        tiny_arguments(train, out, {"--max-steps", "1000000", "--log-every", "1", "--threads", "2",
+                                    "--d-model", "64", "--d-ff", "128", "--heads", "4"}),
+        err);
+    ASSERT_GT(pid, 0);
+    ASSERT_TRUE(wait_for_text(err, "\nstep ")) << read_file(err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+    ASSERT_EQ(::kill(pid, signal), 0);
+    ASSERT_EQ(wait_status(pid), 0) << read_file(err);
+    const auto checkpoints = list_checkpoints(out);
+    ASSERT_EQ(checkpoints.size(), 1u) << read_file(err);
+    EXPECT_NE(read_file(err).find("interrupted at step " +
+                                  std::to_string(read_checkpoint(checkpoints.back()).progress.step)),
+              std::string::npos) << read_file(err);
+  }
+}
+
+// kill -9 early in a run: metrics.csv has the row of every step whose checkpoint was saved
+// (the rows were held in the stream's buffer and lost).
+TEST(XfTrainSignals, AfterKillNineMetricsHoldTheRowsOfTheSavedSteps) {
+  const std::string dir = test::make_temp_dir("xf_train_kill9");
+  const std::string train = write_reverse_corpus(dir, 60, 12), out = dir + "/run";
+  const pid_t pid = start_xf_train(
+      tiny_arguments(train, out, {"--max-steps", "1000000", "--save-every", "1", "--keep", "1000"}),
+      dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (list_checkpoints(out).size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_EQ(wait_status(pid), 128 + SIGKILL);
+  const auto checkpoints = list_checkpoints(out);
+  ASSERT_GE(checkpoints.size(), 3u) << read_file(dir + "/stderr");
+  const std::string metrics = read_file(out + "/metrics.csv");
+  for (const auto& checkpoint : checkpoints) {
+    const int64_t step = read_checkpoint(checkpoint).progress.step;
+    EXPECT_NE(metrics.find("\ntrain," + std::to_string(step) + ","), std::string::npos)
+        << "no row for step " << step << " in\n" << metrics;
+  }
+}
 
 TEST(XfTrainLock, ASecondRunIntoARunningOnesDirectoryIsRefusedNamingItsPid) {
   const std::string dir = test::make_temp_dir("xf_train_lock");

@@ -10,6 +10,7 @@
 
 #include "line_reader.h"
 #include "progress.h"
+#include "stop_signals.h"
 #include "translator_cli.h"
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
@@ -201,6 +202,9 @@ int run(const Options& options_in) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGINT, SIGTERM, SIGHUP and SIGUSR1 end xf-run as by default, but taken by a thread of their
+  // own: no handler ever interrupts a thread inside a kernel (stop_signals.h).
+  xf::cli::block_stop_signals();
   return xf::cli::tool_main("xf-run", xf::cli::translator_tool_help(kUsage), argc, argv,
                             [](int argc, char** argv) { return run(parse_options(argc, argv)); });
 }

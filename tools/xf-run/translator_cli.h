@@ -34,6 +34,18 @@ inline float parse_number(const std::string& option, const std::string& value) {
   return number;
 }
 
+// A number above 0 and at most `max` (a temperature, a penalty, a probability).
+inline float parse_positive_number(const std::string& option, const std::string& value, float max) {
+  char* end = nullptr;
+  const float number = std::strtof(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(number > 0.0f && number <= max)) {
+    char range[64];
+    std::snprintf(range, sizeof(range), "%g", max);
+    throw UsageError{option + " expects a number above 0 and at most " + range + ", got '" + value + "'"};
+  }
+  return number;
+}
+
 struct TranslatorCli {
   std::string model_path;
   TranslatorOptions translator;
@@ -95,13 +107,13 @@ struct TranslatorCli {
     } else if (arg == "--sampling-topk") {
       translate.sampling_topk = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
     } else if (arg == "--sampling-topp") {
-      translate.sampling_topp = parse_number(arg, value());
+      translate.sampling_topp = parse_positive_number(arg, value(), 1.0f);
     } else if (arg == "--sampling-temperature") {
-      translate.sampling_temperature = parse_number(arg, value());
+      translate.sampling_temperature = parse_positive_number(arg, value(), 1e6f);
     } else if (arg == "--seed") {
       translate.seed = static_cast<uint64_t>(parse_integer(arg, value(), 0, 0x7fffffffL));
     } else if (arg == "--repetition-penalty") {
-      translate.repetition_penalty = parse_number(arg, value());
+      translate.repetition_penalty = parse_positive_number(arg, value(), 1e6f);
     } else if (arg == "--no-repeat-ngram-size") {
       translate.no_repeat_ngram_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else {
@@ -116,6 +128,10 @@ struct TranslatorCli {
     if (model != nullptr) translator = translator.with_defaults(model->decoding_defaults());
     if (translator.max_beam != 0 && translate.n_best > translator.max_beam)
       throw UsageError{"--n-best " + std::to_string(translate.n_best) + " exceeds --beam " +
+                       std::to_string(translator.max_beam)};
+    if (translate.sampling() && translator.max_beam > 1)
+      throw UsageError{"--sampling-topk " + std::to_string(translate.sampling_topk) +
+                       " needs --beam 1 (sampling replaces the beam), got beam " +
                        std::to_string(translator.max_beam)};
     translate.beam = translator.max_beam;
     if (model != nullptr && !max_source_len_given)

@@ -3,15 +3,16 @@
 // current step, saves a checkpoint and exits with status 0; a second SIGINT, SIGTERM or SIGHUP
 // ends the process at once. Started by mpirun (or with XF_RANKS), it is one rank of a
 // data-parallel run (xf/trainer/ranks.h); mpirun forwards SIGUSR1 to every rank, and SIGTERM
-// is then how the launcher ends the ranks when one fails.
+// is then how the launcher ends the ranks when one fails. The signals are taken by one thread
+// of their own (stop_signals.h): no handler ever interrupts a compute thread.
 #include <unistd.h>
 
-#include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 
+#include "stop_signals.h"
 #include "tool_main.h"
 #include "xf/error.h"
 #include "xf/trainer/checkpoint.h"
@@ -20,28 +21,6 @@
 #include "xf/trainer/train_loop.h"
 
 namespace {
-
-std::atomic<bool> g_stop_requested{false};
-
-extern "C" void on_stop_signal(int) { g_stop_requested.store(true); }
-
-// on_stop_signal for `signal`; `once`: the handler resets itself, so that a second such signal
-// ends the process (a second Ctrl-C).
-void stop_on(int signal, bool once) {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | (once ? SA_RESETHAND : 0);
-  sigaction(signal, &action, nullptr);
-}
-
-// mpirun ends the other ranks with SIGTERM when one fails: each says so in one line.
-char g_terminated_line[160];
-extern "C" void on_terminate(int) {
-  ssize_t ignored = write(STDERR_FILENO, g_terminated_line, std::strlen(g_terminated_line));
-  (void)ignored;
-  _exit(128 + SIGTERM);
-}
 
 // Rank 0 resolves the options (with --resume, from its newest checkpoint, which the other
 // machines need not have) and hands them to the others.
@@ -98,12 +77,13 @@ int train(int argc, char** argv) {
     xf::trainer::Communicator& launched = ranks->launched();
     several_ranks = launched.size() > 1;
     rank_label = "rank " + std::to_string(launched.rank()) + " of " + std::to_string(launched.size());
-    if (several_ranks) {
-      std::snprintf(g_terminated_line, sizeof(g_terminated_line),
+    if (several_ranks) {  // mpirun ends the other ranks with SIGTERM when one fails
+      char line[256];
+      std::snprintf(line, sizeof(line),
                     "xf-train: %s: ended by the launcher (SIGTERM): another rank failed or the "
                     "job was stopped\n",
                     rank_label.c_str());
-      std::signal(SIGTERM, on_terminate);
+      xf::cli::on_stop_signal(SIGTERM, xf::cli::OnStopSignal::say_and_exit, line);
     }
     xf::trainer::TrainOptions options;
     try {
@@ -112,13 +92,13 @@ int train(int argc, char** argv) {
       throw xf::cli::UsageError{e.what()};
     }
     xf::trainer::Communicator& comm = ranks->for_device(options.device, options.comm_timeout);
-    stop_on(SIGINT, /*once=*/true);
-    stop_on(SIGHUP, /*once=*/true);
-    if (!several_ranks) stop_on(SIGTERM, /*once=*/true);
-    stop_on(SIGUSR1, /*once=*/false);
+    using xf::cli::OnStopSignal;
+    for (int signal : {SIGINT, SIGHUP}) xf::cli::on_stop_signal(signal, OnStopSignal::request_stop);
+    if (!several_ranks) xf::cli::on_stop_signal(SIGTERM, OnStopSignal::request_stop);
+    xf::cli::on_stop_signal(SIGUSR1, OnStopSignal::request_stop_again);
     // --device cuda: the module, loaded now (or a one-line error naming what is missing).
     const xf::trainer::DeviceTraining* devices = &xf::trainer::module_device_training();
-    auto summary = xf::trainer::run_training(options, std::cerr, &g_stop_requested, devices, &comm,
+    auto summary = xf::trainer::run_training(options, std::cerr, &xf::cli::stop_requested(), devices, &comm,
                                              ranks->gpu());
     if (comm.rank() == 0) {
       std::cerr << "done: step " << summary.final_step << " in " << summary.seconds
@@ -151,5 +131,6 @@ int main(int argc, char** argv) {
       execv(self, argv);  // returns only on failure: then run as we are
     }
   }
+  xf::cli::block_stop_signals();  // before any other thread starts: they inherit the block
   return xf::cli::tool_main("xf-train", kUsage + xf::trainer::train_options_help(), argc, argv, train);
 }

@@ -325,6 +325,10 @@ Checkpoint read_checkpoint(const std::string& directory) {
   checkpoint.adam.first_moment = std::move(moments[0]);
   checkpoint.adam.second_moment = std::move(moments[1]);
   checkpoint.tokenizer_model = read_file_bytes(d + kTokenizerFile);
+  // xf-train always saves its tokenizer: an empty file would convert into a model without one.
+  if (checkpoint.tokenizer_model.empty()) {
+    throw Error(d + kTokenizerFile + ": empty (a checkpoint holds its SentencePiece model)");
+  }
 
   const size_t parameter_count = transformer_parameter_count(checkpoint.config);
   if (checkpoint.parameters.size() != parameter_count) {

@@ -115,6 +115,9 @@ void TrainLog::step(int64_t step, double epoch, const StepLosses& losses, double
     if (events_) events_->scalar(step, "train/tokens_per_second", static_cast<float>(tokens_per_second));
   }
   csv_ << ",," << elapsed_seconds << "\n";
+  // Handed to the kernel each step (one write): a checkpoint saved after this step has its row
+  // even when the process is killed at once (kill -9 lost the buffered rows).
+  csv_.flush();
 }
 
 void TrainLog::validation(int64_t step, double epoch, double loss, double bleu, bool improved,

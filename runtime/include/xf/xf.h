@@ -24,6 +24,12 @@
  * serialized (each waits for the one before), so for parallel translation create one
  * translator per thread. Results are owned by the caller and independent of each other.
  * Freeing a handle while another thread still uses it is undefined.
+ *
+ * Signals: the library installs no handler. An app that installs one (SIGINT, SIGTERM, ...) must
+ * block those signals before the first xf call, in main() before any thread starts (xf's
+ * OpenMP workers inherit the mask), and take them in a thread of its own with sigwait() or a
+ * signalfd: a handler run on a thread inside oneDNN's AVX-512 GEMM corrupts the heap
+ * (runtime/README.md, "Signals: what an embedding app must do").
  */
 #ifndef XF_XF_H_
 #define XF_XF_H_

@@ -50,8 +50,12 @@ MpiCommunicator::MpiCommunicator() {
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  {
+    // MPI_Finalize waits for every rank: bounded as the exchanges are.
+    ExchangeWatchdog::Watch watch(*watchdog_, "finalize with the other ranks");
+    MPI_Finalize();
+  }
   watchdog_.reset();
-  MPI_Finalize();
 }
 
 std::string MpiCommunicator::description() const {

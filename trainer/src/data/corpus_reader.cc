@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -258,6 +259,9 @@ std::vector<TextPair> parse_csv(std::string_view text, const std::string& label,
 std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  // A directory opens, and reads as empty.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a file");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) throw Error(path + ": read error");
