@@ -200,19 +200,28 @@ TEST(DataTextModifiers, CorpusModifierReencodesTheModifiedSides) {
   EXPECT_EQ(same.offsets, corpus.offsets);
 }
 
-TEST(DataTextModifiers, EpochCorpusDeterministicBySeedAndEpoch) {
-  const Tokenizer tokenizer = mixed_case_tokenizer();
+// corpus_text() `copies` times, tokenized.
+TokenizedCorpus repeated_corpus(const Tokenizer& tokenizer, int copies) {
   std::vector<TextPair> text;
-  for (int k = 0; k < 40; ++k) {
+  for (int k = 0; k < copies; ++k) {
     for (const TextPair& pair : corpus_text()) text.push_back(pair);
   }
-  const TokenizedCorpus corpus = tokenize_corpus(text, tokenizer);
+  return tokenize_corpus(text, tokenizer);
+}
+
+ModifierOptions some_of_each() {
   ModifierOptions options;
   options.lowercase = 0.3;
   options.titlecase = 0.1;
   options.no_final_punctuation = 0.3;
   options.typo = 0.3;
-  const CorpusModifier modifier(options, tokenizer, 64);
+  return options;
+}
+
+TEST(DataTextModifiers, EpochCorpusDeterministicBySeedAndEpoch) {
+  const Tokenizer tokenizer = mixed_case_tokenizer();
+  const TokenizedCorpus corpus = repeated_corpus(tokenizer, 40);
+  const CorpusModifier modifier(some_of_each(), tokenizer, 64);
   const TokenizedCorpus a = modifier.apply(corpus, 3, 0);
   EXPECT_EQ(a.ids, modifier.apply(corpus, 3, 0).ids);
   EXPECT_NE(a.ids, modifier.apply(corpus, 4, 0).ids);  // another seed
@@ -228,16 +237,8 @@ TEST(DataTextModifiers, EpochCorpusDeterministicBySeedAndEpoch) {
 // iterator started from any saved position replays the same examples (by their tokens).
 TEST(DataTextModifiers, IteratorWithModifiersAndJoinsResumesFromPosition) {
   const Tokenizer tokenizer = mixed_case_tokenizer();
-  std::vector<TextPair> text;
-  for (int k = 0; k < 30; ++k) {
-    for (const TextPair& pair : corpus_text()) text.push_back(pair);
-  }
-  const TokenizedCorpus corpus = tokenize_corpus(text, tokenizer);
-  ModifierOptions options;
-  options.lowercase = 0.3;
-  options.uppercase = 0.1;
-  options.no_final_punctuation = 0.3;
-  options.typo = 0.3;
+  const TokenizedCorpus corpus = repeated_corpus(tokenizer, 30);
+  const ModifierOptions options = some_of_each();
   JoinOptions joins;
   joins.probability = 0.3;
   joins.max_length = 60;

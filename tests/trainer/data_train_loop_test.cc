@@ -171,6 +171,25 @@ TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
   EXPECT_TRUE(fs::exists(dir + "/parts/metrics.png"));
 }
 
+// Trains `values` (their --max-steps the total) for `first_part` steps, resumes in their --out
+// (the options from the checkpoint) to the total, and expects the losses and the final weights
+// of `straight` bit for bit. Returns the resumed run's options.
+TrainOptions expect_exact_resume(std::map<std::string, std::string> values, int first_part,
+                                 const TrainSummary& straight, std::ostream& log) {
+  const std::string total_steps = values.at("max-steps");
+  values["max-steps"] = std::to_string(first_part);
+  const TrainSummary part1 = run_training(train_options_from_map(values), log);
+  const TrainOptions resumed =
+      resolve_train_options({{"out", values.at("out")}, {"resume", "1"}, {"max-steps", total_steps}});
+  const TrainSummary part2 = run_training(resumed, log);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  EXPECT_EQ(joined, straight.step_losses);  // bitwise
+  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
+            read_checkpoint(straight.last_checkpoint).parameters);
+  return resumed;
+}
+
 // --modify-*: a run with text modifiers (and joins) trains on other batches than one without,
 // is deterministic, keeps the options in its checkpoints (and so in the model file's metadata),
 // and stopped and resumed equals the straight run bit for bit across epochs whose modified
@@ -211,19 +230,9 @@ TEST(DataTrainLoop, ModifiedExamplesResumeExactly) {
   EXPECT_EQ(std::stod(saved.at("modify-uppercase")), 0.2);
   EXPECT_EQ(std::stod(saved.at("modify-no-final-punctuation")), 0.3);
 
-  auto part_values = modified_values("/parts");
-  part_values["max-steps"] = std::to_string(first_part);
-  const TrainSummary part1 = run_training(train_options_from_map(part_values), log);
-  const TrainOptions resumed = resolve_train_options(
-      {{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(total_steps)}});
+  const TrainOptions resumed = expect_exact_resume(modified_values("/parts"), first_part, straight, log);
   EXPECT_EQ(resumed.modifiers.typo, 0.5);  // taken from the checkpoint's options
   EXPECT_EQ(resumed.modifiers.titlecase, 0.1);
-  const TrainSummary part2 = run_training(resumed, log);
-  std::vector<double> joined = part1.step_losses;
-  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
-  EXPECT_EQ(joined, straight.step_losses);  // bitwise
-  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
-            read_checkpoint(straight.last_checkpoint).parameters);
   fs::remove_all(dir);
 }
 
@@ -254,19 +263,9 @@ TEST(DataTrainLoop, JoinedExamplesResumeExactly) {
   const auto plain_values = tiny_run(train, dir + "/plain", {{"max-steps", std::to_string(total_steps)}});
   EXPECT_NE(run_training(train_options_from_map(plain_values), log).step_losses, straight.step_losses);
 
-  auto part_values = joined_values("/parts");
-  part_values["max-steps"] = std::to_string(first_part);
-  const TrainSummary part1 = run_training(train_options_from_map(part_values), log);
-  const TrainOptions resumed = resolve_train_options(
-      {{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(total_steps)}});
+  const TrainOptions resumed = expect_exact_resume(joined_values("/parts"), first_part, straight, log);
   EXPECT_EQ(resumed.join_probability, 0.5);  // taken from the checkpoint's options
   EXPECT_EQ(resumed.join_max_pairs, 3);
-  const TrainSummary part2 = run_training(resumed, log);
-  std::vector<double> joined = part1.step_losses;
-  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
-  EXPECT_EQ(joined, straight.step_losses);  // bitwise
-  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
-            read_checkpoint(straight.last_checkpoint).parameters);
   fs::remove_all(dir);
 }
 
