@@ -125,6 +125,10 @@ TokenizedCorpus join_pairs(const TokenizedCorpus& corpus, const std::vector<Batc
 }
 
 BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
+                             DataPosition start, const JoinOptions& joins)
+    : BatchIterator(corpus, batch_tokens, start, joins, nullptr) {}
+
+BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
                              DataPosition start, const JoinOptions& joins,
                              std::unique_ptr<const CorpusModifier> modifier)
     : corpus_(corpus),

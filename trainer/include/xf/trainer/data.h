@@ -217,8 +217,9 @@ struct DataPosition {
 class BatchIterator {
  public:
   BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start,
-                const JoinOptions& joins = {},
-                std::unique_ptr<const CorpusModifier> modifier = nullptr);
+                const JoinOptions& joins = {});
+  BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start,
+                const JoinOptions& joins, std::unique_ptr<const CorpusModifier> modifier);
   ~BatchIterator();
   // The next batch; moves to the next epoch (a new shuffle) when one ends. Its indices are
   // into corpus(), which changes with the epoch when modifiers or joins are on.
