@@ -40,6 +40,8 @@
 #   JOIN     xf-train --join-probability: the share of training examples joined from 2..JOIN_MAX_PAIRS
 #            pairs, for long sentences  [0]
 #   JOIN_MAX_PAIRS  [4]
+#   MODIFY   xf-train text modifier options (issue 37), e.g. "--modify-lowercase 0.25
+#            --modify-no-final-punctuation 0.25 --modify-typo 0.1"  [none]
 #   SHORT_FLOOR  the dev.tsv BLEU on sources of 1-10 words a chosen model must keep  [0]
 #   MAX_LENGTH  xf-train --max-length: tokens a side, joins included  [64]
 # The bundled model (docs/TRAINING.md, "The bundled English-French model"), in two stages: a
@@ -119,6 +121,10 @@ CONTINUE_ARGS=(
   --keep "${KEEP:-12}" --threads "$THREADS" --seed "${CONTINUE_SEED:-2}" --device "$DEVICE"
 )
 if [[ $BF16 == 1 ]]; then TRAIN_ARGS+=(--bf16); CONTINUE_ARGS+=(--bf16); fi
+# shellcheck disable=SC2206  # the options are meant to split into words
+MODIFY_ARGS=(${MODIFY:-})
+TRAIN_ARGS+=("${MODIFY_ARGS[@]}")
+CONTINUE_ARGS+=("${MODIFY_ARGS[@]}")
 if compgen -G "$RUN/step-*" > /dev/null; then
   "$BIN/xf-train" --resume --out "$RUN" --max-minutes "$MINUTES" --threads "$THREADS"
 elif [[ -n ${CONTINUE_FROM:-} ]]; then

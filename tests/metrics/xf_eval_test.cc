@@ -124,6 +124,48 @@ TEST(XfEval, ByLengthPrintsABucketTableWithEmptyBuckets) {
                         1, "source file " + two_sources + " has 2 lines but hypothesis file");
 }
 
+// --casual-tsv/--casual-hyp: each casual set scored on its own references and shown beside the
+// clean score with the difference; the JSON holds the same numbers.
+TEST(XfEval, CasualSetsScoredBesideTheCleanOne) {
+  const std::string clean_tsv = write_temp_file("clean.tsv",
+      "Where is the station?\tOù est la gare ?\nHello world.\tBonjour le monde.\n");
+  const std::string casual_tsv = write_temp_file("casual.tsv",
+      "where is the station\tOù est la gare ?\nhello world\tBonjour le monde.\n");
+  const std::string clean_hyp = write_temp_file("clean.fr", "Où est la gare ?\nBonjour le monde.\n");
+  const std::string casual_hyp = write_temp_file("casual.fr", "Où est la gare ?\nLe monde bonjour.\n");
+  const std::string arguments = "--ref-tsv " + quoted(clean_tsv) + " --hyp " + quoted(clean_hyp) +
+                                " --casual-tsv " + quoted(casual_tsv) + " --casual-hyp " + quoted(casual_hyp);
+  const ProgramRun run = run_xf_eval(arguments);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const BleuScore casual = corpus_bleu({"Où est la gare ?", "Le monde bonjour."},
+                                       {{"Où est la gare ?"}, {"Bonjour le monde."}});
+  ASSERT_LT(casual.score, 90.0);
+  char casual_row[512];
+  std::snprintf(casual_row, sizeof casual_row, "| %s | 2 | %.2f | ", casual_tsv.c_str(), casual.score);
+  EXPECT_NE(run.out.find("| " + clean_tsv + " | 2 | 100.00 | 100.00 | |\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(casual_row), std::string::npos) << run.out;
+  char difference[32];
+  std::snprintf(difference, sizeof difference, "| %+.2f |\n", casual.score - 100.0);
+  EXPECT_NE(run.out.find(difference), std::string::npos) << run.out;
+
+  const ProgramRun json = run_xf_eval(arguments + " --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  const size_t at = json.out.find("\"casual\": [{\"ref_tsv\": ");
+  ASSERT_NE(at, std::string::npos) << json.out;
+  EXPECT_DOUBLE_EQ(json_number(json.out.substr(at), "bleu"), casual.score);
+  EXPECT_DOUBLE_EQ(json_number(json.out, "bleu"), 100.0);  // the clean score comes first
+
+  expect_xf_eval_error(run_xf_eval(arguments + " --casual-tsv " + quoted(casual_tsv)), 2,
+                       "--casual-tsv and --casual-hyp come in pairs");
+  expect_xf_eval_error(run_xf_eval("--ref " + quoted(clean_hyp) + " --hyp " + quoted(clean_hyp) +
+                                   " --casual-tsv " + quoted(casual_tsv) + " --casual-hyp " + quoted(casual_hyp)),
+                       2, "give --ref-tsv");
+  const std::string short_hyp = write_temp_file("short.fr", "Où est la gare ?\n");
+  expect_xf_eval_error(run_xf_eval("--ref-tsv " + quoted(clean_tsv) + " --hyp " + quoted(clean_hyp) +
+                                   " --casual-tsv " + quoted(casual_tsv) + " --casual-hyp " + quoted(short_hyp)),
+                       1, "has 1 lines but");
+}
+
 TEST(XfEval, HelpExitsZero) {
   const ProgramRun run = run_xf_eval("--help");
   EXPECT_EQ(run.status, 0);

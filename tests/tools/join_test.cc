@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -104,6 +105,48 @@ TEST(XfJoin, JoinsEverySourceOnceWithItsReferences) {
   }
 }
 
+// --modify: every source as people type it, the rows in their order, the references changed
+// only by the case modifiers that change both sides; a typo drawn by seed.
+TEST(XfJoin, ModifyWritesCasualVersionsOfEverySource) {
+  const std::string dir = xf::test::make_temp_dir("xf_join_modify");
+  const std::string in = dir + "/in.tsv";
+  std::ofstream(in) << "Where is the station?\tOù est la gare ?\n"
+                    << "Hello world.\tBonjour le monde.\n"
+                    << "Hello world.\tSalut le monde !\n"
+                    << "Thank you!\tMerci !\n";
+  auto modified = [&](const std::string& list, const std::string& seed) {
+    const xf::test::CommandRun run =
+        run_join("--in '" + in + "' --out '" + dir + "/o.tsv' --modify " + list + " --seed " + seed, dir);
+    EXPECT_EQ(run.status, 0) << run.err;
+    return read_rows(dir + "/o.tsv");
+  };
+  using Rows = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(modified("lowercase,no-final-punctuation", "1"),
+            (Rows{{"where is the station", "Où est la gare ?"},
+                  {"hello world", "Bonjour le monde."},
+                  {"hello world", "Salut le monde !"},
+                  {"thank you", "Merci !"}}));
+  EXPECT_EQ(modified("uppercase", "1"),
+            (Rows{{"WHERE IS THE STATION?", "OÙ EST LA GARE ?"},
+                  {"HELLO WORLD.", "BONJOUR LE MONDE."},
+                  {"HELLO WORLD.", "SALUT LE MONDE !"},
+                  {"THANK YOU!", "MERCI !"}}));
+  // One typo a source: one letter more, less, swapped or replaced, the same in each of the
+  // source's rows; references as written; another seed, other typos.
+  const Rows typos = modified("typo", "1");
+  ASSERT_EQ(typos.size(), 4u);
+  EXPECT_EQ(typos[1].first, typos[2].first);
+  const Rows clean = read_rows(in);
+  for (size_t i = 0; i < typos.size(); ++i) {
+    EXPECT_EQ(typos[i].second, clean[i].second);
+    EXPECT_NE(typos[i].first, clean[i].first);
+    const long length_change = static_cast<long>(typos[i].first.size()) - static_cast<long>(clean[i].first.size());
+    EXPECT_LE(std::abs(length_change), 1) << typos[i].first;
+  }
+  EXPECT_EQ(modified("typo", "1"), typos);
+  EXPECT_NE(modified("typo", "2"), typos);
+}
+
 TEST(XfJoin, BadCommandLinesAndInputsAreOneLine) {
   const std::string dir = xf::test::make_temp_dir("xf_join_errors");
   for (const auto& [arguments, code, fragment] : std::vector<std::tuple<std::string, int, std::string>>{
@@ -111,6 +154,9 @@ TEST(XfJoin, BadCommandLinesAndInputsAreOneLine) {
            {"--bogus 1", 2, "unknown option '--bogus'"},
            {"--in a --out b --max-pairs 1", 2, "--max-pairs expects a number from 2 to 64, got '1'"},
            {"--in a --out b --probability 2", 2, "--probability expects a number from 0 to 1"},
+           {"--in a --out b --modify lower", 2, "--modify: 'lower' is not one of lowercase"},
+           {"--in a --out b --modify lowercase,titlecase", 2, "at most one of lowercase, uppercase"},
+           {"--in a --out b --modify typo --probability 0.5", 2, "leave out --max-pairs and --probability"},
            {"--in /nonexistent/in.tsv --out '" + dir + "/o.tsv'", 1, "/nonexistent/in.tsv"}}) {
     const xf::test::CommandRun run = run_join(arguments, dir);
     EXPECT_EQ(run.status, code) << arguments;

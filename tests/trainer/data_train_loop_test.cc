@@ -175,6 +175,71 @@ TEST(DataTrainLoop, ResumeEqualsStraightRunBitwise) {
   EXPECT_EQ(event_files, 2);
 }
 
+// Trains `values` (their --max-steps the total) for `first_part` steps, resumes in their --out
+// (the options from the checkpoint) to the total, and expects the losses and the final weights
+// of `straight` bit for bit. Returns the resumed run's options.
+TrainOptions expect_exact_resume(std::map<std::string, std::string> values, int first_part,
+                                 const TrainSummary& straight, std::ostream& log) {
+  const std::string total_steps = values.at("max-steps");
+  values["max-steps"] = std::to_string(first_part);
+  const TrainSummary part1 = run_training(train_options_from_map(values), log);
+  const TrainOptions resumed =
+      resolve_train_options({{"out", values.at("out")}, {"resume", "1"}, {"max-steps", total_steps}});
+  const TrainSummary part2 = run_training(resumed, log);
+  std::vector<double> joined = part1.step_losses;
+  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
+  EXPECT_EQ(joined, straight.step_losses);  // bitwise
+  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
+            read_checkpoint(straight.last_checkpoint).parameters);
+  return resumed;
+}
+
+// --modify-*: a run with text modifiers (and joins) trains on other batches than one without,
+// is deterministic, keeps the options in its checkpoints (and so in the model file's metadata),
+// and stopped and resumed equals the straight run bit for bit across epochs whose modified
+// examples differ.
+TEST(DataTrainLoop, ModifiedExamplesResumeExactly) {
+  EXPECT_EQ(error_of([] {
+              train_options_from_map({{"train", "t"}, {"out", "o"}, {"modify-typo", "-0.1"}});
+            }),
+            "--modify-typo: -0.1 is out of range");
+  EXPECT_EQ(error_of([] {
+              train_options_from_map({{"train", "t"}, {"out", "o"}, {"modify-lowercase", "0.6"},
+                                      {"modify-titlecase", "0.5"}});
+            }),
+            "--modify-lowercase, --modify-uppercase and --modify-titlecase add up to more than 1 "
+            "(one draw picks at most one of them)");
+  std::string dir = test_dir("modifiers");
+  std::string train = write_reverse_corpus(dir, 120, 3);
+  const int total_steps = 14, first_part = 6;
+  std::ostringstream log;
+  auto modified_values = [&](const std::string& out) {
+    return tiny_run(train, dir + out,
+                    {{"modify-typo", "0.5"}, {"modify-uppercase", "0.2"}, {"modify-titlecase", "0.1"},
+                     {"modify-lowercase", "0.2"}, {"modify-no-final-punctuation", "0.3"},
+                     {"join-probability", "0.3"}, {"max-steps", std::to_string(total_steps)}});
+  };
+  const TrainSummary straight = run_training(train_options_from_map(modified_values("/straight")), log);
+  ASSERT_EQ(straight.step_losses.size(), static_cast<size_t>(total_steps));
+  EXPECT_EQ(run_training(train_options_from_map(modified_values("/again")), log).step_losses,
+            straight.step_losses);
+  auto joins_only = modified_values("/joins");
+  for (const char* name : {"modify-typo", "modify-uppercase", "modify-titlecase", "modify-lowercase",
+                           "modify-no-final-punctuation"}) {
+    joins_only.erase(name);
+  }
+  EXPECT_NE(run_training(train_options_from_map(joins_only), log).step_losses, straight.step_losses);
+  const auto saved = read_checkpoint(straight.last_checkpoint).options;
+  EXPECT_EQ(std::stod(saved.at("modify-typo")), 0.5);  // saved at full precision
+  EXPECT_EQ(std::stod(saved.at("modify-uppercase")), 0.2);
+  EXPECT_EQ(std::stod(saved.at("modify-no-final-punctuation")), 0.3);
+
+  const TrainOptions resumed = expect_exact_resume(modified_values("/parts"), first_part, straight, log);
+  EXPECT_EQ(resumed.modifiers.typo, 0.5);  // taken from the checkpoint's options
+  EXPECT_EQ(resumed.modifiers.titlecase, 0.1);
+  fs::remove_all(dir);
+}
+
 // --join-probability: a run with joined examples trains on other batches than one without,
 // is deterministic, and stopped and resumed (the options from the checkpoint) equals the
 // straight run bit for bit, across epoch boundaries whose joins differ.
@@ -202,19 +267,9 @@ TEST(DataTrainLoop, JoinedExamplesResumeExactly) {
   const auto plain_values = tiny_run(train, dir + "/plain", {{"max-steps", std::to_string(total_steps)}});
   EXPECT_NE(run_training(train_options_from_map(plain_values), log).step_losses, straight.step_losses);
 
-  auto part_values = joined_values("/parts");
-  part_values["max-steps"] = std::to_string(first_part);
-  const TrainSummary part1 = run_training(train_options_from_map(part_values), log);
-  const TrainOptions resumed = resolve_train_options(
-      {{"out", dir + "/parts"}, {"resume", "1"}, {"max-steps", std::to_string(total_steps)}});
+  const TrainOptions resumed = expect_exact_resume(joined_values("/parts"), first_part, straight, log);
   EXPECT_EQ(resumed.join_probability, 0.5);  // taken from the checkpoint's options
   EXPECT_EQ(resumed.join_max_pairs, 3);
-  const TrainSummary part2 = run_training(resumed, log);
-  std::vector<double> joined = part1.step_losses;
-  joined.insert(joined.end(), part2.step_losses.begin(), part2.step_losses.end());
-  EXPECT_EQ(joined, straight.step_losses);  // bitwise
-  EXPECT_EQ(read_checkpoint(part2.last_checkpoint).parameters,
-            read_checkpoint(straight.last_checkpoint).parameters);
   fs::remove_all(dir);
 }
 

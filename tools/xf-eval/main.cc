@@ -17,6 +17,7 @@ const char* const kUsage = R"(usage: xf-eval --hyp FILE --ref FILE [--ref FILE..
        xf-eval --hyp FILE --ref-tsv FILE [--source-column N] [--target-column N] [--json]
        xf-eval --ref-tsv FILE --print-sources [--source-column N] [--target-column N]
        xf-eval ... --by-length [--src FILE] [--length-buckets 5,10,15,25]
+       xf-eval --hyp FILE --ref-tsv FILE --casual-tsv FILE --casual-hyp FILE [...]
 
 Scores a hypothesis file (one translation a line, UTF-8) with BLEU and chrF2 exactly as
 sacreBLEU 2.x does by default (13a tokenization, 4-grams, exp smoothing; chrF: 6 character
@@ -41,6 +42,12 @@ n-grams, beta 2, whitespace removed). Prints, like sacreBLEU:
   --src FILE            sources parallel to the hypotheses (for --by-length with --ref)
   --length-buckets LIST upper edges of the buckets, ascending (default 5,10,15,25: 1-5, 6-10,
                         11-15, 16-25 and 26+ words)
+  --casual-tsv FILE     a casual version of the --ref-tsv set (xf-join --modify: lowercase,
+  --casual-hyp FILE     no final punctuation, typos) and the translations of its distinct
+                        sources; each pair of them is scored too and shown beside the clean
+                        score, with its difference, in a table (| set | sentences | BLEU |
+                        chrF2 | BLEU - clean |) after the totals (JSON: "casual"). Repeat the
+                        pair for several versions, given in the same order
   --json                print the scores as one JSON object at full precision
 
 Files are split on '\n' (CRLF accepted). Exit status: 0 on success, 1 on bad input (missing
@@ -59,6 +66,7 @@ struct Options {
   bool by_length = false;
   std::string src_path;
   std::vector<int64_t> length_edges = xf::metrics::kDefaultLengthEdges;
+  std::vector<std::string> casual_tsv_paths, casual_hyp_paths;
 };
 
 std::vector<int64_t> parse_edges(const std::string& option, const std::string& value) {
@@ -101,6 +109,8 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--by-length") options.by_length = true;
     else if (arg == "--src") options.src_path = value();
     else if (arg == "--length-buckets") options.length_edges = parse_edges(arg, value());
+    else if (arg == "--casual-tsv") options.casual_tsv_paths.push_back(value());
+    else if (arg == "--casual-hyp") options.casual_hyp_paths.push_back(value());
     else throw xf::cli::unknown_option(arg);
   }
   if (!options.ref_paths.empty() && !options.ref_tsv_path.empty())
@@ -115,6 +125,12 @@ Options parse_options(int argc, char** argv) {
   if (!options.src_path.empty() && !options.by_length) throw UsageError{"--src is for --by-length"};
   if (!options.src_path.empty() && !options.ref_tsv_path.empty())
     throw UsageError{"--src with --ref-tsv: the TSV gives the sources already"};
+  if (options.casual_tsv_paths.size() != options.casual_hyp_paths.size())
+    throw UsageError{"--casual-tsv and --casual-hyp come in pairs: " +
+                     std::to_string(options.casual_tsv_paths.size()) + " --casual-tsv, " +
+                     std::to_string(options.casual_hyp_paths.size()) + " --casual-hyp"};
+  if (!options.casual_tsv_paths.empty() && options.ref_tsv_path.empty())
+    throw UsageError{"--casual-tsv is scored beside a clean --ref-tsv set: give --ref-tsv"};
   if (options.by_length && options.ref_tsv_path.empty() && options.src_path.empty())
     throw UsageError{"--by-length with --ref needs --src FILE (the sources of the hypotheses)"};
   return options;
@@ -165,6 +181,70 @@ void print_json(const xf::metrics::BleuScore& bleu, double chrf, size_t sentence
       extra.c_str());
 }
 
+// One set's hypotheses against its references, their counts checked.
+struct SetScore {
+  std::string name;
+  size_t sentences = 0;
+  xf::metrics::BleuScore bleu;
+  double chrf = 0;
+};
+
+std::vector<std::string> read_hypotheses(const std::string& path, size_t expected,
+                                         const std::string& references_origin) {
+  std::vector<std::string> hypotheses = xf::metrics::read_text_lines(path);
+  if (hypotheses.size() != expected)
+    throw xf::Error("hypothesis file " + path + " has " + std::to_string(hypotheses.size()) +
+                    " lines but " + references_origin + " has " + std::to_string(expected));
+  if (hypotheses.empty()) throw xf::Error("hypothesis file " + path + " is empty: nothing to score");
+  return hypotheses;
+}
+
+SetScore score_casual_set(const std::string& tsv_path, const std::string& hyp_path) {
+  namespace m = xf::metrics;
+  const m::GroupedReferences grouped = m::group_references_by_source(tsv_path);
+  const std::vector<std::string> hypotheses =
+      read_hypotheses(hyp_path, grouped.references.size(), tsv_path + " (distinct sources)");
+  return {tsv_path, hypotheses.size(), m::corpus_bleu(hypotheses, grouped.references),
+          m::corpus_chrf(hypotheses, grouped.references)};
+}
+
+// The clean set first, then each casual one with its BLEU difference to the clean.
+void print_casual_table(const SetScore& clean, const std::vector<SetScore>& casual) {
+  std::printf("| set | sentences | BLEU | chrF2 | BLEU - clean |\n| --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("| %s | %zu | %.2f | %.2f | |\n", clean.name.c_str(), clean.sentences,
+              clean.bleu.score, clean.chrf);
+  for (const SetScore& set : casual) {
+    std::printf("| %s | %zu | %.2f | %.2f | %+.2f |\n", set.name.c_str(), set.sentences,
+                set.bleu.score, set.chrf, set.bleu.score - clean.bleu.score);
+  }
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string casual_json(const std::vector<SetScore>& casual) {
+  std::string json = ", \"casual\": [";
+  char numbers[160];
+  for (size_t i = 0; i < casual.size(); ++i) {
+    std::snprintf(numbers, sizeof numbers, ", \"sentences\": %zu, \"bleu\": %.17g, \"chrf2\": %.17g}",
+                  casual[i].sentences, casual[i].bleu.score, casual[i].chrf);
+    json += (i ? ", {\"ref_tsv\": " : "{\"ref_tsv\": ") + json_string(casual[i].name) + numbers;
+  }
+  return json + "]";
+}
+
 int run(const Options& options) {
   namespace m = xf::metrics;
   std::vector<std::vector<std::string>> references;  // [hypothesis][its references]
@@ -189,11 +269,8 @@ int run(const Options& options) {
     references = m::references_per_line(files, options.ref_paths);
     references_origin = options.ref_paths[0];
   }
-  const std::vector<std::string> hypotheses = m::read_text_lines(options.hyp_path);
-  if (hypotheses.size() != references.size())
-    throw xf::Error("hypothesis file " + options.hyp_path + " has " + std::to_string(hypotheses.size()) +
-                    " lines but " + references_origin + " has " + std::to_string(references.size()));
-  if (hypotheses.empty()) throw xf::Error("hypothesis file " + options.hyp_path + " is empty: nothing to score");
+  const std::vector<std::string> hypotheses =
+      read_hypotheses(options.hyp_path, references.size(), references_origin);
 
   std::vector<m::LengthBucket> buckets;
   if (options.by_length) {
@@ -209,14 +286,22 @@ int run(const Options& options) {
 
   const m::BleuScore bleu = m::corpus_bleu(hypotheses, references);
   const double chrf = m::corpus_chrf(hypotheses, references);
+  std::vector<SetScore> casual;
+  for (size_t i = 0; i < options.casual_tsv_paths.size(); ++i) {
+    casual.push_back(score_casual_set(options.casual_tsv_paths[i], options.casual_hyp_paths[i]));
+  }
   if (options.json) {
     size_t reference_count = 0;
     for (const auto& refs : references) reference_count += refs.size();
     print_json(bleu, chrf, hypotheses.size(), reference_count,
-               options.by_length ? length_json(buckets) : std::string());
+               (options.by_length ? length_json(buckets) : std::string()) +
+                   (casual.empty() ? std::string() : casual_json(casual)));
   } else {
     std::printf("%s\n%s\n", bleu.to_string().c_str(), m::chrf_to_string(chrf).c_str());
     if (options.by_length) print_length_table(buckets);
+    if (!casual.empty()) {
+      print_casual_table({options.ref_tsv_path, hypotheses.size(), bleu, chrf}, casual);
+    }
   }
   return 0;
 }

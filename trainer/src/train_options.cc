@@ -130,6 +130,27 @@ const std::vector<OptionSpec>& option_table() {
       {"join-max-pairs", "N most pairs in a joined example (2..64, default 4)",
        [](O& o, const std::string& v) { o.join_max_pairs = to_int("join-max-pairs", v, 2, 64); },
        [](const O& o) { return std::to_string(o.join_max_pairs); }},
+      {"modify-lowercase", "P  text as people type it: each pair of an epoch has, with chance P,\n"
+                           "                   its source lowercased (the target as written)",
+       [](O& o, const std::string& v) { o.modifiers.lowercase = to_double("modify-lowercase", v, 0, 1); },
+       [](const O& o) { return number_text(o.modifiers.lowercase); }},
+      {"modify-uppercase", "P  chance that both sides are upper case (the three case modifiers\n"
+                           "                   exclude each other: their chances add up to at most 1)",
+       [](O& o, const std::string& v) { o.modifiers.uppercase = to_double("modify-uppercase", v, 0, 1); },
+       [](const O& o) { return number_text(o.modifiers.uppercase); }},
+      {"modify-titlecase", "P  chance that both sides are title case (Each Word Capitalised)",
+       [](O& o, const std::string& v) { o.modifiers.titlecase = to_double("modify-titlecase", v, 0, 1); },
+       [](const O& o) { return number_text(o.modifiers.titlecase); }},
+      {"modify-no-final-punctuation", "P  chance that the source loses its final . ! ? (the target\n"
+                                      "                   keeps it)",
+       [](O& o, const std::string& v) {
+         o.modifiers.no_final_punctuation = to_double("modify-no-final-punctuation", v, 0, 1);
+       },
+       [](const O& o) { return number_text(o.modifiers.no_final_punctuation); }},
+      {"modify-typo", "P       chance of one typo in the source (letters swapped, one dropped, one\n"
+                      "                   repeated, or a neighbouring key); all --modify-* default 0: off",
+       [](O& o, const std::string& v) { o.modifiers.typo = to_double("modify-typo", v, 0, 1); },
+       [](const O& o) { return number_text(o.modifiers.typo); }},
       {"layers", "N       encoder and decoder layers (sets both)",
        [](O& o, const std::string& v) {
          o.encoder_layers = o.decoder_layers = static_cast<uint32_t>(to_int("layers", v, 1, 64));
@@ -341,6 +362,11 @@ TrainOptions train_options_from_map(const std::map<std::string, std::string>& va
   if (options.out_dir.empty()) throw OptionError("--out DIR is required");
   if (options.bf16 && options.device != "cpu") {
     throw OptionError("--bf16 is for --device cpu (--device cuda computes in f16 already)");
+  }
+  const ModifierOptions& m = options.modifiers;
+  if (m.lowercase + m.uppercase + m.titlecase > 1) {
+    throw OptionError("--modify-lowercase, --modify-uppercase and --modify-titlecase add up to more "
+                      "than 1 (one draw picks at most one of them)");
   }
   if (options.source_language == options.target_language) {
     throw OptionError("--src-lang and --tgt-lang are both '" + options.source_language + "'");

@@ -223,8 +223,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log,
   joins.probability = options.join_probability;
   joins.max_pairs = static_cast<size_t>(options.join_max_pairs);
   joins.max_length = static_cast<size_t>(options.max_length);
-  batches = std::make_unique<BatchIterator>(corpus, static_cast<size_t>(options.batch_tokens),
-                                            state.data, joins);
+  batches = std::make_unique<BatchIterator>(
+      corpus, static_cast<size_t>(options.batch_tokens), state.data, joins,
+      std::make_unique<CorpusModifier>(options.modifiers, *tokenizer, joins.max_length));
   // Saved with each checkpoint (and so a model file's training.options): the shape options say
   // the architecture trained, also when --init-from or --resume chose it over the flags.
   TrainOptions trained_options = options;

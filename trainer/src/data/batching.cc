@@ -4,17 +4,14 @@
 
 #include "xf/error.h"
 #include "xf/trainer/data.h"
+#include "xf/trainer/text_modifiers.h"
 
 namespace xf::trainer {
-namespace {
 
-// A seed for one epoch's randomness, so epoch e's plan never depends on earlier epochs.
 uint64_t epoch_seed(uint64_t seed, uint64_t epoch, uint64_t purpose) {
   SplitMix64 mix(seed ^ (epoch * 0x9e3779b97f4a7c15ull) ^ (purpose << 56));
   return mix.next();
 }
-
-}  // namespace
 
 std::vector<BatchIndices> plan_batches(const TokenizedCorpus& corpus, size_t batch_tokens,
                                        uint64_t seed, uint64_t epoch, bool shuffle) {
@@ -129,7 +126,16 @@ TokenizedCorpus join_pairs(const TokenizedCorpus& corpus, const std::vector<Batc
 
 BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
                              DataPosition start, const JoinOptions& joins)
-    : corpus_(corpus), batch_tokens_(batch_tokens), joins_(joins), position_(start) {
+    : BatchIterator(corpus, batch_tokens, start, joins, nullptr) {}
+
+BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
+                             DataPosition start, const JoinOptions& joins,
+                             std::unique_ptr<const CorpusModifier> modifier)
+    : corpus_(corpus),
+      batch_tokens_(batch_tokens),
+      joins_(joins),
+      modifier_(std::move(modifier)),
+      position_(start) {
   if (corpus.size() == 0) throw Error("the training corpus is empty after filtering");
   plan_epoch();
   if (position_.batch_index > plan_.size()) {
@@ -138,6 +144,8 @@ BatchIterator::BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens,
                 " batches (was the corpus or --batch-tokens changed since the checkpoint?)");
   }
 }
+
+BatchIterator::~BatchIterator() = default;
 
 const BatchIndices& BatchIterator::next() {
   if (position_.batch_index >= plan_.size()) {
@@ -149,8 +157,15 @@ const BatchIndices& BatchIterator::next() {
 }
 
 void BatchIterator::plan_epoch() {
+  epoch_corpus_ = &corpus_;
+  if (modifier_ && modifier_->active()) {
+    modified_ = modifier_->apply(corpus_, position_.seed, position_.epoch);
+    epoch_corpus_ = &modified_;
+  }
   if (joins_.probability > 0) {
-    joined_ = join_pairs(corpus_, plan_joins(corpus_, joins_, position_.seed, position_.epoch));
+    joined_ = join_pairs(*epoch_corpus_,
+                         plan_joins(*epoch_corpus_, joins_, position_.seed, position_.epoch));
+    epoch_corpus_ = &joined_;
   }
   plan_ = plan_batches(corpus(), batch_tokens_, position_.seed, position_.epoch);
   plan_epoch_ = position_.epoch;

@@ -198,6 +198,12 @@ std::vector<BatchIndices> plan_joins(const TokenizedCorpus& corpus, const JoinOp
 // The corpus of those examples: each group's sources concatenated, and its targets.
 TokenizedCorpus join_pairs(const TokenizedCorpus& corpus, const std::vector<BatchIndices>& groups);
 
+// A seed for one epoch's randomness of one `purpose` (1: tie-breaks, 2: batch order, 3: joins,
+// 4: text modifiers), so epoch e's examples never depend on earlier epochs.
+uint64_t epoch_seed(uint64_t seed, uint64_t epoch, uint64_t purpose);
+
+class CorpusModifier;  // text_modifiers.h
+
 // Where the data iterator stands; saved in checkpoints so a resume continues exactly.
 struct DataPosition {
   uint64_t epoch = 0;        // 0-based
@@ -205,17 +211,20 @@ struct DataPosition {
   uint64_t seed = 0;
 };
 
-// Walks the epochs' batch plans in order. With joins, each epoch has its own examples
-// (join_pairs of plan_joins for that epoch), rebuilt from (seed, epoch) alone, so a resume at
-// any position continues exactly.
+// Walks the epochs' batch plans in order. With text modifiers or joins, each epoch has its own
+// examples (the modifier applied to the corpus, then join_pairs of plan_joins over that),
+// rebuilt from (seed, epoch) alone, so a resume at any position continues exactly.
 class BatchIterator {
  public:
   BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start,
                 const JoinOptions& joins = {});
+  BatchIterator(const TokenizedCorpus& corpus, size_t batch_tokens, DataPosition start,
+                const JoinOptions& joins, std::unique_ptr<const CorpusModifier> modifier);
+  ~BatchIterator();
   // The next batch; moves to the next epoch (a new shuffle) when one ends. Its indices are
-  // into corpus(), which changes with the epoch when joins are on.
+  // into corpus(), which changes with the epoch when modifiers or joins are on.
   const BatchIndices& next();
-  const TokenizedCorpus& corpus() const { return joins_.probability > 0 ? joined_ : corpus_; }
+  const TokenizedCorpus& corpus() const { return *epoch_corpus_; }
   DataPosition position() const { return position_; }
   size_t batches_per_epoch() const { return plan_.size(); }
 
@@ -224,7 +233,10 @@ class BatchIterator {
   const TokenizedCorpus& corpus_;
   size_t batch_tokens_;
   JoinOptions joins_;
-  TokenizedCorpus joined_;  // this epoch's examples when joins are on
+  std::unique_ptr<const CorpusModifier> modifier_;
+  TokenizedCorpus modified_;  // this epoch's corpus when a modifier is active
+  TokenizedCorpus joined_;    // this epoch's examples when joins are on
+  const TokenizedCorpus* epoch_corpus_ = nullptr;  // corpus_, modified_ or joined_
   DataPosition position_;
   std::vector<BatchIndices> plan_;
   uint64_t plan_epoch_ = ~0ull;

@@ -9,6 +9,7 @@
 
 #include "xf/error.h"
 #include "xf/format/config.h"
+#include "xf/trainer/text_modifiers.h"
 
 namespace xf::trainer {
 
@@ -29,6 +30,7 @@ struct TrainOptions {
   int64_t batch_tokens = 4096;          // --batch-tokens: rows * max(src, tgt) padded length
   double join_probability = 0;          // --join-probability: share of examples joined from pairs
   int64_t join_max_pairs = 4;           // --join-max-pairs: a join takes 2..N pairs
+  ModifierOptions modifiers;            // --modify-*: case, final punctuation, typos
   // Model
   uint32_t encoder_layers = 6;          // --encoder-layers (or --layers for both)
   uint32_t decoder_layers = 6;          // --decoder-layers
