@@ -11,6 +11,7 @@ class TranslateOptions:
     beam: int
     n_best: int
     length_penalty: Optional[float]
+    length_normalization: Optional[str]
     max_len_a: float
     max_len_b: int
     max_decoding_length: int

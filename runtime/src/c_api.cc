@@ -135,6 +135,7 @@ xf_translate_options translate_defaults() {
   c.seed = cpp.seed;
   c.repetition_penalty = NAN;
   c.no_repeat_ngram_size = -1;
+  c.length_normalization = -1;
   return c;  // no target prefixes
 }
 
@@ -167,6 +168,13 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.seed = c.seed;
   if (!std::isnan(c.repetition_penalty)) cpp.repetition_penalty = c.repetition_penalty;
   if (c.no_repeat_ngram_size != -1) cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
+  if (c.length_normalization != -1) {
+    if (c.length_normalization != XF_LENGTH_NORMALIZATION_GNMT && c.length_normalization != XF_LENGTH_NORMALIZATION_POWER)
+      throw InvalidArgument("xf_translate_options: unknown length_normalization " +
+                            std::to_string(c.length_normalization));
+    cpp.length_normalization = c.length_normalization == XF_LENGTH_NORMALIZATION_POWER ? xf::LengthNormalization::power
+                                                                                       : xf::LengthNormalization::gnmt;
+  }
   return cpp;
 }
 

@@ -18,10 +18,6 @@ void Backend::keep_sentences(const int32_t*, int64_t) {
   throw Error("internal: this backend cannot drop sentences from a batch");
 }
 
-float length_penalty(int64_t length, float alpha) {
-  return std::pow((5.0f + static_cast<float>(length)) / 6.0f, alpha);
-}
-
 namespace {
 
 constexpr float kBanned = -std::numeric_limits<float>::infinity();
@@ -164,7 +160,7 @@ int32_t Search::sample(const float* log_probs, int64_t sentence, const Translate
 }
 
 void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
-                          float log_prob, float alpha) {
+                          float log_prob, const TranslateOptions& options) {
   int64_t& count = finished_count_[sentence];
   if (count >= max_finished_) throw Error("internal: more finished hypotheses than planned");
   Finished& f = finished_[sentence * max_finished_ + count];
@@ -173,7 +169,7 @@ void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count
   f.id_count = id_count;
   f.length = length;
   f.log_prob = log_prob;
-  f.score = log_prob / length_penalty(length, alpha);
+  f.score = log_prob / length_normalizer(*options.length_normalization, length, *options.length_penalty);
   ++count;
 }
 
@@ -239,14 +235,14 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
       }
       int32_t* ids = history + slot * stride;
       if (token == config_.eos_id) {
-        add_finished(s, ids, step, step + 1, log_probs_[slot], *options.length_penalty);
+        add_finished(s, ids, step, step + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
         continue;
       }
       ids[step] = token;
       tokens_[slot] = token;
       if (step + 1 == max_length_[s]) {
-        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], *options.length_penalty);
+        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
       } else {
         active = true;
@@ -379,7 +375,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         const int64_t parent_row = first_row + c[i].parent;
         const int32_t* prefix = history + parent_row * stride;
         if (c[i].token == config_.eos_id) {
-          add_finished(s, prefix, step, step + 1, c[i].log_prob, *options.length_penalty);
+          add_finished(s, prefix, step, step + 1, c[i].log_prob, options);
           continue;
         }
         const int64_t row = first_row + next_live;
@@ -387,7 +383,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         std::copy(prefix, prefix + step, ids);
         ids[step] = c[i].token;
         if (last_step) {
-          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, *options.length_penalty);
+          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, options);
           continue;
         }
         parents_[row] = static_cast<int32_t>(parent_row);

@@ -409,6 +409,50 @@ TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {
   expect_error({{5}}, {{static_cast<int32_t>(config.target_vocab_size)}}, "outside the target vocabulary");
 }
 
+// Both normalizations against divisors computed by hand, then on beam 4's n-best lists: every
+// score is the log-probability over its divisor (length with EOS, unless the output was cut at
+// the limit), the lists are sorted by it, and the two rules rank some sentence differently.
+TEST(DecodingOptions, LengthNormalizationsDivideAsComputedByHand) {
+  // gnmt: ((5 + 7) / 6)^1 = 2, ((5 + 1) / 6)^0.6 = 1; power: 4^0.5 = 2, 9^1.5 = 27, 5^0 = 1.
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::gnmt, 7, 1.0f), 2.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::gnmt, 1, 0.6f), 1.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 4, 0.5f), 2.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 9, 1.5f), 27.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 5, 0.0f), 1.0f);
+
+  test::TinyModelOptions model_options;
+  model_options.eos_bias = 1.0f;  // outputs that end, of many lengths
+  model_options.seed = 5;
+  auto model = model_named(model_options, "normalization");
+  Translator translator(model, small_translator());
+  const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 43, 10);
+  std::vector<std::vector<int32_t>> best[2];
+  for (const auto normalization : {LengthNormalization::gnmt, LengthNormalization::power}) {
+    SCOPED_TRACE(length_normalization_name(normalization));
+    TranslateOptions options = test::beam_options(4, 4);
+    options.length_penalty = 2.0f;  // strong, so that the rules disagree
+    options.length_normalization = normalization;
+    std::vector<TokenTranslation> results;
+    translator.translate_ids(sources, options, results);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& hypotheses = results[i].hypotheses;
+      ASSERT_EQ(hypotheses.size(), 4u);
+      for (size_t h = 0; h < hypotheses.size(); ++h) {
+        const auto& hypothesis = hypotheses[h];
+        const double length = static_cast<double>(hypothesis.ids.size()) +
+                              (static_cast<int64_t>(hypothesis.ids.size()) == translator.max_target_len() ? 0 : 1);
+        const double divisor = normalization == LengthNormalization::power ? std::pow(length, 2.0)
+                                                                           : std::pow((5.0 + length) / 6.0, 2.0);
+        EXPECT_NEAR(hypothesis.score, hypothesis.log_prob / divisor, 1e-5 * std::abs(hypothesis.log_prob))
+            << "sentence " << i << " hypothesis " << h;
+        if (h > 0) EXPECT_GE(hypotheses[h - 1].score, hypothesis.score) << "sentence " << i;
+      }
+      best[normalization == LengthNormalization::power].push_back(hypotheses[0].ids);
+    }
+  }
+  EXPECT_NE(best[0], best[1]) << "length^2 and ((5 + length) / 6)^2 should rank some sentence differently";
+}
+
 // A model's decoding.* metadata gives the defaults: the beam of a Translator left at 0, and the
 // length penalty, repetition penalty and n-gram size of every call that leaves them unset; an
 // option given explicitly wins. Compared with the same weights without metadata.

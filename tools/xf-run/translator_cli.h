@@ -76,6 +76,11 @@ struct TranslatorCli {
       model_access = FileAccess::read;
     } else if (arg == "--length-penalty") {
       translate.length_penalty = parse_number(arg, value());
+    } else if (arg == "--length-normalization") {
+      const std::string name = value();
+      if (name != "gnmt" && name != "power")
+        throw UsageError{"--length-normalization expects gnmt or power, got '" + name + "'"};
+      translate.length_normalization = parse_length_normalization(name);
     } else if (arg == "--max-len-a") {
       translate.max_len_a = translator.max_len_a = parse_number(arg, value());
     } else if (arg == "--max-len-b") {
@@ -251,11 +256,16 @@ inline const char* translator_options_help() {
                         weight matrices as stored in the file (default; f16/bf16 are widened to
                         f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
                         with per-row scales (CPU only), or f16 (CUDA only: f16 compute)
-  --length-penalty A    GNMT length penalty alpha (default: the model's, else 0.6)
+  --length-penalty A    length penalty alpha (default: the model's, else 0.6)
+  --length-normalization gnmt|power
+                        a hypothesis's score: log-probability / ((5 + length) / 6)^A (gnmt,
+                        GNMT's) or / length^A (power: Marian's normalize, transformers'
+                        length_penalty); length counts EOS (default: the model's, else gnmt)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
   --max-decoding-length N
-                        at most N output tokens, EOS included (default 0: no cap)
+                        at most N output tokens, EOS included (default 0: the model's, else
+                        no cap)
   --min-decoding-length N
                         at least N output tokens before EOS (default 0)
   --disable-unk         never output the unknown token

@@ -81,6 +81,13 @@ typedef struct xf_translator_options {
 
 typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;
 
+/* A score is log_prob / ((5 + length) / 6)^alpha (GNMT) or log_prob / length^alpha (POWER:
+ * Marian's normalize, transformers' length_penalty); length counts EOS. */
+typedef enum xf_length_normalization {
+  XF_LENGTH_NORMALIZATION_GNMT = 0,
+  XF_LENGTH_NORMALIZATION_POWER = 1
+} xf_length_normalization;
+
 /* The fields of xf::TranslateOptions (translator.h says what each one does). The fields marked
  * "model's" default to the model's own setting (its decoding.* metadata, else xf's default):
  * init leaves them NAN or -1, which mean "not given"; any other value wins over the model's. */
@@ -88,7 +95,7 @@ typedef struct xf_translate_options {
   size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
   int beam; /* 0: the translator's max_beam */
   int n_best;
-  float length_penalty; /* model's: NAN; else GNMT alpha (xf's default 0.6) */
+  float length_penalty; /* model's: NAN; else alpha (xf's default 0.6) */
   float max_len_a;
   int max_len_b;
   int max_decoding_length; /* 0: no cap beyond max_len_a/b */
@@ -107,6 +114,8 @@ typedef struct xf_translate_options {
   const size_t* target_prefix_lengths;
   int min_decoding_length; /* 0: none */
   int disable_unk;         /* 1: never generate the unknown token */
+  /* model's: -1; else an xf_length_normalization (how length_penalty divides a score) */
+  int length_normalization;
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
