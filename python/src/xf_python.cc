@@ -276,6 +276,7 @@ NB_MODULE(_xf, m) {
       .def_rw("max_decoding_length", &xf::TranslateOptions::max_decoding_length)
       .def_rw("min_decoding_length", &xf::TranslateOptions::min_decoding_length)
       .def_rw("disable_unk", &xf::TranslateOptions::disable_unk)
+      .def_rw("disable_loop_guard", &xf::TranslateOptions::disable_loop_guard)
       .def_rw("max_batch_size", &xf::TranslateOptions::max_batch_size)
       .def_prop_rw(
           "batch_type", [](const xf::TranslateOptions& o) { return std::string(xf::batch_type_name(o.batch_type)); },

@@ -182,7 +182,8 @@ class Translator:
                         no_repeat_ngram_size: Optional[int] = None, disable_unk: bool = False,
                         max_input_length: int = 1024, seed: int = 0, max_len_a: float = 1.0,
                         max_len_b: int = 50,
-                        length_normalization: Optional[str] = None) -> List[TranslationResult]:
+                        length_normalization: Optional[str] = None,
+                        disable_loop_guard: bool = False) -> List[TranslationResult]:
         """Translates a list of sources (str, or lists of SentencePiece pieces).
 
         The GIL is released while translating. Options as in CTranslate2; None (beam_size,
@@ -195,6 +196,8 @@ class Translator:
         many tokens is truncated to it, with a warning (0: never; a source longer than the
         translator's max_source_len - 1 tokens raises xf.Error). target_prefix: None, or one entry
         per source (str, pieces, or None/"" for none) that its translations start with.
+        disable_loop_guard: no loop guard (an output longer than its source that repeats a
+        4-token phrase a third time is otherwise cut before the second turn).
         """
         options = self._options(max_batch_size, batch_type)
         if beam_size is not None:
@@ -209,6 +212,7 @@ class Translator:
         options.max_decoding_length = _int("max_decoding_length", max_decoding_length, 0)
         options.min_decoding_length = _int("min_decoding_length", min_decoding_length, 0)
         options.disable_unk = _bool("disable_unk", disable_unk)
+        options.disable_loop_guard = _bool("disable_loop_guard", disable_loop_guard)
         options.sampling_topk = _int("sampling_topk", sampling_topk, 0)
         options.sampling_topp = _float("sampling_topp", sampling_topp, 0.0, 1.0, above_minimum=True)
         options.sampling_temperature = _float("sampling_temperature", sampling_temperature, 0.0,

@@ -17,6 +17,7 @@ class TranslateOptions:
     max_decoding_length: int
     min_decoding_length: int
     disable_unk: bool
+    disable_loop_guard: bool
     max_batch_size: int
     batch_type: str
     sampling_topk: int

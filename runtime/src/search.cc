@@ -116,6 +116,21 @@ void Search::adjust_logits(float* logits, const int32_t* ids, int64_t count,
   }
 }
 
+int64_t Search::loop_guard_cut(const int32_t* ids, int64_t count, int64_t source_tokens) {
+  constexpr int64_t n = 4;  // a phrase, not a word: short n-grams repeat in normal text
+  if (count <= source_tokens || count < 3 * n) return count;
+  // The two latest earlier occurrences of the last 4-gram: the loop's second turn begins at the
+  // later one.
+  const int32_t* last = ids + count - n;
+  int64_t later = -1;
+  for (int64_t i = count - n - 1; i >= 0; --i) {
+    if (!std::equal(ids + i, ids + i + n, last)) continue;
+    if (later >= 0) return later;
+    later = i;
+  }
+  return count;
+}
+
 int32_t Search::sample(const float* log_probs, int64_t sentence, const TranslateOptions& options) {
   const int64_t vocab = config_.target_vocab_size;
   const int64_t k = options.sampling_topk <= 0 ? vocab : std::min<int64_t>(options.sampling_topk, vocab);
@@ -208,6 +223,7 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
   const bool can_drop = backend.can_drop_sentences();
   const bool sampling = options.sampling() || always_sample;
   const bool adjust = options.adjusts_logits();
+  const bool guard = !options.disable_loop_guard;
   const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
@@ -241,8 +257,9 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
       }
       ids[step] = token;
       tokens_[slot] = token;
-      if (step + 1 == max_length_[s]) {
-        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], options);
+      const int64_t kept = guard ? loop_guard_cut(ids, step + 1, source_lengths_[s]) : step + 1;
+      if (step + 1 == max_length_[s] || kept <= step) {
+        add_finished(s, ids, kept, kept == step + 1 ? kept : kept + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
       } else {
         active = true;
@@ -316,6 +333,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   }
   const bool can_drop = backend.can_drop_sentences();
   const bool adjust = options.adjusts_logits();
+  const bool guard = !options.disable_loop_guard;
   // The backend computes the live hypotheses' rows alone (at the first step one a sentence),
   // unless the logits are read on the host by row (adjusted, or a forced target prefix).
   bool forced = false;
@@ -382,8 +400,9 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         int32_t* ids = next_history + row * stride;
         std::copy(prefix, prefix + step, ids);
         ids[step] = c[i].token;
-        if (last_step) {
-          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, options);
+        const int64_t kept = guard ? loop_guard_cut(ids, step + 1, source_lengths_[s]) : step + 1;
+        if (last_step || kept <= step) {
+          add_finished(s, ids, kept, kept == step + 1 ? kept : kept + 1, c[i].log_prob, options);
           continue;
         }
         parents_[row] = static_cast<int32_t>(parent_row);

@@ -91,6 +91,8 @@ struct TranslatorCli {
       translate.min_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else if (arg == "--disable-unk") {
       translate.disable_unk = true;
+    } else if (arg == "--disable-loop-guard") {
+      translate.disable_loop_guard = true;
     } else if (arg == "--max-batch-size") {
       translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
     } else if (arg == "--batch-type") {
@@ -269,6 +271,8 @@ inline const char* translator_options_help() {
   --min-decoding-length N
                         at least N output tokens before EOS (default 0)
   --disable-unk         never output the unknown token
+  --disable-loop-guard  let a hypothesis longer than its source repeat a 4-token phrase a third
+                        time (by default it ends before its second turn; see runtime/README.md)
   --max-batch-size N, --batch-type examples|tokens
                         cut batches at N sentences, or at N padded source tokens (sentences x
                         longest); at most --max-batch sentences (default 0: --max-batch)

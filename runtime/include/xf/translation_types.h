@@ -79,6 +79,12 @@ struct TranslateOptions {
   int min_decoding_length = 0;
   // The unknown token (the model's unk_id) is never generated.
   bool disable_unk = false;
+  // The loop guard, on unless disabled: a hypothesis already longer than its source (tokens with
+  // EOS) whose last 4 tokens occur for the third time ends there, cut back to where the 4-gram
+  // began its second time (a model in a loop repeats a phrase to the length limit). Normal
+  // outputs are rarely longer than the source and never repeat a 4-gram three times, so it
+  // leaves them as they are. The hypothesis keeps the log-probability of all it decoded.
+  bool disable_loop_guard = false;
 
   // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
   // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);

@@ -82,10 +82,12 @@ typedef struct xf_translator_options {
 typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;
 
 /* A score is log_prob / ((5 + length) / 6)^alpha (GNMT) or log_prob / length^alpha (POWER:
- * Marian's normalize, transformers' length_penalty); length counts EOS. */
+ * Marian's normalize, transformers' length_penalty); length counts EOS. MODEL (0, what init
+ * sets): the model's decoding.length_normalization, else GNMT. */
 typedef enum xf_length_normalization {
-  XF_LENGTH_NORMALIZATION_GNMT = 0,
-  XF_LENGTH_NORMALIZATION_POWER = 1
+  XF_LENGTH_NORMALIZATION_MODEL = 0,
+  XF_LENGTH_NORMALIZATION_GNMT = 1,
+  XF_LENGTH_NORMALIZATION_POWER = 2
 } xf_length_normalization;
 
 /* The fields of xf::TranslateOptions (translator.h says what each one does). The fields marked
@@ -114,8 +116,10 @@ typedef struct xf_translate_options {
   const size_t* target_prefix_lengths;
   int min_decoding_length; /* 0: none */
   int disable_unk;         /* 1: never generate the unknown token */
-  /* model's: -1; else an xf_length_normalization (how length_penalty divides a score) */
-  int length_normalization;
+  /* Fields appended after the first release default to 0, so that an older library takes a
+   * newer app's struct as long as the app leaves them alone. */
+  xf_length_normalization length_normalization; /* how length_penalty divides a score */
+  int disable_loop_guard; /* 1: no loop guard (translator.h) */
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
