@@ -206,11 +206,23 @@ void import_hugging_face(const std::string& directory, const std::string& output
   }
   model.metadata = {{"imported_from", "huggingface-marian"},
                     {"imported_from.path", directory}};
-  // num_beams is generate()'s beam size (absent: transformers' 1, and xf keeps its own default).
-  // Its length_penalty is not xf's (see set_decoding_beam), nor is max_length a setting xf stores.
-  if (generation.contains("num_beams") && !generation["num_beams"].is_null())
-    set_decoding_beam(model, config_value<int64_t>(generation, generation_path, "num_beams"),
-                      generation_path + ": key 'num_beams'");
+  // generate()'s own settings, so that xf decodes as transformers does: num_beams (absent:
+  // transformers' 1, and xf keeps its own default); length_penalty, score / length^alpha
+  // (absent: transformers' 1.0); max_length, which counts the decoder start token;
+  // no_repeat_ngram_size.
+  const auto given = [&](const char* key) { return generation.contains(key) && !generation[key].is_null(); };
+  const auto origin = [&](const char* key) { return generation_path + ": key '" + key + "'"; };
+  if (given("num_beams"))
+    set_decoding_beam(model, config_value<int64_t>(generation, generation_path, "num_beams"), origin("num_beams"));
+  set_decoding_power_normalization(model, config_value<double>(generation, generation_path, "length_penalty", 1.0),
+                                   origin("length_penalty"));
+  if (given("max_length"))
+    set_decoding_integer(model, "max_decoding_length",
+                         config_value<int64_t>(generation, generation_path, "max_length") - 1, 1, origin("max_length"));
+  if (given("no_repeat_ngram_size"))
+    set_decoding_integer(model, "no_repeat_ngram_size",
+                         config_value<int64_t>(generation, generation_path, "no_repeat_ngram_size"), 0,
+                         origin("no_repeat_ngram_size"));
   write_imported_model(model, output, options);
 }
 

@@ -1,5 +1,8 @@
 #include "imported_model.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
@@ -36,6 +39,23 @@ void set_decoding_beam(ImportedModel& model, int64_t beam, const std::string& or
   if (beam < 1 || beam > 1024)
     throw Error(origin + " is " + std::to_string(beam) + ", not a beam size from 1 to 1024");
   model.metadata["decoding.beam"] = std::to_string(beam);
+}
+
+void set_decoding_power_normalization(ImportedModel& model, double alpha, const std::string& origin) {
+  if (!std::isfinite(alpha) || alpha < -100 || alpha > 100)
+    throw Error(origin + " is " + std::to_string(alpha) + ", not a length penalty from -100 to 100");
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", alpha);
+  model.metadata["decoding.length_normalization"] = "power";
+  model.metadata["decoding.length_penalty"] = text;
+}
+
+void set_decoding_integer(ImportedModel& model, const std::string& name, int64_t value, int64_t min,
+                          const std::string& origin) {
+  if (value < min || value > (1 << 20))
+    throw Error(origin + " is " + std::to_string(value) + ", not an integer from " + std::to_string(min) + " to " +
+                std::to_string(1 << 20));
+  model.metadata["decoding." + name] = std::to_string(value);
 }
 
 namespace {

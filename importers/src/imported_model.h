@@ -37,10 +37,13 @@ void add_linear(ImportedModel& model, const std::string& xf_name, const std::vec
 
 // The model's own beam size as the metadata decoding.beam (xf::DecodingDefaults), the default of
 // every translation with the file; `origin` (file and key) names it when it is not 1..1024.
-// Only the beam size is carried over: Marian's `normalize` and transformers' `length_penalty`
-// divide the score by length^alpha, xf's length penalty is GNMT's ((5 + length) / 6)^alpha, so
-// theirs are not xf's decoding.length_penalty.
 void set_decoding_beam(ImportedModel& model, int64_t beam, const std::string& origin);
+// Marian's `normalize` and transformers' `length_penalty` divide the score by length^alpha:
+// decoding.length_normalization power with decoding.length_penalty alpha.
+void set_decoding_power_normalization(ImportedModel& model, double alpha, const std::string& origin);
+// decoding.<name> = value, an integer from `min` (origin names the key it came from).
+void set_decoding_integer(ImportedModel& model, const std::string& name, int64_t value, int64_t min,
+                          const std::string& origin);
 
 void write_imported_model(const ImportedModel& model, const std::string& output, const ImportOptions& options);
 

@@ -40,6 +40,9 @@ struct MarianFiles {
   // embedded in the .npz has one too, for validation only: Marian does not decode with it).
   std::optional<int64_t> beam_size;
   std::string beam_size_origin;
+  // decoder.yml's normalize: marian-decoder divides a score by length^normalize (default 0).
+  double normalize = 0.0;
+  std::string normalize_origin = "Marian's default normalize";
 };
 
 fs::path existing(const fs::path& path, const std::string& what) {
@@ -79,6 +82,14 @@ MarianFiles locate(const std::string& input) {
       } catch (const YAML::Exception&) {
         throw Error(files.beam_size_origin + " is not an integer");
       }
+    if (yml["normalize"] && !yml["normalize"].IsNull()) {
+      files.normalize_origin = decoder_yml->string() + ": key 'normalize'";
+      try {
+        files.normalize = yml["normalize"].as<double>();
+      } catch (const YAML::Exception&) {
+        throw Error(files.normalize_origin + " is not a number");
+      }
+    }
   } else if (!fs::is_directory(given)) {
     files.model = given;
   }
@@ -327,9 +338,10 @@ void import_marian(const std::string& input, const std::string& output, const Im
   }
   model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
                     {"imported_from.version", text("version", "")}};
-  // Only the beam: Marian's normalize is not xf's length penalty (see set_decoding_beam), and its
-  // max-length-factor is not a setting an .xfm stores.
+  // marian-decoder's beam and normalize (its max-length-factor is the Translator's max_len_a,
+  // not a setting an .xfm stores).
   if (files.beam_size) set_decoding_beam(model, *files.beam_size, files.beam_size_origin);
+  set_decoding_power_normalization(model, files.normalize, files.normalize_origin);
   write_imported_model(model, output, options);
 }
 

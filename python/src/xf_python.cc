@@ -225,6 +225,8 @@ class PyTranslator {
     nb::dict out;
     out["beam_size"] = d.beam;
     out["length_penalty"] = d.length_penalty;
+    out["length_normalization"] = xf::length_normalization_name(d.length_normalization);
+    out["max_decoding_length"] = d.max_decoding_length;
     out["repetition_penalty"] = d.repetition_penalty;
     out["no_repeat_ngram_size"] = d.no_repeat_ngram_size;
     return out;
@@ -286,11 +288,22 @@ NB_MODULE(_xf, m) {
       .def_rw("beam", &xf::TranslateOptions::beam)
       .def_rw("n_best", &xf::TranslateOptions::n_best)
       .def_rw("length_penalty", &xf::TranslateOptions::length_penalty)
+      .def_prop_rw(
+          "length_normalization",
+          [](const xf::TranslateOptions& o) -> std::optional<std::string> {
+            if (!o.length_normalization) return std::nullopt;
+            return std::string(xf::length_normalization_name(*o.length_normalization));
+          },
+          [](xf::TranslateOptions& o, const std::optional<std::string>& name) {
+            if (name) o.length_normalization = xf::parse_length_normalization(*name);
+            else o.length_normalization.reset();
+          }, nb::arg("name").none())
       .def_rw("max_len_a", &xf::TranslateOptions::max_len_a)
       .def_rw("max_len_b", &xf::TranslateOptions::max_len_b)
       .def_rw("max_decoding_length", &xf::TranslateOptions::max_decoding_length)
       .def_rw("min_decoding_length", &xf::TranslateOptions::min_decoding_length)
       .def_rw("disable_unk", &xf::TranslateOptions::disable_unk)
+      .def_rw("disable_loop_guard", &xf::TranslateOptions::disable_loop_guard)
       .def_rw("max_batch_size", &xf::TranslateOptions::max_batch_size)
       .def_prop_rw(
           "batch_type", [](const xf::TranslateOptions& o) { return std::string(xf::batch_type_name(o.batch_type)); },

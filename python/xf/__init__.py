@@ -70,7 +70,7 @@ class TranslationResult:
 
     hypotheses: text (str) for a text source; pieces (list of str) for a source given as pieces,
     as CTranslate2 returns them. pieces and ids are there in both cases. scores (the log-probability
-    over the GNMT length penalty) and log_probs are filled when return_scores is true.
+    over the length penalty of length_normalization) and log_probs are filled when return_scores is true.
     """
 
     hypotheses: List[Union[str, List[str]]]
@@ -164,8 +164,8 @@ class Translator:
     @property
     def decoding_defaults(self) -> Dict[str, float]:
         """The model's own decoding settings (its decoding.* metadata, else xf's defaults):
-        beam_size, length_penalty, repetition_penalty, no_repeat_ngram_size; an option given to
-        translate_batch wins."""
+        beam_size, length_penalty, length_normalization, max_decoding_length, repetition_penalty,
+        no_repeat_ngram_size; an option given to translate_batch wins."""
         return dict(self._translator.decoding_defaults)
 
     def tokenize(self, text: str) -> List[str]:
@@ -184,17 +184,23 @@ class Translator:
                         repetition_penalty: Optional[float] = None,
                         no_repeat_ngram_size: Optional[int] = None, disable_unk: bool = False,
                         max_input_length: int = 1024, seed: int = 0, max_len_a: float = 1.0,
-                        max_len_b: int = 50) -> List[TranslationResult]:
+                        max_len_b: int = 50,
+                        length_normalization: Optional[str] = None,
+                        disable_loop_guard: bool = False) -> List[TranslationResult]:
         """Translates a list of sources (str, or lists of SentencePiece pieces).
 
         The GIL is released while translating. Options as in CTranslate2; None (beam_size,
         length_penalty, repetition_penalty, no_repeat_ngram_size) takes the model's own setting
-        (decoding_defaults). Differences: length_penalty is GNMT's alpha, max_decoding_length 0
-        leaves the max_len_a/b rule alone, min_decoding_length defaults to 0, sampling needs
+        (decoding_defaults). Differences: length_penalty is the alpha of length_normalization
+        ("gnmt": score = log_prob / ((5 + length) / 6)^alpha; "power": log_prob / length^alpha, as
+        Marian and transformers; None: the model's, else "gnmt"), max_decoding_length 0 takes the
+        model's (else leaves the max_len_a/b rule alone), min_decoding_length defaults to 0, sampling needs
         beam_size 1 and is reproducible for a seed. max_input_length: a source longer than this
         many tokens is truncated to it, with a warning (0: never; a source longer than the
         translator's max_source_len - 1 tokens raises xf.Error). target_prefix: None, or one entry
         per source (str, pieces, or None/"" for none) that its translations start with.
+        disable_loop_guard: no loop guard (an output longer than its source that repeats a
+        4-token phrase a third time is otherwise cut before the second turn).
         """
         options = self._options(max_batch_size, batch_type)
         if beam_size is not None:
@@ -202,11 +208,14 @@ class Translator:
         options.n_best = _int("num_hypotheses", num_hypotheses, 1, 1024)
         if length_penalty is not None:
             options.length_penalty = _float("length_penalty", length_penalty, 0.0)
+        if length_normalization is not None:
+            options.length_normalization = _choice("length_normalization", length_normalization, ["gnmt", "power"])
         options.max_len_a = _float("max_len_a", max_len_a, 0.0)
         options.max_len_b = _int("max_len_b", max_len_b, 0)
         options.max_decoding_length = _int("max_decoding_length", max_decoding_length, 0)
         options.min_decoding_length = _int("min_decoding_length", min_decoding_length, 0)
         options.disable_unk = _bool("disable_unk", disable_unk)
+        options.disable_loop_guard = _bool("disable_loop_guard", disable_loop_guard)
         options.sampling_topk = _int("sampling_topk", sampling_topk, 0)
         options.sampling_topp = _float("sampling_topp", sampling_topp, 0.0, 1.0, above_minimum=True)
         options.sampling_temperature = _float("sampling_temperature", sampling_temperature, 0.0,

@@ -11,11 +11,13 @@ class TranslateOptions:
     beam: int
     n_best: int
     length_penalty: Optional[float]
+    length_normalization: Optional[str]
     max_len_a: float
     max_len_b: int
     max_decoding_length: int
     min_decoding_length: int
     disable_unk: bool
+    disable_loop_guard: bool
     max_batch_size: int
     batch_type: str
     sampling_topk: int

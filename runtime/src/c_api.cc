@@ -135,6 +135,7 @@ xf_translate_options translate_defaults() {
   c.seed = cpp.seed;
   c.repetition_penalty = NAN;
   c.no_repeat_ngram_size = -1;
+  c.length_normalization = XF_LENGTH_NORMALIZATION_MODEL;
   return c;  // no target prefixes
 }
 
@@ -159,6 +160,7 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.max_decoding_length = c.max_decoding_length;
   cpp.min_decoding_length = c.min_decoding_length;
   cpp.disable_unk = c.disable_unk != 0;
+  cpp.disable_loop_guard = c.disable_loop_guard != 0;
   cpp.max_batch_size = c.max_batch_size;
   cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
   cpp.sampling_topk = c.sampling_topk;
@@ -167,6 +169,11 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.seed = c.seed;
   if (!std::isnan(c.repetition_penalty)) cpp.repetition_penalty = c.repetition_penalty;
   if (c.no_repeat_ngram_size != -1) cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
+  if (c.length_normalization == XF_LENGTH_NORMALIZATION_GNMT) cpp.length_normalization = xf::LengthNormalization::gnmt;
+  else if (c.length_normalization == XF_LENGTH_NORMALIZATION_POWER) cpp.length_normalization = xf::LengthNormalization::power;
+  else if (c.length_normalization != XF_LENGTH_NORMALIZATION_MODEL)
+    throw InvalidArgument("xf_translate_options: unknown length_normalization " +
+                          std::to_string(static_cast<int>(c.length_normalization)));
   return cpp;
 }
 

@@ -93,12 +93,14 @@ class Model::Side {
   }
 
   // The model's own pieces go through SentencePiece's DecodePieces, as Marian and Hugging Face
-  // decode them.
+  // decode them. Trailing spaces (an output ending with the lone "▁" piece) are dropped, as
+  // transformers' MarianTokenizer strips them: an output is a line's text.
   std::string decode(const int32_t* ids, size_t count) const {
     std::string text;
     const auto status = pieces_.empty() ? tokenizer_.Decode(std::vector<int>(ids, ids + count), &text)
                                         : tokenizer_.Decode(pieces_of(ids, count), &text);
     if (!status.ok()) throw Error("detokenization failed: " + status.ToString());
+    while (!text.empty() && text.back() == ' ') text.pop_back();
     return text;
   }
 
@@ -131,19 +133,27 @@ std::string number_text(double value) {
 
 DecodingDefaults DecodingDefaults::from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata) {
   static const std::string kPrefix = "decoding.";
+  // A number in [min, max], or (when `names` is given) one of the names, set as its index.
   struct Setting {
     const char* name;
     double min, max;
     bool integer;
     std::function<void(DecodingDefaults&, double)> set;
+    std::vector<std::string> names;
   };
   static const Setting kSettings[] = {
-      {"beam", 1, 1024, true, [](DecodingDefaults& d, double v) { d.beam = static_cast<int>(v); }},
-      {"length_penalty", -100, 100, false, [](DecodingDefaults& d, double v) { d.length_penalty = static_cast<float>(v); }},
+      {"beam", 1, 1024, true, [](DecodingDefaults& d, double v) { d.beam = static_cast<int>(v); }, {}},
+      {"length_penalty", -100, 100, false,
+       [](DecodingDefaults& d, double v) { d.length_penalty = static_cast<float>(v); }, {}},
+      {"length_normalization", 0, 1, true,
+       [](DecodingDefaults& d, double v) { d.length_normalization = static_cast<LengthNormalization>(v); },
+       {length_normalization_name(LengthNormalization::gnmt), length_normalization_name(LengthNormalization::power)}},
+      {"max_decoding_length", 0, 1 << 20, true,
+       [](DecodingDefaults& d, double v) { d.max_decoding_length = static_cast<int>(v); }, {}},
       {"repetition_penalty", 1e-6, 1e6, false,
-       [](DecodingDefaults& d, double v) { d.repetition_penalty = static_cast<float>(v); }},
+       [](DecodingDefaults& d, double v) { d.repetition_penalty = static_cast<float>(v); }, {}},
       {"no_repeat_ngram_size", 0, 1 << 20, true,
-       [](DecodingDefaults& d, double v) { d.no_repeat_ngram_size = static_cast<int>(v); }},
+       [](DecodingDefaults& d, double v) { d.no_repeat_ngram_size = static_cast<int>(v); }, {}},
   };
   DecodingDefaults defaults;
   for (const auto& [key, text] : metadata) {
@@ -158,9 +168,18 @@ DecodingDefaults DecodingDefaults::from_metadata(const std::vector<std::pair<std
     if (setting == nullptr)
       throw Error("metadata " + key + ": not a decoding setting xf knows (" + known + ")");
     double value = 0.0;
-    if (!parse_value(text, setting->min, setting->max, setting->integer, value))
+    if (!setting->names.empty()) {
+      const auto it = std::find(setting->names.begin(), setting->names.end(), text);
+      if (it == setting->names.end()) {
+        std::string choices;
+        for (const std::string& n : setting->names) choices += (choices.empty() ? "" : " or ") + n;
+        throw Error("metadata " + key + ": expected " + choices + ", got '" + text + "'");
+      }
+      value = static_cast<double>(it - setting->names.begin());
+    } else if (!parse_value(text, setting->min, setting->max, setting->integer, value)) {
       throw Error("metadata " + key + ": expected " + (setting->integer ? "an integer" : "a number") + " from " +
                   number_text(setting->min) + " to " + number_text(setting->max) + ", got '" + text + "'");
+    }
     setting->set(defaults, value);
     defaults.from_model.push_back(name);
   }
@@ -170,6 +189,8 @@ DecodingDefaults DecodingDefaults::from_metadata(const std::vector<std::pair<std
 std::vector<std::pair<std::string, std::string>> DecodingDefaults::to_text() const {
   return {{"beam", std::to_string(beam)},
           {"length_penalty", number_text(length_penalty)},
+          {"length_normalization", length_normalization_name(length_normalization)},
+          {"max_decoding_length", std::to_string(max_decoding_length)},
           {"repetition_penalty", number_text(repetition_penalty)},
           {"no_repeat_ngram_size", std::to_string(no_repeat_ngram_size)}};
 }

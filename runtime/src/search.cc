@@ -18,10 +18,6 @@ void Backend::keep_sentences(const int32_t*, int64_t) {
   throw Error("internal: this backend cannot drop sentences from a batch");
 }
 
-float length_penalty(int64_t length, float alpha) {
-  return std::pow((5.0f + static_cast<float>(length)) / 6.0f, alpha);
-}
-
 namespace {
 
 constexpr float kBanned = -std::numeric_limits<float>::infinity();
@@ -120,6 +116,21 @@ void Search::adjust_logits(float* logits, const int32_t* ids, int64_t count,
   }
 }
 
+int64_t Search::loop_guard_cut(const int32_t* ids, int64_t count, int64_t source_tokens) {
+  constexpr int64_t n = 4;  // a phrase, not a word: short n-grams repeat in normal text
+  if (count <= source_tokens || count < 3 * n) return count;
+  // The two latest earlier occurrences of the last 4-gram: the loop's second turn begins at the
+  // later one.
+  const int32_t* last = ids + count - n;
+  int64_t later = -1;
+  for (int64_t i = count - n - 1; i >= 0; --i) {
+    if (!std::equal(ids + i, ids + i + n, last)) continue;
+    if (later >= 0) return later;
+    later = i;
+  }
+  return count;
+}
+
 int32_t Search::sample(const float* log_probs, int64_t sentence, const TranslateOptions& options) {
   const int64_t vocab = config_.target_vocab_size;
   const int64_t k = options.sampling_topk <= 0 ? vocab : std::min<int64_t>(options.sampling_topk, vocab);
@@ -164,7 +175,7 @@ int32_t Search::sample(const float* log_probs, int64_t sentence, const Translate
 }
 
 void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
-                          float log_prob, float alpha) {
+                          float log_prob, const TranslateOptions& options) {
   int64_t& count = finished_count_[sentence];
   if (count >= max_finished_) throw Error("internal: more finished hypotheses than planned");
   Finished& f = finished_[sentence * max_finished_ + count];
@@ -173,7 +184,7 @@ void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count
   f.id_count = id_count;
   f.length = length;
   f.log_prob = log_prob;
-  f.score = log_prob / length_penalty(length, alpha);
+  f.score = log_prob / length_normalizer(*options.length_normalization, length, *options.length_penalty);
   ++count;
 }
 
@@ -212,6 +223,7 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
   const bool can_drop = backend.can_drop_sentences();
   const bool sampling = options.sampling() || always_sample;
   const bool adjust = options.adjusts_logits();
+  const bool guard = !options.disable_loop_guard;
   const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
@@ -239,14 +251,15 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
       }
       int32_t* ids = history + slot * stride;
       if (token == config_.eos_id) {
-        add_finished(s, ids, step, step + 1, log_probs_[slot], *options.length_penalty);
+        add_finished(s, ids, step, step + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
         continue;
       }
       ids[step] = token;
       tokens_[slot] = token;
-      if (step + 1 == max_length_[s]) {
-        add_finished(s, ids, step + 1, step + 1, log_probs_[slot], *options.length_penalty);
+      const int64_t kept = guard ? loop_guard_cut(ids, step + 1, source_lengths_[s]) : step + 1;
+      if (step + 1 == max_length_[s] || kept <= step) {
+        add_finished(s, ids, kept, kept == step + 1 ? kept : kept + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
       } else {
         active = true;
@@ -320,6 +333,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   }
   const bool can_drop = backend.can_drop_sentences();
   const bool adjust = options.adjusts_logits();
+  const bool guard = !options.disable_loop_guard;
   // The backend computes the live hypotheses' rows alone (at the first step one a sentence),
   // unless the logits are read on the host by row (adjusted, or a forced target prefix).
   bool forced = false;
@@ -379,15 +393,16 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         const int64_t parent_row = first_row + c[i].parent;
         const int32_t* prefix = history + parent_row * stride;
         if (c[i].token == config_.eos_id) {
-          add_finished(s, prefix, step, step + 1, c[i].log_prob, *options.length_penalty);
+          add_finished(s, prefix, step, step + 1, c[i].log_prob, options);
           continue;
         }
         const int64_t row = first_row + next_live;
         int32_t* ids = next_history + row * stride;
         std::copy(prefix, prefix + step, ids);
         ids[step] = c[i].token;
-        if (last_step) {
-          add_finished(s, ids, step + 1, step + 1, c[i].log_prob, *options.length_penalty);
+        const int64_t kept = guard ? loop_guard_cut(ids, step + 1, source_lengths_[s]) : step + 1;
+        if (last_step || kept <= step) {
+          add_finished(s, ids, kept, kept == step + 1 ? kept : kept + 1, c[i].log_prob, options);
           continue;
         }
         parents_[row] = static_cast<int32_t>(parent_row);

@@ -12,9 +12,6 @@ namespace xf::runtime {
 class Backend;
 struct MemoryPlan;
 
-// GNMT length penalty ((5 + length) / 6)^alpha; length counts output tokens, EOS included.
-float length_penalty(int64_t length, float alpha);
-
 class Search {
  public:
   Search(const MemoryPlan& plan, const ModelConfig& config);
@@ -68,10 +65,13 @@ class Search {
   // Applies the repetition penalty and the bans (n-grams, EOS before min_decoding_length, the
   // unknown token) to a row's logits, given its tokens so far.
   void adjust_logits(float* logits, const int32_t* ids, int64_t count, const TranslateOptions& options);
+  // The loop guard (TranslateOptions::disable_loop_guard): the tokens to keep of a hypothesis of
+  // `count` tokens from a source of `source_tokens` (with EOS), or `count` when it goes on.
+  static int64_t loop_guard_cut(const int32_t* ids, int64_t count, int64_t source_tokens);
   // Draws the next token of a sentence from a row's log-probabilities (sampling options).
   int32_t sample(const float* log_probs, int64_t sentence, const TranslateOptions& options);
   void add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
-                    float log_prob, float alpha);
+                    float log_prob, const TranslateOptions& options);
   void write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results);
 
   const MemoryPlan& plan_;

@@ -31,6 +31,22 @@ BatchType parse_batch_type(const std::string& name) {
   throw Error("unknown batch type '" + name + "' (expected examples or tokens)");
 }
 
+const char* length_normalization_name(LengthNormalization normalization) {
+  return normalization == LengthNormalization::power ? "power" : "gnmt";
+}
+
+LengthNormalization parse_length_normalization(const std::string& name) {
+  if (name == "gnmt") return LengthNormalization::gnmt;
+  if (name == "power") return LengthNormalization::power;
+  throw Error("unknown length normalization '" + name + "' (expected gnmt or power)");
+}
+
+float length_normalizer(LengthNormalization normalization, int64_t length, float alpha) {
+  const float base = normalization == LengthNormalization::power ? static_cast<float>(length)
+                                                                 : (5.0f + static_cast<float>(length)) / 6.0f;
+  return std::pow(base, alpha);
+}
+
 namespace {
 
 void check_options(const TranslateOptions& options, int64_t beam) {
@@ -77,6 +93,8 @@ TranslatorOptions TranslatorOptions::with_defaults(const DecodingDefaults& defau
 TranslateOptions TranslateOptions::with_defaults(const DecodingDefaults& defaults) const {
   TranslateOptions full = *this;
   if (!full.length_penalty) full.length_penalty = defaults.length_penalty;
+  if (!full.length_normalization) full.length_normalization = defaults.length_normalization;
+  if (full.max_decoding_length == 0) full.max_decoding_length = defaults.max_decoding_length;
   if (!full.repetition_penalty) full.repetition_penalty = defaults.repetition_penalty;
   if (!full.no_repeat_ngram_size) full.no_repeat_ngram_size = defaults.no_repeat_ngram_size;
   return full;

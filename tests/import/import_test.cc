@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -45,8 +46,10 @@ json expected_of(const std::string& fixture) {
 
 std::string temp_file(const std::string& name) { return test::make_temp_dir("import") + "/" + name; }
 
+// length_penalty: unset, the model's own (what the importer stored: its engine's setting).
 std::vector<TranslationResult> translate(const std::string& model_path, const std::vector<std::string>& sentences,
-                                         int beam, float max_len_a, int max_len_b, int max_decoding_length) {
+                                         int beam, float max_len_a, int max_len_b, int max_decoding_length,
+                                         std::optional<float> length_penalty = std::nullopt) {
   TranslatorOptions options;
   options.max_beam = 4;
   options.max_batch = static_cast<int>(sentences.size());
@@ -54,7 +57,7 @@ std::vector<TranslationResult> translate(const std::string& model_path, const st
   Translator translator(Model::open(model_path), options);
   TranslateOptions decoding;
   decoding.beam = beam;
-  decoding.length_penalty = 0.0f;  // both originals were run with none
+  decoding.length_penalty = length_penalty;
   decoding.max_len_a = max_len_a;
   decoding.max_len_b = max_len_b;
   decoding.max_decoding_length = max_decoding_length;
@@ -89,8 +92,10 @@ TEST_F(ImportHuggingFace, GreedyAndBeam4EqualTransformers) {
   const json expected = expected_of("hf-tiny");
   const auto sentences = expected["sentences"].get<std::vector<std::string>>();
   for (const auto& [name, beam] : {std::pair{"greedy", 1}, std::pair{"beam4", 4}}) {
-    // generate(max_new_tokens=40): at most 40 tokens, EOS included.
-    const auto results = translate(*path_, sentences, beam, 0.0f, 40, 40);
+    // generate(max_new_tokens=40): at most 40 tokens, EOS included. The fixture's generate()
+    // ran with length_penalty 0 (make_marian_fixtures.py), not transformers' default 1.0 that
+    // the import stores: given here, with the model's power normalization.
+    const auto results = translate(*path_, sentences, beam, 0.0f, 40, 40, 0.0f);
     for (size_t i = 0; i < sentences.size(); ++i) {
       EXPECT_EQ(results[i].hypotheses[0].ids, expected[name]["ids"][i].get<std::vector<int32_t>>())
           << name << " sentence " << i;
@@ -182,7 +187,8 @@ TEST_P(ImportMarian, GreedyAndBeam4EqualPymarian) {
     EXPECT_EQ(pieces, expected["source_pieces"][i].get<std::string>());
   }
   for (const auto& [name, beam] : {std::pair{"greedy", 1}, std::pair{"beam4", 4}}) {
-    // pymarian ran with max-length-factor 3; every output ended well before it.
+    // pymarian ran with max-length-factor 3; every output ended well before it. Its normalize
+    // was 0, Marian's default, which the import stores (power, alpha 0): the model's own.
     const auto results = translate(path, sentences, beam, 3.0f, 0, 0);
     for (size_t i = 0; i < sentences.size(); ++i) {
       const Hypothesis& best = results[i].hypotheses[0];
@@ -373,17 +379,19 @@ void append_to(const std::string& path, const std::string& text) {
 
 void write_json(const std::string& path, const json& value) { std::ofstream(path) << value.dump(2); }
 
-// decoder.yml's beam-size is the beam Marian translates with; its normalize (length^alpha) is not
-// xf's GNMT length penalty and is left out.
-TEST(ImportDecodingSettings, MarianDecoderYmlBeamSizeIsDecodingBeam) {
+// decoder.yml's beam-size and normalize are the beam and the length^alpha normalization Marian
+// translates with.
+TEST(ImportDecodingSettings, MarianDecoderYmlBeamSizeAndNormalize) {
   const std::string dir = copy_fixture("marian-tiny");
   append_to(dir + "/decoder.yml", "beam-size: 6\nnormalize: 0.6\n");
   const std::string out = dir + "/out.xfm";
   importers::import_marian(dir, out, {});
   const auto model = Model::open(out);
   EXPECT_EQ(model->decoding_defaults().beam, 6);
-  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
-  EXPECT_EQ(model->decoding_defaults().length_penalty, DecodingDefaults().length_penalty);
+  EXPECT_EQ(model->decoding_defaults().from_model,
+            (std::vector<std::string>{"beam", "length_normalization", "length_penalty"}));
+  EXPECT_FLOAT_EQ(model->decoding_defaults().length_penalty, 0.6f);
+  EXPECT_EQ(model->decoding_defaults().length_normalization, LengthNormalization::power);
 }
 
 // The training config inside the .npz has a beam-size too (for validation): Marian does not
@@ -394,7 +402,8 @@ TEST(ImportDecodingSettings, MarianWithoutDecoderYmlBeamSizeGivesNoKey) {
   const std::string out = dir + "/out.xfm";
   importers::import_marian(dir, out, {});
   const auto model = Model::open(out);
-  EXPECT_TRUE(model->decoding_defaults().from_model.empty());
+  EXPECT_EQ(model->decoding_defaults().from_model,
+            (std::vector<std::string>{"length_normalization", "length_penalty"}));
   EXPECT_EQ(model->decoding_defaults().beam, DecodingDefaults().beam);
 }
 
@@ -402,13 +411,19 @@ TEST(ImportDecodingSettings, HuggingFaceNumBeamsIsDecodingBeam) {
   const std::string dir = copy_fixture("hf-tiny");
   json generation = json::parse(std::ifstream(dir + "/generation_config.json"));
   generation["num_beams"] = 5;
-  generation["length_penalty"] = 1.0;  // transformers' length^alpha: not taken
+  generation["length_penalty"] = 0.8;  // transformers' length^alpha
+  generation["max_length"] = 30;       // the decoder start token included
+  generation["no_repeat_ngram_size"] = 3;
   write_json(dir + "/generation_config.json", generation);
   const std::string out = dir + "/out.xfm";
   importers::import_hugging_face(dir, out, {});
   const auto model = Model::open(out);
-  EXPECT_EQ(model->decoding_defaults().beam, 5);
-  EXPECT_EQ(model->decoding_defaults().from_model, std::vector<std::string>{"beam"});
+  const DecodingDefaults& d = model->decoding_defaults();
+  EXPECT_EQ(d.beam, 5);
+  EXPECT_EQ(d.length_normalization, LengthNormalization::power);
+  EXPECT_FLOAT_EQ(d.length_penalty, 0.8f);
+  EXPECT_EQ(d.max_decoding_length, 29);
+  EXPECT_EQ(d.no_repeat_ngram_size, 3);
 
   // Without generation_config.json, transformers takes generate()'s defaults from config.json.
   fs::remove(dir + "/generation_config.json");
@@ -419,18 +434,30 @@ TEST(ImportDecodingSettings, HuggingFaceNumBeamsIsDecodingBeam) {
   EXPECT_EQ(Model::open(out)->decoding_defaults().beam, 3);
 }
 
-TEST(ImportDecodingSettings, FixturesWithoutBeamSettingsGiveNoKey) {
-  for (const std::string fixture : {"hf-tiny", "marian-tiny"}) {
+// Without settings of their own, each engine's defaults: transformers' length_penalty 1.0,
+// Marian's normalize 0, both length^alpha; nothing else.
+TEST(ImportDecodingSettings, FixturesWithoutSettingsGiveTheirEnginesNormalization) {
+  for (const auto& [fixture, alpha] : {std::pair{"hf-tiny", 1.0f}, std::pair{"marian-tiny", 0.0f}}) {
     const std::string out = temp_file("no-decoding.xfm");
-    if (fixture == "hf-tiny")
+    if (std::string(fixture) == "hf-tiny")
       importers::import_hugging_face(data(fixture), out, {});
     else
       importers::import_marian(data(fixture), out, {});
     const auto model = Model::open(out);
-    EXPECT_TRUE(model->decoding_defaults().from_model.empty()) << fixture;
-    for (const auto& [key, value] : model->file().metadata())
-      EXPECT_NE(key.rfind("decoding.", 0), 0u) << fixture << ": " << key;
+    EXPECT_EQ(model->decoding_defaults().from_model,
+              (std::vector<std::string>{"length_normalization", "length_penalty"})) << fixture;
+    EXPECT_EQ(model->decoding_defaults().length_normalization, LengthNormalization::power) << fixture;
+    EXPECT_EQ(model->decoding_defaults().length_penalty, alpha) << fixture;
   }
+}
+
+// transformers' MarianTokenizer strips the decoded text: an output ending with the lone
+// word-boundary piece has no trailing space (nor does any xf output).
+TEST_F(ImportHuggingFace, DecodedTextHasNoTrailingSpace) {
+  const auto model = Model::open(*path_);
+  const std::vector<int32_t> ids = model->target_piece_ids({"▁suis", "▁"});
+  const std::string text = model->decode_target(ids.data(), ids.size());
+  EXPECT_EQ(text, "suis");
 }
 
 TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {

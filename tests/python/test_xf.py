@@ -218,12 +218,18 @@ def test_concurrent_calls_on_one_translator(translator):
 def test_the_models_decoding_settings_are_the_defaults(translator):
     # The bundled model stores decoding.length_penalty 1.4 (chosen on dev).
     assert translator.decoding_defaults == {"beam_size": 4, "length_penalty": pytest.approx(1.4),
+                                            "length_normalization": "gnmt", "max_decoding_length": 0,
                                             "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
     by_default = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2)
     as_model = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2, length_penalty=1.4)
     assert [r.scores for r in by_default] == [r.scores for r in as_model]
     explicit = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2, length_penalty=0.6)
     assert [r.scores for r in explicit] != [r.scores for r in by_default], "an explicit option wins"
+    # power: score = log_prob / length^alpha, length with EOS (a hand-computed divisor).
+    power = translator.translate_batch(SENTENCES, return_scores=True, length_normalization="power",
+                                       length_penalty=1.0)
+    for r in power:
+        assert r.scores[0] == pytest.approx(r.log_probs[0] / (len(r.ids[0]) + 1), rel=1e-5)
     assert xf.Translator(MODEL, max_batch=1, threads=1).max_beam == 4  # the model's beam, else 4
     assert xf.Translator(MODEL, max_batch=1, threads=1, max_beam=2).max_beam == 2
 
@@ -317,6 +323,7 @@ BAD_OPTIONS = [
     (dict(length_penalty="high"), TypeError, "length_penalty must be a number, got str"),
     (dict(length_penalty=float("nan")), ValueError, "length_penalty must be a finite number"),
     (dict(length_penalty=-1), ValueError, "length_penalty must be a finite number at least 0, got -1.0"),
+    (dict(length_normalization="marian"), ValueError, "length_normalization must be one of"),
     (dict(max_decoding_length=-1), ValueError, "max_decoding_length must be from 0"),
     (dict(min_decoding_length=-1), ValueError, "min_decoding_length must be from 0"),
     (dict(max_batch_size=-1), ValueError, "max_batch_size must be from 0"),

@@ -163,6 +163,7 @@ TEST(DecodingOptions, TargetPrefixIsHonouredGreedy) {
   prefixes[2].clear();
   prefixes[5].clear();
   TranslateOptions options = test::beam_options(1);
+  options.disable_loop_guard = true;  // compared with outputs this random model loops in, uncut
   std::vector<TokenTranslation> results, plain;
   translator.translate_ids(sources, options, results, prefixes);
   translator.translate_ids(sources, options, plain);
@@ -223,6 +224,7 @@ TEST(DecodingOptions, RepetitionPenaltyMatchesTheReference) {
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 35, 10);
   for (float penalty : {1.5f, 0.7f}) {
     TranslateOptions options = test::beam_options(1);
+    options.disable_loop_guard = true;  // compared with outputs this random model loops in, uncut
     options.repetition_penalty = penalty;
     std::vector<TokenTranslation> results, plain;
     translator.translate_ids(sources, options, results);
@@ -275,12 +277,64 @@ TEST(DecodingOptions, NoRepeatedNgramOfTheGivenSize) {
   }
 }
 
+// The loop guard (on by default) against the outputs without it: an output is left as it is
+// unless, longer than its source (tokens with EOS), its last 4 tokens occur for the third time;
+// then it ends where their second occurrence began (a reference written here, greedy and beam).
+std::vector<int32_t> reference_loop_guard(const std::vector<int32_t>& ids, size_t source_tokens) {
+  for (size_t t = 12; t <= ids.size(); ++t) {
+    if (t <= source_tokens) continue;
+    std::vector<size_t> at;  // earlier starts of the last 4-gram
+    for (size_t j = 0; j + 4 < t; ++j)
+      if (std::equal(ids.begin() + j, ids.begin() + j + 4, ids.begin() + (t - 4))) at.push_back(j);
+    if (at.size() >= 2) return std::vector<int32_t>(ids.begin(), ids.begin() + at.back());
+  }
+  return ids;
+}
+
+TEST(DecodingOptions, LoopGuardCutsOnlyLoopsLongerThanTheSource) {
+  auto model = long_output_model();
+  Translator translator(model, small_translator());
+  const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 36, 10);
+  for (int beam : {1, 4}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    TranslateOptions options = test::beam_options(beam);
+    std::vector<TokenTranslation> guarded, unguarded;
+    translator.translate_ids(sources, options, guarded);
+    options.disable_loop_guard = true;
+    translator.translate_ids(sources, options, unguarded);
+    size_t cut = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto& free_ids = unguarded[i].hypotheses[0].ids;
+      const auto& ids = guarded[i].hypotheses[0].ids;
+      cut += ids != free_ids;
+      if (beam == 1) EXPECT_EQ(ids, reference_loop_guard(free_ids, sources[i].size() + 1)) << "sentence " << i;
+      else EXPECT_EQ(reference_loop_guard(ids, sources[i].size() + 1), ids) << "sentence " << i << " still loops";
+    }
+    EXPECT_GT(cut, 0u) << "these looping outputs should be cut";
+  }
+  // A source as long as the looping output: nothing is cut.
+  const auto long_sources = test::random_source_ids(4, model->config().source_vocab_size, 37, 30);
+  TranslateOptions options = test::beam_options(1);
+  options.max_len_b = 0;  // outputs at most as long as the source
+  std::vector<TokenTranslation> guarded, unguarded;
+  translator.translate_ids(long_sources, options, guarded);
+  options.disable_loop_guard = true;
+  translator.translate_ids(long_sources, options, unguarded);
+  size_t looping = 0;
+  for (size_t i = 0; i < long_sources.size(); ++i) {
+    EXPECT_EQ(guarded[i].hypotheses[0].ids, unguarded[i].hypotheses[0].ids) << "sentence " << i;
+    looping += reference_loop_guard(unguarded[i].hypotheses[0].ids, 0) != unguarded[i].hypotheses[0].ids;
+  }
+  EXPECT_GT(looping, 0u) << "some of these outputs should loop (the guard spares them for their length)";
+}
+
 TEST(DecodingOptions, MaxDecodingLengthCapsEachCall) {
   auto model = long_output_model();
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(6, model->config().source_vocab_size, 37, 10);
   for (int beam : {1, 4}) {
     TranslateOptions options = test::beam_options(beam);
+    options.disable_loop_guard = true;  // compared with outputs this random model loops in, uncut
     std::vector<TokenTranslation> full, capped;
     translator.translate_ids(sources, options, full);
     options.max_decoding_length = 4;
@@ -310,6 +364,7 @@ TEST(DecodingOptions, MinDecodingLengthAndDisableUnkMatchTheReference) {
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(24, config.source_vocab_size, 39, 10);
   TranslateOptions options = test::beam_options(1);
+  options.disable_loop_guard = true;  // the reference does not cut these random models' loops
   std::vector<TokenTranslation> plain, results;
   translator.translate_ids(sources, options, plain);
   size_t short_outputs = 0, with_unk = 0;
@@ -407,6 +462,50 @@ TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {
   expect_error({{5}, {6}}, {{5}, std::vector<int32_t>(translator.max_target_len(), 5)},
                "sentence 2: a target of " + std::to_string(translator.max_target_len() + 1) + " tokens with EOS");
   expect_error({{5}}, {{static_cast<int32_t>(config.target_vocab_size)}}, "outside the target vocabulary");
+}
+
+// Both normalizations against divisors computed by hand, then on beam 4's n-best lists: every
+// score is the log-probability over its divisor (length with EOS, unless the output was cut at
+// the limit), the lists are sorted by it, and the two rules rank some sentence differently.
+TEST(DecodingOptions, LengthNormalizationsDivideAsComputedByHand) {
+  // gnmt: ((5 + 7) / 6)^1 = 2, ((5 + 1) / 6)^0.6 = 1; power: 4^0.5 = 2, 9^1.5 = 27, 5^0 = 1.
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::gnmt, 7, 1.0f), 2.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::gnmt, 1, 0.6f), 1.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 4, 0.5f), 2.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 9, 1.5f), 27.0f);
+  EXPECT_FLOAT_EQ(length_normalizer(LengthNormalization::power, 5, 0.0f), 1.0f);
+
+  test::TinyModelOptions model_options;
+  model_options.eos_bias = 1.0f;  // outputs that end, of many lengths
+  model_options.seed = 5;
+  auto model = model_named(model_options, "normalization");
+  Translator translator(model, small_translator());
+  const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 43, 10);
+  std::vector<std::vector<int32_t>> best[2];
+  for (const auto normalization : {LengthNormalization::gnmt, LengthNormalization::power}) {
+    SCOPED_TRACE(length_normalization_name(normalization));
+    TranslateOptions options = test::beam_options(4, 4);
+    options.length_penalty = 2.0f;  // strong, so that the rules disagree
+    options.length_normalization = normalization;
+    std::vector<TokenTranslation> results;
+    translator.translate_ids(sources, options, results);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& hypotheses = results[i].hypotheses;
+      ASSERT_EQ(hypotheses.size(), 4u);
+      for (size_t h = 0; h < hypotheses.size(); ++h) {
+        const auto& hypothesis = hypotheses[h];
+        const double length = static_cast<double>(hypothesis.ids.size()) +
+                              (static_cast<int64_t>(hypothesis.ids.size()) == translator.max_target_len() ? 0 : 1);
+        const double divisor = normalization == LengthNormalization::power ? std::pow(length, 2.0)
+                                                                           : std::pow((5.0 + length) / 6.0, 2.0);
+        EXPECT_NEAR(hypothesis.score, hypothesis.log_prob / divisor, 1e-5 * std::abs(hypothesis.log_prob))
+            << "sentence " << i << " hypothesis " << h;
+        if (h > 0) EXPECT_GE(hypotheses[h - 1].score, hypothesis.score) << "sentence " << i;
+      }
+      best[normalization == LengthNormalization::power].push_back(hypotheses[0].ids);
+    }
+  }
+  EXPECT_NE(best[0], best[1]) << "length^2 and ((5 + length) / 6)^2 should rank some sentence differently";
 }
 
 // A model's decoding.* metadata gives the defaults: the beam of a Translator left at 0, and the

@@ -419,6 +419,8 @@ TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
   ASSERT_EQ(inspect.status, 0) << inspect.err;
   EXPECT_NE(inspect.out.find("decoding defaults\n  beam                 2        (the model's decoding.beam)\n"
                              "  length_penalty       1.8      (the model's decoding.length_penalty)\n"
+                             "  length_normalization gnmt     (xf's default)\n"
+                             "  max_decoding_length  0        (xf's default)\n"
                              "  repetition_penalty   1        (xf's default)\n"),
             std::string::npos)
       << inspect.out;

@@ -88,6 +88,11 @@ struct TranslatorCli {
       model_access = FileAccess::read;
     } else if (arg == "--length-penalty") {
       translate.length_penalty = parse_number(arg, value());
+    } else if (arg == "--length-normalization") {
+      const std::string name = value();
+      if (name != "gnmt" && name != "power")
+        throw UsageError{"--length-normalization expects gnmt or power, got '" + name + "'"};
+      translate.length_normalization = parse_length_normalization(name);
     } else if (arg == "--max-len-a") {
       translate.max_len_a = translator.max_len_a = parse_number(arg, value());
     } else if (arg == "--max-len-b") {
@@ -98,6 +103,8 @@ struct TranslatorCli {
       translate.min_decoding_length = static_cast<int>(parse_integer(arg, value(), 0, 1 << 20));
     } else if (arg == "--disable-unk") {
       translate.disable_unk = true;
+    } else if (arg == "--disable-loop-guard") {
+      translate.disable_loop_guard = true;
     } else if (arg == "--max-batch-size") {
       translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
     } else if (arg == "--batch-type") {
@@ -267,14 +274,21 @@ inline const char* translator_options_help() {
                         weight matrices as stored in the file (default; f16/bf16 are widened to
                         f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
                         with per-row scales (CPU only), or f16 (CUDA only: f16 compute)
-  --length-penalty A    GNMT length penalty alpha (default: the model's, else 0.6)
+  --length-penalty A    length penalty alpha (default: the model's, else 0.6)
+  --length-normalization gnmt|power
+                        a hypothesis's score: log-probability / ((5 + length) / 6)^A (gnmt,
+                        GNMT's) or / length^A (power: Marian's normalize, transformers'
+                        length_penalty); length counts EOS (default: the model's, else gnmt)
   --max-len-a A, --max-len-b B
                         longest output: A * source tokens + B (default 1 * source + 50)
   --max-decoding-length N
-                        at most N output tokens, EOS included (default 0: no cap)
+                        at most N output tokens, EOS included (default 0: the model's, else
+                        no cap)
   --min-decoding-length N
                         at least N output tokens before EOS (default 0)
   --disable-unk         never output the unknown token
+  --disable-loop-guard  let a hypothesis longer than its source repeat a 4-token phrase a third
+                        time (by default it ends before its second turn; see runtime/README.md)
   --max-batch-size N, --batch-type examples|tokens
                         cut batches at N sentences, or at N padded source tokens (sentences x
                         longest); at most --max-batch sentences (default 0: --max-batch)

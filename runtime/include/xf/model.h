@@ -11,6 +11,7 @@
 #include "xf/error.h"
 #include "xf/format/config.h"
 #include "xf/format/file_access.h"
+#include "xf/translation_types.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -26,7 +27,10 @@ class ModelFile;  // xf/format/model_file.h: the reader, internal to xf (not ins
 // explicitly wins. Settings the file does not carry keep xf's defaults (the values below).
 struct XF_API DecodingDefaults {
   int beam = 4;                     // decoding.beam: beam size, 1 for greedy search
-  float length_penalty = 0.6f;      // decoding.length_penalty: GNMT alpha
+  float length_penalty = 0.6f;      // decoding.length_penalty: alpha
+  // decoding.length_normalization: gnmt or power (translation_types.h)
+  LengthNormalization length_normalization = LengthNormalization::gnmt;
+  int max_decoding_length = 0;      // decoding.max_decoding_length: 0 is no cap
   float repetition_penalty = 1.0f;  // decoding.repetition_penalty: 1 is off
   int no_repeat_ngram_size = 0;     // decoding.no_repeat_ngram_size: 0 is off
   std::vector<std::string> from_model;  // the names the file set ("length_penalty"), in order
@@ -78,6 +82,7 @@ class XF_API Model {
   // Target text -> piece ids (a target prefix), without EOS. Same errors.
   std::vector<int32_t> encode_target(std::string_view text) const;
   // Target ids (no EOS) -> text. Throws xf::Error when the model has no tokenizer.
+  // Trailing spaces are dropped (an output is a line of text, as transformers strips it).
   std::string decode_target(const int32_t* ids, size_t count) const;
 
   // SentencePiece pieces <-> ids ("▁Hello"). Throws xf::Error naming a piece the vocabulary

@@ -47,26 +47,44 @@ enum class BatchType { examples, tokens };
 XF_API const char* batch_type_name(BatchType type);         // "examples", "tokens"
 XF_API BatchType parse_batch_type(const std::string& name);  // throws xf::Error on an unknown name
 
+// How a finished hypothesis's log-probability is normalized by its length (tokens, EOS
+// included) with the length penalty alpha: gnmt divides by ((5 + length) / 6)^alpha (GNMT, xf's
+// own models); power by length^alpha (Marian's normalize, transformers' length_penalty), so that
+// a model imported from either ranks its beam as its own engine does.
+enum class LengthNormalization { gnmt, power };
+XF_API const char* length_normalization_name(LengthNormalization normalization);  // "gnmt", "power"
+// Throws xf::Error on an unknown name.
+XF_API LengthNormalization parse_length_normalization(const std::string& name);
+// The divisor of a hypothesis's log-probability: its score is log_prob / length_normalizer(...).
+XF_API float length_normalizer(LengthNormalization normalization, int64_t length, float alpha);
+
 // Per-call decoding options; names follow CTranslate2's where the meaning is the same.
 // An option left unset (std::nullopt) takes the model's value (its DecodingDefaults: the
 // file's decoding.* metadata), else xf's default written beside it.
 struct TranslateOptions {
   int beam = 0;                 // 0: the Translator's max_beam. 1: greedy search.
   int n_best = 1;               // hypotheses returned per sentence, <= beam
-  // GNMT alpha: score = log_prob / ((5 + length) / 6)^alpha (default 0.6).
+  // The length penalty alpha (default 0.6) of length_normalization (default gnmt).
   std::optional<float> length_penalty;
+  std::optional<LengthNormalization> length_normalization;
   // A sentence's longest output: max_len_a * source_tokens + max_len_b (source tokens with EOS,
   // output tokens with EOS), capped by the plan.
   float max_len_a = 1.0f;
   int max_len_b = 50;
   // A cap on every sentence's output, in generated tokens (EOS and target prefix included);
-  // 0: only the rule above.
+  // 0: the model's decoding.max_decoding_length, else only the rule above.
   int max_decoding_length = 0;
   // At least this many tokens before EOS (target prefix included): EOS is banned until then,
   // unless the length limits above end the output first (0: none; CTranslate2's default is 1).
   int min_decoding_length = 0;
   // The unknown token (the model's unk_id) is never generated.
   bool disable_unk = false;
+  // The loop guard, on unless disabled: a hypothesis already longer than its source (tokens with
+  // EOS) whose last 4 tokens occur for the third time ends there, cut back to where the 4-gram
+  // began its second time (a model in a loop repeats a phrase to the length limit). Normal
+  // outputs are rarely longer than the source and never repeat a 4-gram three times, so it
+  // leaves them as they are. The hypothesis keeps the log-probability of all it decoded.
+  bool disable_loop_guard = false;
 
   // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
   // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);
@@ -103,7 +121,7 @@ struct TranslateOptions {
 
 struct TokenHypothesis {
   std::vector<int32_t> ids;  // target ids, without BOS and EOS
-  float score = 0.0f;        // log_prob with the length penalty applied
+  float score = 0.0f;        // log_prob / length_normalizer(length with EOS)
   float log_prob = 0.0f;     // sum of the token log-probabilities, EOS included when produced
 };
 

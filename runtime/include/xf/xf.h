@@ -87,6 +87,15 @@ typedef struct xf_translator_options {
 
 typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;
 
+/* A score is log_prob / ((5 + length) / 6)^alpha (GNMT) or log_prob / length^alpha (POWER:
+ * Marian's normalize, transformers' length_penalty); length counts EOS. MODEL (0, what init
+ * sets): the model's decoding.length_normalization, else GNMT. */
+typedef enum xf_length_normalization {
+  XF_LENGTH_NORMALIZATION_MODEL = 0,
+  XF_LENGTH_NORMALIZATION_GNMT = 1,
+  XF_LENGTH_NORMALIZATION_POWER = 2
+} xf_length_normalization;
+
 /* The fields of xf::TranslateOptions (translator.h says what each one does). The fields marked
  * "model's" default to the model's own setting (its decoding.* metadata, else xf's default):
  * init leaves them NAN or -1, which mean "not given"; any other value wins over the model's. */
@@ -94,7 +103,7 @@ typedef struct xf_translate_options {
   size_t struct_size; /* sizeof(xf_translate_options) as the app compiled it: set by init */
   int beam; /* 0: the translator's max_beam */
   int n_best;
-  float length_penalty; /* model's: NAN; else GNMT alpha (xf's default 0.6) */
+  float length_penalty; /* model's: NAN; else alpha (xf's default 0.6) */
   float max_len_a;
   int max_len_b;
   int max_decoding_length; /* 0: no cap beyond max_len_a/b */
@@ -113,6 +122,10 @@ typedef struct xf_translate_options {
   const size_t* target_prefix_lengths;
   int min_decoding_length; /* 0: none */
   int disable_unk;         /* 1: never generate the unknown token */
+  /* Fields appended after the first release default to 0, so that an older library takes a
+   * newer app's struct as long as the app leaves them alone. */
+  xf_length_normalization length_normalization; /* how length_penalty divides a score */
+  int disable_loop_guard; /* 1: no loop guard (translator.h) */
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
