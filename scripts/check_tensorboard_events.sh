@@ -23,11 +23,11 @@ awk 'BEGIN { srand(7); for (i = 0; i < 600; i++) { len = 4 + int(rand() * 5); s 
   for (k = len; k > 0; k--) r = r substr(s, k, 1); print s "\t" r } }' > "$work/all.tsv"
 head -n 560 "$work/all.tsv" > "$work/train.tsv"
 tail -n 40 "$work/all.tsv" > "$work/dev.tsv"
-train=("$bin/xf-train" --train "$work/train.tsv" --valid "$work/dev.tsv" --out "$work/run"
+train=("$bin/xf-train" --train "$work/train.tsv" --dev "$work/dev.tsv" --out "$work/run"
   --spm-type char --vocab-size 100 --layers 1 --d-model 32 --heads 2 --d-ff 64 --warmup 20
   --batch-tokens 512 --valid-every 20 --save-every 20 --log-every 10 --threads 1 --seed 1)
-"${train[@]}" --max-steps 40 2>/dev/null
-"${train[@]}" --max-steps 60 --resume 2>/dev/null
+"${train[@]}" --max-steps 40 2>"$work/train.log" || { tail -3 "$work/train.log" >&2; exit 1; }
+"${train[@]}" --max-steps 60 --resume 2>"$work/train.log" || { tail -3 "$work/train.log" >&2; exit 1; }
 ls "$work/run" | grep tfevents | sed 's/^/event file: /'
 
 "$venv/bin/python" - "$work/run" <<'PY'

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Every file a doc names exists: in each tracked Markdown file, the targets of its relative links
-and the repository paths it writes in backticks (`kernels_cpu/src/matmul_cpu.cc`, `xf/translator.h`,
+"""Every file and function a doc names exists: in each tracked Markdown file, the targets of its
+relative links, the functions it writes in backticks (`writer_of_parameters()`, `Ops::top_k()`:
+the name must be an identifier of the checkout's code) and the repository paths it writes in
+backticks (`kernels_cpu/src/matmul_cpu.cc`, `xf/translator.h`,
 `train_log.h`) must be files or folders of the checkout. A path is looked up from the repository's
 root, from the doc's folder, under every include/ folder (headers by their include path) and, for a
 bare file name, anywhere in the checkout. Paths with wildcards or placeholders (`step-*/`,
@@ -32,6 +34,12 @@ path_in_backticks = re.compile(r"`([A-Za-z0-9_.\-/]+)`")
 link = re.compile(r"\]\(([^)\s]+)\)")
 looks_like_path = re.compile(r"^[A-Za-z0-9_.\-/]+\.(%s)$|^[A-Za-z0-9_\-]+(/[A-Za-z0-9_.\-]+)+/?$" % CODE_EXTENSIONS)
 top_folders = {f.split("/")[0] for f in files if "/" in f}
+function_in_backticks = re.compile(r"`(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)\(\)`")
+identifiers = set()
+for f in files:
+    if f.endswith((".cc", ".h", ".cu", ".cuh", ".py", ".sh", ".fbs", ".txt", ".cmake", ".toml")):
+        with open(os.path.join(source, f), encoding="utf-8", errors="replace") as handle:
+            identifiers.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", handle.read()))
 # Headers of other software that the docs name by their include name.
 OTHER_SOFTWARE = {"nccl.h", "cuda_fp16.h", "cuda_runtime.h", "cublas_v2.h", "dnnl.hpp", "mpi.h"}
 
@@ -56,6 +64,9 @@ for doc in (f for f in files if f.endswith(".md")):
                 path = target.split("#")[0]
                 if path and os.path.normpath(os.path.join(doc_dir, path)) not in existing:
                     missing.append(f"{doc}:{number}: link to {target}")
+            for name in function_in_backticks.findall(line):
+                if name not in identifiers:
+                    missing.append(f"{doc}:{number}: `{name}()`")
             for name in path_in_backticks.findall(line):
                 if (not looks_like_path.match(name) or name.startswith(("build", "/", ".."))
                         or name in OTHER_SOFTWARE):
@@ -70,7 +81,7 @@ for doc in (f for f in files if f.endswith(".md")):
                 if not found(name, doc_dir):
                     missing.append(f"{doc}:{number}: `{name}`")
 if missing:
-    print("docs name files that do not exist:")
+    print("docs name files or functions that do not exist:")
     print("\n".join(missing))
     sys.exit(1)
-print("every file the docs name exists")
+print("every file and function the docs name exists")
