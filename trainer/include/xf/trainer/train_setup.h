@@ -72,7 +72,7 @@ ModelAndOptimizer make_model_and_optimizer(const TrainOptions& options, ResumePo
                                            std::ostream& log);
 
 // The model where the steps run: the host model itself on the CPU; with --device cuda or
-// cuda-f32 a copy of the host model and Adam on the GPU.
+// cuda-f32 a copy of the host model and Adam on the GPU. Sets model.steps_on_host.
 std::unique_ptr<DeviceModel> make_device_model(const TrainOptions& options,
                                                const DeviceTraining* devices, int gpu,
                                                TrainedModel& model, std::ostream& log);
