@@ -268,6 +268,7 @@ ModelAndOptimizer make_model_and_optimizer(const TrainOptions& options, ResumePo
   }
   model.adam =
       std::make_unique<Adam>(model.host->parameter_count(), AdamOptions{}, options.threads);
+  // Rank 0 loads or initializes; the others take its parameters, moments and progress.
   if (root) load_starting_state(options, std::move(start), model, result.state);
   broadcast_from_rank0(ranks, model, result.state);
   return result;
