@@ -8,32 +8,44 @@
 namespace xf::trainer {
 
 void Checkpointer::check_ranks_agree() const {
-  if (run_.ranks.size() == 1 || run_.options.device != "cpu") return;
-  const TransformerModel& model = *run_.model;
+  if (ranks_.size() == 1 || !model_.steps_on_host) return;
+  const TransformerModel& model = *model_.host;
   uint64_t hash = fnv1a_64(std::string_view(reinterpret_cast<const char*>(model.parameters()),
                                             model.parameter_count() * sizeof(float)));
   uint64_t root_hash = hash;
-  run_.ranks.broadcast(&root_hash, sizeof(root_hash), 0);
+  ranks_.broadcast(&root_hash, sizeof(root_hash), 0);
   if (hash != root_hash) {
-    throw Error("rank " + std::to_string(run_.ranks.rank()) +
-                ": parameters differ from rank 0's at step " + std::to_string(run_.state.step) +
+    throw Error("rank " + std::to_string(ranks_.rank()) +
+                ": parameters differ from rank 0's at step " + std::to_string(state_.step) +
                 " (the ranks no longer train the same model)");
   }
 }
 
+Checkpoint Checkpointer::checkpoint() const {
+  const TransformerModel& model = *model_.host;
+  Checkpoint c;
+  c.config = model_.config;
+  c.options = saved_options_;
+  c.parameters.assign(model.parameters(), model.parameters() + model.parameter_count());
+  c.adam = model_.adam->state();
+  c.progress = state_;
+  c.tokenizer_model = tokenizer_.model_proto();
+  return c;
+}
+
 void Checkpointer::save() {
-  run_.state.data = run_.batches->position();
+  state_.data = batches_.position();
   check_ranks_agree();
-  if (run_.root) {
-    run_.sync_host();
-    last_checkpoint_ = save_checkpoint(run_.options.out_dir, run_.checkpoint(), run_.options.keep);
+  if (ranks_.rank() == 0) {
+    model_.sync_host();
+    last_checkpoint_ = save_checkpoint(options_.out_dir, checkpoint(), options_.keep);
   }
-  last_saved_step_ = run_.state.step;
+  last_saved_step_ = state_.step;
 }
 
 void Checkpointer::save_best() {
-  run_.state.data = run_.batches->position();
-  if (run_.root) save_best_checkpoint(run_.options.out_dir, run_.checkpoint());
+  state_.data = batches_.position();
+  if (ranks_.rank() == 0) save_best_checkpoint(options_.out_dir, checkpoint());
 }
 
 }  // namespace xf::trainer

@@ -71,9 +71,10 @@ struct OptionSpec {
 
 constexpr int64_t kMaxInt = 1ll << 40;
 
-const std::vector<OptionSpec>& option_table() {
+// The data: the corpus files, their languages and malformed lines.
+std::vector<OptionSpec> data_options() {
   using O = TrainOptions;
-  static const std::vector<OptionSpec> table = {
+  return {
       {"train", "FILE      training pairs: TSV (source<TAB>target) or the Hugging Face CSV",
        [](O& o, const std::string& v) { o.train_path = v; }, [](const O& o) { return o.train_path; }},
       {"dev", "FILE        validation pairs (same formats)",
@@ -100,6 +101,13 @@ const std::vector<OptionSpec>& option_table() {
       {"max-bad-lines", "P  refuse a corpus with more than P percent malformed pairs (default 1)",
        [](O& o, const std::string& v) { o.max_bad_percent = to_double("max-bad-lines", v, 0, 100); },
        [](const O& o) { return number_text(o.max_bad_percent); }},
+  };
+}
+
+// The vocabulary (or the model file to start from) and the batches.
+std::vector<OptionSpec> vocabulary_and_batch_options() {
+  using O = TrainOptions;
+  return {
       {"spm", "MODEL       reuse this SentencePiece model instead of training one",
        [](O& o, const std::string& v) { o.spm_path = v; }, [](const O& o) { return o.spm_path; }},
       {"init-from", "MODEL.xfm  start from this model file's weights, architecture and\n"
@@ -151,6 +159,13 @@ const std::vector<OptionSpec>& option_table() {
                       "                   repeated, or a neighbouring key); all --modify-* default 0: off",
        [](O& o, const std::string& v) { o.modifiers.typo = to_double("modify-typo", v, 0, 1); },
        [](const O& o) { return number_text(o.modifiers.typo); }},
+  };
+}
+
+// The architecture.
+std::vector<OptionSpec> model_options() {
+  using O = TrainOptions;
+  return {
       {"layers", "N       encoder and decoder layers (sets both)",
        [](O& o, const std::string& v) {
          o.encoder_layers = o.decoder_layers = static_cast<uint32_t>(to_int("layers", v, 1, 64));
@@ -185,6 +200,13 @@ const std::vector<OptionSpec>& option_table() {
          o.max_positions = static_cast<uint32_t>(to_int("max-positions", v, 2, 1 << 20));
        },
        [](const O& o) { return std::to_string(o.max_positions); }},
+  };
+}
+
+// The optimization, when it stops, and where it runs.
+std::vector<OptionSpec> optimization_options() {
+  using O = TrainOptions;
+  return {
       {"dropout", "P      dropout on sub-layer outputs and embeddings (default 0.1)",
        [](O& o, const std::string& v) { o.dropout = static_cast<float>(to_double("dropout", v, 0, 0.99)); },
        [](const O& o) { return number_text(o.dropout); }},
@@ -236,6 +258,13 @@ const std::vector<OptionSpec>& option_table() {
                        "                      gives up with an error (default 600; 0: no limit)",
        [](O& o, const std::string& v) { o.comm_timeout = to_double("comm-timeout", v, 0, 1e9); },
        [](const O& o) { return number_text(o.comm_timeout); }},
+  };
+}
+
+// The run directory, the side work and its schedule.
+std::vector<OptionSpec> output_options() {
+  using O = TrainOptions;
+  return {
       {"out", "DIR         run directory: checkpoints, log, plot (required)",
        [](O& o, const std::string& v) { o.out_dir = v; }, [](const O& o) { return o.out_dir; }},
       {"valid-every", "K  validate every K steps (0: only at the end)",
@@ -269,6 +298,19 @@ const std::vector<OptionSpec>& option_table() {
                     "                   metrics and vocabulary are deleted first (without it, refused)",
        [](O& o, const std::string& v) { o.overwrite = v != "0"; }, nullptr},
   };
+}
+
+// Every option, in the order of the help text.
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = [] {
+    std::vector<OptionSpec> all;
+    for (std::vector<OptionSpec> group : {data_options(), vocabulary_and_batch_options(),
+                                          model_options(), optimization_options(),
+                                          output_options()}) {
+      all.insert(all.end(), group.begin(), group.end());
+    }
+    return all;
+  }();
   return table;
 }
 

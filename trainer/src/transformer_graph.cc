@@ -109,72 +109,84 @@ void TransformerGraph<T>::plan(int64_t batch, int64_t source_len, int64_t target
   B = batch;
   S = source_len;
   Tt = target_len;
-  const int64_t dm = d(), ff = config.d_ff, heads = config.num_heads;
-  const int64_t ns = B * S, nt = B * Tt, rows = std::max(ns, nt);
   const size_t alignment = ops.value_alignment();
   // A first pass counts, the arena grows when needed, a second pass hands out pointers; each
   // buffer starts on the device's alignment.
   for (int pass = 0; pass < 2; ++pass) {
     size_t values = 0;
     T* base = pass ? ops.reserve_values(values_needed_) : nullptr;
-    auto take = [&](int64_t n) {
+    lay_out_activations([&](int64_t n) {
       T* p = base ? base + values : nullptr;
       values += (static_cast<size_t>(n) * sizeof(T) + alignment - 1) / alignment * alignment /
                 sizeof(T);
       return p;
-    };
-    auto block = [&](Block& b, int64_t n) {
-      b.sub_in = pre_norm() ? take(n * dm) : nullptr;
-      b.sum = take(n * dm);
-      b.y = pre_norm() ? b.sum : take(n * dm);
-      b.mean = take(n);
-      b.rstd = take(n);
-    };
-    auto attention = [&](Attention& a, int64_t n, int64_t tq, int64_t tk) {
-      a.probabilities = take(B * heads * tq * tk);
-      a.context = take(n * dm);
-    };
-    encoder_input = take(ns * dm);
-    for (EncoderActivations& e : encoder) {
-      block(e.self, ns);
-      block(e.ffn, ns);
-      e.qkv = take(ns * 3 * dm);
-      attention(e.attention, ns, S, S);
-      e.hidden = take(ns * ff);
-    }
-    encoder_final = take(ns * dm);
-    encoder_final_mean = take(ns);
-    encoder_final_rstd = take(ns);
-    decoder_input = take(nt * dm);
-    for (DecoderActivations& e : decoder) {
-      block(e.self, nt);
-      block(e.cross, nt);
-      block(e.ffn, nt);
-      e.qkv = take(nt * 3 * dm);
-      attention(e.self_attention, nt, Tt, Tt);
-      e.query = take(nt * dm);
-      e.key_value = take(ns * 2 * dm);
-      attention(e.cross_attention, nt, Tt, S);
-      e.hidden = take(nt * ff);
-    }
-    decoder_final = take(nt * dm);
-    decoder_final_mean = take(nt);
-    decoder_final_rstd = take(nt);
-    logits = take(nt * vocab());
-    d_stream = take(rows * dm);
-    d_encoder_output = take(ns * dm);
-    d_sum = take(rows * dm);
-    d_sub = take(rows * dm);
-    d_sub_in = take(rows * dm);
-    d_context = take(rows * dm);
-    d_qkv = take(rows * 3 * dm);
-    d_key_value = take(ns * 2 * dm);
-    d_hidden = take(rows * ff);
+    });
     values_needed_ = values;
   }
+  plan_workspace_and_indices();
+}
+
+template <typename T>
+template <typename Take>
+void TransformerGraph<T>::lay_out_activations(Take&& take) {
+  const int64_t dm = d(), ff = config.d_ff, heads = config.num_heads;
+  const int64_t ns = B * S, nt = B * Tt, rows = std::max(ns, nt);
+  auto block = [&](Block& b, int64_t n) {
+    b.sub_in = pre_norm() ? take(n * dm) : nullptr;
+    b.sum = take(n * dm);
+    b.y = pre_norm() ? b.sum : take(n * dm);
+    b.mean = take(n);
+    b.rstd = take(n);
+  };
+  auto attention = [&](Attention& a, int64_t n, int64_t tq, int64_t tk) {
+    a.probabilities = take(B * heads * tq * tk);
+    a.context = take(n * dm);
+  };
+  encoder_input = take(ns * dm);
+  for (EncoderActivations& e : encoder) {
+    block(e.self, ns);
+    block(e.ffn, ns);
+    e.qkv = take(ns * 3 * dm);
+    attention(e.attention, ns, S, S);
+    e.hidden = take(ns * ff);
+  }
+  encoder_final = take(ns * dm);
+  encoder_final_mean = take(ns);
+  encoder_final_rstd = take(ns);
+  decoder_input = take(nt * dm);
+  for (DecoderActivations& e : decoder) {
+    block(e.self, nt);
+    block(e.cross, nt);
+    block(e.ffn, nt);
+    e.qkv = take(nt * 3 * dm);
+    attention(e.self_attention, nt, Tt, Tt);
+    e.query = take(nt * dm);
+    e.key_value = take(ns * 2 * dm);
+    attention(e.cross_attention, nt, Tt, S);
+    e.hidden = take(nt * ff);
+  }
+  decoder_final = take(nt * dm);
+  decoder_final_mean = take(nt);
+  decoder_final_rstd = take(nt);
+  logits = take(nt * vocab());
+  d_stream = take(rows * dm);
+  d_encoder_output = take(ns * dm);
+  d_sum = take(rows * dm);
+  d_sub = take(rows * dm);
+  d_sub_in = take(rows * dm);
+  d_context = take(rows * dm);
+  d_qkv = take(rows * 3 * dm);
+  d_key_value = take(ns * 2 * dm);
+  d_hidden = take(rows * ff);
+}
+
+template <typename T>
+void TransformerGraph<T>::plan_workspace_and_indices() {
+  const int64_t dm = d(), ff = config.d_ff;
+  const int64_t ns = B * S, nt = B * Tt, rows = std::max(ns, nt);
   AttentionShape largest;
   largest.batch = B;
-  largest.heads = heads;
+  largest.heads = config.num_heads;
   largest.query_len = std::max(S, Tt);
   largest.key_len = std::max(S, Tt);
   largest.head_dim = config.head_dim();
@@ -488,6 +500,12 @@ void TransformerGraph<T>::ffn_backward(const Linear& inner, const Linear& outer,
 
 template <typename T>
 void TransformerGraph<T>::backward() {
+  decoder_backward();
+  encoder_backward();
+}
+
+template <typename T>
+void TransformerGraph<T>::decoder_backward() {
   const int64_t dm = d(), nt = B * Tt, ns = B * S;
   const T scale = static_cast<T>(std::sqrt(static_cast<double>(dm)));
   // Output projection: logits hold d(loss)/d(logits) (times the device's loss scale).
@@ -530,7 +548,12 @@ void TransformerGraph<T>::backward() {
   dropout(d_stream, nt * dm, site(2, 0, 0));
   ops.embedding_backward(d_stream, target_ids, nt, dm, config.target_vocab_size, scale,
                          grad(target_embedding));
+}
 
+template <typename T>
+void TransformerGraph<T>::encoder_backward() {
+  const int64_t dm = d(), ns = B * S;
+  const T scale = static_cast<T>(std::sqrt(static_cast<double>(dm)));
   // Encoder: its output's gradient came from every decoder layer's cross-attention.
   if (pre_norm()) {
     ops.zero(d_stream, ns * dm);

@@ -109,16 +109,14 @@ bool record_validation(TrainingProgress& state, const ValidationResult& result,
   return improved;
 }
 
-void Validator::run() {
-  if (!run_.dev) return;
-  run_.sync_host();
-  const ValidationResult result =
-      validate(*run_.model, *run_.dev, *run_.tokenizer, run_.options, run_.ranks);
-  last_validated_step_ = run_.state.step;
-  const bool improved = record_validation(run_.state, result, run_.options.best_by);
+void Validator::run(double epoch) {
+  if (!dev_) return;
+  model_.sync_host();
+  const ValidationResult result = validate(*model_.host, *dev_, tokenizer_, options_, ranks_);
+  last_validated_step_ = state_.step;
+  const bool improved = record_validation(state_, result, options_.best_by);
   if (improved) checkpoints_.save_best();
-  log_.validation(run_.state.step, run_.epoch(), result.loss, result.bleu, improved,
-                  run_.state.elapsed_seconds);
+  log_.validation(state_.step, epoch, result.loss, result.bleu, improved, state_.elapsed_seconds);
 }
 
 }  // namespace xf::trainer

@@ -5,9 +5,14 @@
 #include <atomic>
 #include <cstdint>
 
+#include "xf/format/config.h"
+#include "xf/trainer/checkpoint.h"
+#include "xf/trainer/communicator.h"
+#include "xf/trainer/data.h"
+#include "xf/trainer/device_training.h"
+#include "xf/trainer/optimizer.h"
 #include "xf/trainer/train_log.h"
 #include "xf/trainer/train_schedule.h"
-#include "xf/trainer/train_setup.h"
 
 namespace xf::trainer {
 
@@ -20,9 +25,21 @@ struct StepResult {
   double root_run_seconds = 0;  // rank 0's wall time (data parallel: decides --max-minutes)
 };
 
-// Trains one step of `run`. stop_requested: this rank's stop flag, counted in stop_votes.
+// What a step reads, and the model, batches and progress it advances.
+struct StepInputs {
+  DeviceModel& model;                    // where the step runs
+  BatchIterator& batches;                // the next global batch
+  TrainingProgress& state;               // step, data position, seeds, tokens, time
+  const ModelConfig& config;             // the batches' special tokens
+  const LearningRateSchedule& schedule;  // the update's learning rate
+  Communicator& ranks;
+  double clip_norm = 0;                  // --clip-norm
+  double elapsed_before = 0;             // training time of the runs before this one (resumed)
+};
+
+// Trains one step. stop_requested: this rank's stop flag, counted in stop_votes.
 // Throws xf::Error when the loss is no longer finite.
-StepResult train_step(TrainingRun& run, const RunClock& clock,
+StepResult train_step(const StepInputs& run, const RunClock& clock,
                       const std::atomic<bool>* stop_requested);
 
 }  // namespace xf::trainer

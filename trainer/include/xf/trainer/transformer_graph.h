@@ -11,8 +11,9 @@
 // it grows to the largest shape seen and is reused, so steady-state training allocates nothing.
 // Dropout masks are not stored: each site's mask is drawn again from its DropoutDraw in backward.
 //
-// A new layer goes here (its parameters in format/'s parameter list, its activations in plan(),
-// its forward and backward below); a new op goes into TrainingOps and every device's ops.
+// A new layer goes here (its parameters in format/'s parameter list, its activations in
+// lay_out_activations(), its forward and backward below); a new op goes into TrainingOps and
+// every device's ops.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -95,6 +96,11 @@ class TransformerGraph {
 
   // Lays every activation of a (B, S, T) batch out in the ops' arenas.
   void plan(int64_t batch, int64_t source_len, int64_t target_len);
+  // plan's parts: every activation and backward temporary, each from take(count) in order; the
+  // ops' workspace and the index arena.
+  template <typename Take>
+  void lay_out_activations(Take&& take);
+  void plan_workspace_and_indices();
   // Validates the batch, plans for its shape and uploads its ids.
   void load_batch(const Batch& batch);
   void encode(uint64_t seed);
@@ -103,6 +109,10 @@ class TransformerGraph {
   void project(const T* x, int64_t rows, T* out);
   LossSums loss(bool write_gradient);
   void backward();
+  // backward's halves: the output projection and the decoder down to its embedding, which
+  // leaves the encoder output's gradient; then the encoder down to its embedding.
+  void decoder_backward();
+  void encoder_backward();
 
   TrainingOps<T>& ops;
   std::unordered_map<std::string, size_t> slot_index;

@@ -12,7 +12,7 @@
 #include "xf/trainer/data.h"
 #include "xf/trainer/train_log.h"
 #include "xf/trainer/train_options.h"
-#include "xf/trainer/train_setup.h"
+#include "xf/trainer/trained_model.h"
 #include "xf/trainer/transformer.h"
 
 namespace xf::trainer {
@@ -49,13 +49,31 @@ bool record_validation(TrainingProgress& state, const ValidationResult& result,
 // row. Nothing without a dev set.
 class Validator {
  public:
-  Validator(TrainingRun& run, Checkpointer& checkpoints, TrainLog& log)
-      : run_(run), checkpoints_(checkpoints), log_(log) {}
-  void run();
+  // `dev`: null without --dev. Validates `model` for `state`'s step over the ranks, records the
+  // scores in `state`, saves best/ through `checkpoints` and logs to `log`. The references must
+  // outlive it.
+  Validator(const ValidationSet* dev, const Tokenizer& tokenizer, const TrainOptions& options,
+            TrainedModel& model, TrainingProgress& state, Communicator& ranks,
+            Checkpointer& checkpoints, TrainLog& log)
+      : dev_(dev),
+        tokenizer_(tokenizer),
+        options_(options),
+        model_(model),
+        state_(state),
+        ranks_(ranks),
+        checkpoints_(checkpoints),
+        log_(log) {}
+  // `epoch`: the data's position as an epoch fraction, for the logs.
+  void run(double epoch);
   int64_t last_validated_step() const { return last_validated_step_; }
 
  private:
-  TrainingRun& run_;
+  const ValidationSet* dev_;
+  const Tokenizer& tokenizer_;
+  const TrainOptions& options_;
+  TrainedModel& model_;
+  TrainingProgress& state_;
+  Communicator& ranks_;
   Checkpointer& checkpoints_;
   TrainLog& log_;
   int64_t last_validated_step_ = -1;
