@@ -27,7 +27,8 @@ train=("$bin/xf-train" --train "$work/train.tsv" --dev "$work/dev.tsv" --out "$w
   --spm-type char --vocab-size 100 --layers 1 --d-model 32 --heads 2 --d-ff 64 --warmup 20
   --batch-tokens 512 --valid-every 20 --save-every 20 --log-every 10 --threads 1 --seed 1)
 "${train[@]}" --max-steps 40 2>"$work/train.log" || { tail -3 "$work/train.log" >&2; exit 1; }
-"${train[@]}" --max-steps 60 --resume 2>"$work/train.log" || { tail -3 "$work/train.log" >&2; exit 1; }
+"$bin/xf-train" --resume --out "$work/run" --max-steps 60 2>"$work/train.log" ||
+  { tail -3 "$work/train.log" >&2; exit 1; }
 ls "$work/run" | grep tfevents | sed 's/^/event file: /'
 
 "$venv/bin/python" - "$work/run" <<'PY'
