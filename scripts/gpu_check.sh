@@ -39,7 +39,10 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pack="$root/gpu-pack"
-build_name=build-gpu
+# XF_GPU_BUILD: the build tree to pack (default build-gpu, made by prepare); with
+# XF_GPU_PREBUILT=1 prepare packs that tree as it is (e.g. build/, whose CUDA code is built for
+# sm 87 and 90 wherever nvcc is found) instead of configuring and building it.
+build_name="${XF_GPU_BUILD:-build-gpu}"
 mode="${1:-run}"
 
 # ---- prepare (development machine) --------------------------------------------------------------
@@ -48,9 +51,11 @@ if [ "$mode" = "prepare" ]; then
   build="$root/$build_name"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}"
-  cmake --build "$build" -j "$(nproc)"
+  if [ "${XF_GPU_PREBUILT:-0}" != 1 ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXF_CUDA=ON \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}"
+    cmake --build "$build" -j "$(nproc)"
+  fi
   rm -rf "$pack" && mkdir -p "$pack/lib" "$pack/bin"
 
   # CUPTI (headers and library) from NVIDIA's wheel: the Debian CUDA toolkit here has none.
