@@ -183,7 +183,8 @@ class Translator:
                         max_input_length: int = 1024, seed: int = 0, max_len_a: float = 1.0,
                         max_len_b: int = 50,
                         length_normalization: Optional[str] = None,
-                        disable_loop_guard: bool = False) -> List[TranslationResult]:
+                        disable_loop_guard: bool = False,
+                        disable_sentence_splitting: bool = False) -> List[TranslationResult]:
         """Translates a list of sources (str, or lists of SentencePiece pieces).
 
         The GIL is released while translating. Options as in CTranslate2; None (beam_size,
@@ -198,6 +199,9 @@ class Translator:
         per source (str, pieces, or None/"" for none) that its translations start with.
         disable_loop_guard: no loop guard (an output longer than its source that repeats a
         4-token phrase a third time is otherwise cut before the second turn).
+        disable_sentence_splitting: translate each text whole (by default a text is a paragraph:
+        its sentences are translated in the same batch and joined with its own spacing; a
+        hypothesis's ids and scores are then its sentences' concatenated and summed).
         """
         options = self._options(max_batch_size, batch_type)
         if beam_size is not None:
@@ -213,6 +217,7 @@ class Translator:
         options.min_decoding_length = _int("min_decoding_length", min_decoding_length, 0)
         options.disable_unk = _bool("disable_unk", disable_unk)
         options.disable_loop_guard = _bool("disable_loop_guard", disable_loop_guard)
+        options.disable_sentence_splitting = _bool("disable_sentence_splitting", disable_sentence_splitting)
         options.sampling_topk = _int("sampling_topk", sampling_topk, 0)
         options.sampling_topp = _float("sampling_topp", sampling_topp, 0.0, 1.0, above_minimum=True)
         options.sampling_temperature = _float("sampling_temperature", sampling_temperature, 0.0,

@@ -18,6 +18,7 @@ class TranslateOptions:
     min_decoding_length: int
     disable_unk: bool
     disable_loop_guard: bool
+    disable_sentence_splitting: bool
     max_batch_size: int
     batch_type: str
     sampling_topk: int

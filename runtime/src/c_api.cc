@@ -161,6 +161,7 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.min_decoding_length = c.min_decoding_length;
   cpp.disable_unk = c.disable_unk != 0;
   cpp.disable_loop_guard = c.disable_loop_guard != 0;
+  cpp.disable_sentence_splitting = c.disable_sentence_splitting != 0;
   cpp.max_batch_size = c.max_batch_size;
   cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
   cpp.sampling_topk = c.sampling_topk;

@@ -80,27 +80,35 @@ void translate_block(xf::Translator& translator, const Options& options, xf::cli
                      const std::vector<std::string>& prefixes,
                      size_t first_line, std::vector<xf::TokenTranslation>& results, int output_fd) {
   const xf::Model& model = translator.model();
-  std::vector<std::vector<int32_t>> sources(lines.size()), prefix_ids(prefixes.size());
+  // Text lines are paragraphs: their sentences are translated together, joined back by line.
+  const xf::Paragraphs paragraphs(lines, !options.ids && !options.cli.translate.disable_sentence_splitting);
+  const size_t count = paragraphs.sentences().size();
+  std::vector<std::vector<int32_t>> sources(count), prefix_ids(prefixes.empty() ? 0 : count);
   for (size_t i = 0; i < lines.size(); ++i) {
     const size_t line_number = first_line + i + 1;
-    reader.read(lines[i], cut[i], line_number, sources[i]);
+    for (size_t k = 0; k < paragraphs.count(i); ++k) {
+      const size_t j = paragraphs.first(i) + k;
+      reader.read(paragraphs.sentences()[j], cut[i] && k + 1 == paragraphs.count(i), line_number, sources[j]);
+    }
     if (prefixes.empty()) continue;
     try {
-      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix_ids[i]);
-      else prefix_ids[i] = model.encode_target(prefixes[i]);
+      std::vector<int32_t>& prefix = prefix_ids[paragraphs.first(i)];
+      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix);
+      else prefix = model.encode_target(prefixes[i]);
     } catch (const xf::Error& e) {
       throw xf::Error(options.target_prefix + ": line " + std::to_string(line_number) + ": " + e.what());
     }
   }
   translator.translate_ids(sources, options.cli.translate, results, prefix_ids);
+  const std::vector<xf::TranslationResult> lines_out = xf::join_translations(model, paragraphs, results);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
-    for (const xf::TokenHypothesis& h : results[i].hypotheses) {
+    for (const xf::Hypothesis& h : lines_out[i].hypotheses) {
       std::string text;
       if (options.ids) {
         for (size_t k = 0; k < h.ids.size(); ++k) text += (k ? " " : "") + std::to_string(h.ids[k]);
       } else {
-        text = model.decode_target(h.ids.data(), h.ids.size());
+        text = h.text;
       }
       char score[32];
       std::snprintf(score, sizeof score, "%.6f", h.score);
@@ -152,9 +160,9 @@ int run(const Options& options_in) {
   const auto flush = [&] {
     if (lines.empty()) return;
     translate_block(translator, options, reader, lines, cut, prefixes, first_line, results, output_fd);
-    uint64_t tokens = 0;
-    for (size_t i = 0; i < lines.size(); ++i)
-      if (!results[i].hypotheses.empty()) tokens += results[i].hypotheses.front().ids.size();
+    uint64_t tokens = 0;  // results are by sentence
+    for (const xf::TokenTranslation& r : results)
+      if (!r.hypotheses.empty()) tokens += r.hypotheses.front().ids.size();
     progress.add(lines.size(), tokens);
     first_line += lines.size();
     lines.clear();

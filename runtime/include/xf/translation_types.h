@@ -85,6 +85,14 @@ struct TranslateOptions {
   // outputs are rarely longer than the source and never repeat a 4-gram three times, so it
   // leaves them as they are. The hypothesis keeps the log-probability of all it decoded.
   bool disable_loop_guard = false;
+  // Text only (translate(), xf_translate, Python's text sources, xf-run without --ids): each text
+  // is a paragraph, split into sentences (xf/sentences.h) that are translated as one batch with
+  // the call's other sentences and joined back with the text's own spacing. On by default: a
+  // one-sentence text is translated exactly as without splitting, and a paragraph far better
+  // (docs/BENCHMARKS.md). A text's n-best hypothesis i joins each sentence's hypothesis i (its
+  // last when it has fewer), its ids, score and log_prob are theirs concatenated and summed; a
+  // target prefix starts the first sentence.
+  bool disable_sentence_splitting = false;
 
   // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
   // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);

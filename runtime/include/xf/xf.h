@@ -119,7 +119,8 @@ typedef struct xf_translate_options {
   /* Fields appended after the first release default to 0, so that an older library takes a
    * newer app's struct as long as the app leaves them alone. */
   xf_length_normalization length_normalization; /* how length_penalty divides a score */
-  int disable_loop_guard; /* 1: no loop guard (translator.h) */
+  int disable_loop_guard; /* 1: no loop guard (translation_types.h) */
+  int disable_sentence_splitting; /* 1: xf_translate translates each source whole, not by sentence */
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
