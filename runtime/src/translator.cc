@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -173,6 +174,7 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
     hypotheses.resize(1);
     hypotheses[0].ids.clear();
     hypotheses[0].score = hypotheses[0].log_prob = 0.0f;
+    if (options.callback) options.callback({i, 0, -1, 0});
   }
   run_batches(sources, target_prefix, /*skip_empty=*/true, options, [&](int64_t count, int64_t source_len, size_t first) {
     for (int64_t k = 0; k < count; ++k) batch_results_[k] = &results[order_[first + k]];
@@ -336,9 +338,28 @@ std::vector<TranslationResult> Translator::translate(const std::vector<std::stri
     if (paragraphs.sentences().size() == sources.size()) throw;
     throw Error(std::string(e.what()) + " (sentences counted after splitting the texts)");
   }
+  // The callback hears of texts and their sentences, not of the split sentences' list.
+  TranslateOptions sentence_options = options;
+  std::vector<size_t> text_of(paragraphs.sentences().size());
+  for (size_t t = 0; t < paragraphs.texts(); ++t)
+    for (size_t k = 0; k < paragraphs.count(t); ++k) text_of[paragraphs.first(t) + k] = t;
+  if (options.callback)
+    sentence_options.callback = [&](const StreamStep& step) {
+      const size_t text = text_of[step.index];
+      options.callback({text, step.index - paragraphs.first(text), step.id, step.length});
+    };
   std::vector<TokenTranslation> tokens;
-  translate_ids(ids, options, tokens, prefix_ids);
+  translate_ids(ids, sentence_options, tokens, prefix_ids);
   return join_translations(*model_, paragraphs, tokens);
+}
+
+std::future<std::vector<TranslationResult>> Translator::translate_async(std::vector<std::string> sources,
+                                                                        TranslateOptions options,
+                                                                        std::vector<std::string> target_prefix) {
+  return std::async(std::launch::async, [this, sources = std::move(sources), options = std::move(options),
+                                         target_prefix = std::move(target_prefix)] {
+    return translate(sources, options, target_prefix);
+  });
 }
 
 std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,

@@ -15,6 +15,7 @@
 // once are serialized by a mutex inside (each waits for the one before), so for parallel
 // translation use one Translator per thread.
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,6 +53,14 @@ class XF_API Translator {
   std::vector<TranslationResult> translate(const std::vector<std::string>& sources,
                                            const TranslateOptions& options = {},
                                            const std::vector<std::string>& target_prefix = {});
+
+  // translate() on a thread of its own: returns at once, the future holds the results (or the
+  // xf::Error). Calls still run one at a time (each async call waits for the ones before);
+  // the Translator must outlive the future's completion. With options.callback set, tokens
+  // stream from that thread while the caller's goes on.
+  std::future<std::vector<TranslationResult>> translate_async(std::vector<std::string> sources,
+                                                              TranslateOptions options = {},
+                                                              std::vector<std::string> target_prefix = {});
 
   // The same over token ids: each source is SentencePiece piece ids without EOS (appended
   // here). results is resized to sources.size(); reusing it between calls keeps its storage,
