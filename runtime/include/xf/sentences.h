@@ -53,6 +53,9 @@ class XF_API Paragraphs {
   // and line breaks between sentences as in the text (not those before the first sentence or
   // after the last: a one-sentence text gives its sentence's translation alone).
   std::string join(size_t text, const std::vector<std::string>& translations) const;
+  // What join() writes after sentence `sentence`: the spacing before the next one of its text
+  // ("" after a text's last).
+  const std::string& gap(size_t sentence) const { return gaps_[sentence]; }
 
  private:
   std::vector<std::string> sentences_;
