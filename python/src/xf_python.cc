@@ -114,8 +114,18 @@ class PyTranslator {
 
   // Returns (results, truncated): per source (is_text, texts, pieces, ids, scores, log_probs)
   // over its hypotheses; the indices of the sources cut to max_input_length tokens (0: none).
-  nb::tuple translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& options,
-                      int max_input_length) {
+  // callback: None, or called as callback(index, sentence, token_id, piece, length) from the
+  // translating thread (the GIL taken for it) with each streamed token, piece None at the end.
+  nb::tuple translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& given_options,
+                      int max_input_length, nb::object callback) {
+    xf::TranslateOptions options = given_options;
+    if (!callback.is_none())
+      options.callback = [this, callback](const xf::StreamStep& step) {
+        const std::string piece = step.id >= 0 ? model_->target_pieces(&step.id, 1)[0] : std::string();
+        nb::gil_scoped_acquire gil;
+        if (step.id >= 0) callback(step.index, step.sentence, step.id, piece, step.length);
+        else callback(step.index, step.sentence, step.id, nb::none(), step.length);
+      };
     const std::vector<Input> sources = read_inputs(source, "source", source_bytes());
     std::vector<Input> prefixes;
     if (!target_prefix.is_none()) {
@@ -316,7 +326,7 @@ NB_MODULE(_xf, m) {
            nb::arg("model_path"), nb::arg("device"), nb::arg("max_batch"), nb::arg("max_beam"), nb::arg("threads"),
            nb::arg("max_source_len"), nb::arg("weight_dtype").none(), nb::arg("max_len_a"), nb::arg("max_len_b"))
       .def("translate", &PyTranslator::translate, nb::arg("source"), nb::arg("target_prefix").none(),
-           nb::arg("options"), nb::arg("max_input_length"))
+           nb::arg("options"), nb::arg("max_input_length"), nb::arg("callback").none())
       .def("score", &PyTranslator::score, nb::arg("source"), nb::arg("target"), nb::arg("options"),
            nb::arg("max_input_length"))
       .def("tokenize", &PyTranslator::tokenize, nb::arg("text"))
