@@ -20,6 +20,7 @@
 
 #include "xf/error.h"
 #include "xf/model.h"
+#include "xf/sentences.h"
 #include "xf/translator.h"
 
 namespace nb = nanobind;
@@ -138,8 +139,18 @@ class PyTranslator {
 
   // Returns (results, truncated): per source (is_text, texts, pieces, ids, scores, log_probs)
   // over its hypotheses; the indices of the sources cut to max_input_length tokens (0: none).
-  nb::tuple translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& options,
-                      int max_input_length) {
+  // callback: None, or called as callback(index, sentence, token_id, piece, length) from the
+  // translating thread (the GIL taken for it) with each streamed token, piece None at the end.
+  nb::tuple translate(nb::handle source, nb::handle target_prefix, const xf::TranslateOptions& given_options,
+                      int max_input_length, nb::object callback) {
+    xf::TranslateOptions options = given_options;
+    if (!callback.is_none())
+      options.callback = [this, callback](const xf::StreamStep& step) {
+        const std::string piece = step.id >= 0 ? model_->target_pieces(&step.id, 1)[0] : std::string();
+        nb::gil_scoped_acquire gil;
+        if (step.id >= 0) callback(step.index, step.sentence, step.id, piece, step.length);
+        else callback(step.index, step.sentence, step.id, nb::none(), step.length);
+      };
     const std::vector<Input> sources = read_inputs(source, "source", source_bytes());
     std::vector<Input> prefixes;
     if (!target_prefix.is_none()) {
@@ -148,34 +159,55 @@ class PyTranslator {
         throw xf::Error("target_prefix has " + std::to_string(prefixes.size()) + " entries for " +
                         std::to_string(sources.size()) + " sources");
     }
-    std::vector<xf::TokenTranslation> results;
+    // Texts are paragraphs split into sentences (unless disabled); pieces are one sentence each.
+    std::vector<std::string> texts(sources.size());
+    std::vector<bool> split(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      texts[i] = sources[i].text;
+      split[i] = sources[i].is_text && !options.disable_sentence_splitting;
+    }
+    std::vector<xf::TranslationResult> results;
     std::vector<size_t> truncated;
     {
       nb::gil_scoped_release released;
       AsynchronousSignalsBlocked blocked;
       std::lock_guard<std::mutex> lock(mutex_);  // after releasing the GIL: no lock-order cycle
-      std::vector<std::vector<int32_t>> ids(sources.size()), prefix_ids(prefixes.size());
+      const xf::Paragraphs paragraphs(texts, split);
+      const size_t count = paragraphs.sentences().size();
+      std::vector<std::vector<int32_t>> ids(count), prefix_ids(prefixes.empty() ? 0 : count);
       for (size_t i = 0; i < sources.size(); ++i) {
         try {
-          ids[i] = source_ids(sources[i], max_input_length, i, truncated);
-          if (!prefixes.empty()) prefix_ids[i] = target_ids(prefixes[i], "target prefix");
+          for (size_t k = 0; k < paragraphs.count(i); ++k) {
+            const size_t j = paragraphs.first(i) + k;
+            Input sentence = sources[i];
+            if (sentence.is_text) {
+              sentence.text = paragraphs.sentences()[j];
+              sentence.cut = sources[i].cut && k + 1 == paragraphs.count(i);  // the text's cut tail
+            }
+            const size_t before = truncated.size();
+            ids[j] = source_ids(sentence, max_input_length, i, truncated);
+            if (truncated.size() > before && before > 0 && truncated[before - 1] == i) truncated.pop_back();
+          }
+          if (!prefixes.empty()) prefix_ids[paragraphs.first(i)] = target_ids(prefixes[i], "target prefix");
         } catch (const xf::Error& e) {
           throw xf::Error("sentence " + std::to_string(i + 1) + ": " + e.what());
         }
       }
-      translator_->translate_ids(ids, options, results, prefix_ids);
+      std::vector<xf::TokenTranslation> sentences;
+      translator_->translate_ids(ids, options, sentences, prefix_ids);
+      results = xf::join_translations(*model_, paragraphs, sentences);
     }
     nb::list out;
     for (size_t i = 0; i < sources.size(); ++i) {
-      nb::list texts, pieces, ids, scores, log_probs;
-      for (const xf::TokenHypothesis& h : results[i].hypotheses) {
-        texts.append(model_->decode_target(h.ids.data(), h.ids.size()));
+      nb::list texts_out, pieces, ids, scores, log_probs;
+      for (const xf::Hypothesis& h : results[i].hypotheses) {
+        texts_out.append(h.text);
         pieces.append(nb::cast(model_->target_pieces(h.ids.data(), h.ids.size())));
         ids.append(nb::cast(h.ids));
         scores.append(h.score);
         log_probs.append(h.log_prob);
       }
-      out.append(nb::make_tuple(sources[i].is_text, texts, pieces, ids, scores, log_probs));
+      out.append(nb::make_tuple(sources[i].is_text, texts_out, pieces, ids, scores, log_probs));
     }
     return nb::make_tuple(out, nb::cast(truncated));
   }
@@ -304,6 +336,7 @@ NB_MODULE(_xf, m) {
       .def_rw("min_decoding_length", &xf::TranslateOptions::min_decoding_length)
       .def_rw("disable_unk", &xf::TranslateOptions::disable_unk)
       .def_rw("disable_loop_guard", &xf::TranslateOptions::disable_loop_guard)
+      .def_rw("disable_sentence_splitting", &xf::TranslateOptions::disable_sentence_splitting)
       .def_rw("max_batch_size", &xf::TranslateOptions::max_batch_size)
       .def_prop_rw(
           "batch_type", [](const xf::TranslateOptions& o) { return std::string(xf::batch_type_name(o.batch_type)); },
@@ -320,7 +353,7 @@ NB_MODULE(_xf, m) {
            nb::arg("model_path"), nb::arg("device"), nb::arg("max_batch"), nb::arg("max_beam"), nb::arg("threads"),
            nb::arg("max_source_len"), nb::arg("weight_dtype").none(), nb::arg("max_len_a"), nb::arg("max_len_b"))
       .def("translate", &PyTranslator::translate, nb::arg("source"), nb::arg("target_prefix").none(),
-           nb::arg("options"), nb::arg("max_input_length"))
+           nb::arg("options"), nb::arg("max_input_length"), nb::arg("callback").none())
       .def("score", &PyTranslator::score, nb::arg("source"), nb::arg("target"), nb::arg("options"),
            nb::arg("max_input_length"))
       .def("tokenize", &PyTranslator::tokenize, nb::arg("text"))

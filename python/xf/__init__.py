@@ -7,17 +7,19 @@
 
 Names follow CTranslate2's Translator where the meaning is the same.
 """
+import concurrent.futures
 import itertools
 import math
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._xf import Error, TranslateOptions
 from ._xf import Translator as _Translator
 
-__all__ = ["Error", "ScoringResult", "Translator", "TranslationResult"]
+__all__ = ["Error", "ScoringResult", "StreamStep", "Translator", "TranslationResult"]
 __version__ = "0.1.0"
 
 Source = Union[str, Sequence[str]]
@@ -84,6 +86,24 @@ class TranslationResult:
 
 
 @dataclass
+class StreamStep:
+    """One streamed token (translate_batch's callback), or the end of a sentence's output.
+
+    index: the source in the call; sentence: the sentence of that source (sentence splitting);
+    token_id and token (the piece) of the next output token, or -1 and None with is_last, when
+    the output is complete: length is then its token count (the loop guard may have cut the
+    end of what greedy search streamed).
+    """
+
+    index: int
+    sentence: int
+    token_id: int
+    token: Optional[str]
+    is_last: bool
+    length: int
+
+
+@dataclass
 class ScoringResult:
     """A given translation scored by the model (CTranslate2's ScoringResult).
 
@@ -143,6 +163,8 @@ class Translator:
                              "(create one Translator per thread for parallel translation)")
         if _int("device_index", device_index, 0) != 0:
             raise ValueError("device_index must be 0: xf runs on one device")
+        self._async: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._executor_lock = threading.Lock()
         self._translator = _Translator(
             os.fspath(model_path), device, _int("max_batch", max_batch, 1),
             0 if max_beam is None else _int("max_beam", max_beam, 1, 1024), threads,
@@ -186,7 +208,10 @@ class Translator:
                         max_input_length: int = 1024, seed: int = 0, max_len_a: float = 1.0,
                         max_len_b: int = 50,
                         length_normalization: Optional[str] = None,
-                        disable_loop_guard: bool = False) -> List[TranslationResult]:
+                        disable_loop_guard: bool = False,
+                        disable_sentence_splitting: bool = False,
+                        callback: Optional[Callable[[StreamStep], Any]] = None,
+                        asynchronous: bool = False) -> Any:
         """Translates a list of sources (str, or lists of SentencePiece pieces).
 
         The GIL is released while translating. Options as in CTranslate2; None (beam_size,
@@ -201,7 +226,22 @@ class Translator:
         per source (str, pieces, or None/"" for none) that its translations start with.
         disable_loop_guard: no loop guard (an output longer than its source that repeats a
         4-token phrase a third time is otherwise cut before the second turn).
+        disable_sentence_splitting: translate each text whole (by default a text is a paragraph:
+        its sentences are translated in the same batch and joined with its own spacing; a
+        hypothesis's ids and scores are then its sentences' concatenated and summed).
+        callback: called with a StreamStep for each output token as soon as it is final (greedy
+        search: as chosen; beam search: the best hypothesis once its search ended), then at each
+        sentence's end, from the translating thread.
+        asynchronous: return at once a concurrent.futures.Future of the results (the call runs
+        on the Translator's own thread; calls still run one at a time, in order).
         """
+        if _bool("asynchronous", asynchronous):
+            arguments = dict(locals())
+            del arguments["self"]
+            arguments["asynchronous"] = False
+            return self._executor().submit(lambda: self.translate_batch(**arguments))
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         options = self._options(max_batch_size, batch_type)
         if beam_size is not None:
             options.beam = _int("beam_size", beam_size, 1, 1024)
@@ -216,6 +256,7 @@ class Translator:
         options.min_decoding_length = _int("min_decoding_length", min_decoding_length, 0)
         options.disable_unk = _bool("disable_unk", disable_unk)
         options.disable_loop_guard = _bool("disable_loop_guard", disable_loop_guard)
+        options.disable_sentence_splitting = _bool("disable_sentence_splitting", disable_sentence_splitting)
         options.sampling_topk = _int("sampling_topk", sampling_topk, 0)
         options.sampling_topp = _float("sampling_topp", sampling_topp, 0.0, 1.0, above_minimum=True)
         options.sampling_temperature = _float("sampling_temperature", sampling_temperature, 0.0,
@@ -230,7 +271,11 @@ class Translator:
         max_input_length = _int("max_input_length", max_input_length, 0)
         if target_prefix is not None and not isinstance(target_prefix, (str, bytes)):
             target_prefix = [[] if p is None else p for p in target_prefix]
-        results, truncated = self._translator.translate(source, target_prefix, options, max_input_length)
+        stream = None
+        if callback is not None:
+            def stream(index, sentence, token_id, token, length):
+                callback(StreamStep(index, sentence, token_id, token, token_id < 0, length))
+        results, truncated = self._translator.translate(source, target_prefix, options, max_input_length, stream)
         self._warn_truncated(truncated, max_input_length)
         return [TranslationResult(hypotheses=texts if is_text else pieces, pieces=pieces, ids=ids,
                                   scores=scores if return_scores else [],
@@ -268,6 +313,13 @@ class Translator:
                        batch_type: str = "examples", **kwargs: Any) -> Iterator[ScoringResult]:
         """score_batch over iterables, streamed as translate_iterable streams translations."""
         yield from self._stream(self.score_batch, source, target, "target", max_batch_size, batch_type, kwargs)
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        # One worker: asynchronous calls run in the order they were made.
+        with self._executor_lock:
+            if self._async is None:
+                self._async = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="xf")
+            return self._async
 
     def _options(self, max_batch_size: int, batch_type: str) -> TranslateOptions:
         options = TranslateOptions()

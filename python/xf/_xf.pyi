@@ -1,6 +1,6 @@
 # Types of the extension module xf._xf (python/src/xf_python.cc); use the xf package, whose
 # Translator checks every option before it reaches these.
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 _Source = Union[str, Sequence[str]]
 
@@ -18,6 +18,7 @@ class TranslateOptions:
     min_decoding_length: int
     disable_unk: bool
     disable_loop_guard: bool
+    disable_sentence_splitting: bool
     max_batch_size: int
     batch_type: str
     sampling_topk: int
@@ -32,8 +33,10 @@ class Translator:
                  max_source_len: int, weight_dtype: Optional[str], max_len_a: float,
                  max_len_b: int) -> None: ...
     # ([(is_text, texts, pieces, ids, scores, log_probs) per source], indices truncated)
+    # callback(index, sentence, token_id, piece or None at the end, length)
     def translate(self, source: Sequence[_Source], target_prefix: Optional[Sequence[_Source]],
-                  options: TranslateOptions, max_input_length: int
+                  options: TranslateOptions, max_input_length: int,
+                  callback: Optional[Callable[[int, int, int, Optional[str], int], None]]
                   ) -> Tuple[List[Tuple[bool, List[str], List[List[str]], List[List[int]], List[float], List[float]]],
                              List[int]]: ...
     # ([(tokens, ids, log_probs) per pair], indices truncated)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <future>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,13 @@ struct xf_translator {
 };
 struct xf_results {
   std::vector<xf::TranslationResult> results;
+};
+struct xf_pending {
+  std::future<void> done;
+  xf_status status = XF_OK;
+  std::string error;
+  xf_results* results = nullptr;
+  bool claimed = false;
 };
 
 namespace {
@@ -161,12 +169,20 @@ xf::TranslateOptions to_cpp(const xf_translate_options& c) {
   cpp.min_decoding_length = c.min_decoding_length;
   cpp.disable_unk = c.disable_unk != 0;
   cpp.disable_loop_guard = c.disable_loop_guard != 0;
+  cpp.disable_sentence_splitting = c.disable_sentence_splitting != 0;
   cpp.max_batch_size = c.max_batch_size;
   cpp.batch_type = c.batch_type == XF_BATCH_TOKENS ? xf::BatchType::tokens : xf::BatchType::examples;
   cpp.sampling_topk = c.sampling_topk;
   cpp.sampling_topp = c.sampling_topp;
   cpp.sampling_temperature = c.sampling_temperature;
   cpp.seed = c.seed;
+  if (c.callback != nullptr) {
+    const xf_token_callback callback = c.callback;
+    void* const data = c.callback_data;
+    cpp.callback = [callback, data](const xf::StreamStep& step) {
+      callback(data, step.index, step.sentence, step.id, step.length);
+    };
+  }
   if (!std::isnan(c.repetition_penalty)) cpp.repetition_penalty = c.repetition_penalty;
   if (c.no_repeat_ngram_size != -1) cpp.no_repeat_ngram_size = c.no_repeat_ngram_size;
   if (c.length_normalization == XF_LENGTH_NORMALIZATION_GNMT) cpp.length_normalization = xf::LengthNormalization::gnmt;
@@ -250,32 +266,99 @@ void xf_translate_options_init_sized(xf_translate_options* options, size_t struc
   init_sized(options, struct_size, translate_defaults());
 }
 
+}  // extern "C"
+
+namespace {
+
+// xf_translate's arguments as the C++ call takes them (copies). Throws InvalidArgument.
+struct TextCall {
+  std::vector<std::string> lines, prefixes;
+  xf::TranslateOptions options;
+};
+
+TextCall read_text_call(const xf_translator* translator, const char* const* sources, size_t count,
+                        const xf_translate_options* options, const char* function) {
+  for (size_t i = 0; i < count; ++i)
+    if (sources[i] == nullptr)
+      throw InvalidArgument(std::string(function) + ": source " + std::to_string(i + 1) + " is null");
+  TextCall call;
+  const xf_translate_options c = read_translate_options(options);
+  for (size_t i = 0; c.target_prefix != nullptr && i < count; ++i) {
+    if (c.target_prefix[i] == nullptr)
+      throw InvalidArgument(std::string(function) + ": target prefix " + std::to_string(i + 1) + " is null");
+    call.prefixes.emplace_back(c.target_prefix[i]);
+  }
+  // Of each source, only what the plan can use is copied (and tokenized): a huge source
+  // costs no memory and is refused by translate() as longer than max_source_len.
+  const xf::Translator& t = *translator->translator;
+  const size_t most_bytes = t.model().source_bytes_for(static_cast<size_t>(t.options().max_source_len));
+  call.lines.resize(count);
+  for (size_t i = 0; i < count; ++i) call.lines[i].assign(sources[i], ::strnlen(sources[i], most_bytes));
+  call.options = to_cpp(c);
+  return call;
+}
+
+}  // namespace
+
+extern "C" {
+
 xf_status xf_translate(xf_translator* translator, const char* const* sources, size_t count,
                        const xf_translate_options* options, xf_results** results) {
   if (translator == nullptr || results == nullptr || (sources == nullptr && count > 0))
     return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: null argument");
   *results = nullptr;
-  for (size_t i = 0; i < count; ++i)
-    if (sources[i] == nullptr)
-      return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate: source " + std::to_string(i + 1) + " is null");
   return guarded([&] {
-    const xf_translate_options c = read_translate_options(options);
-    std::vector<std::string> prefixes;
-    for (size_t i = 0; c.target_prefix != nullptr && i < count; ++i) {
-      if (c.target_prefix[i] == nullptr)
-        throw InvalidArgument("xf_translate: target prefix " + std::to_string(i + 1) + " is null");
-      prefixes.emplace_back(c.target_prefix[i]);
-    }
-    // Of each source, only what the plan can use is copied (and tokenized): a huge source
-    // costs no memory and is refused by translate() as longer than max_source_len.
-    const xf::Translator& t = *translator->translator;
-    const size_t most_bytes = t.model().source_bytes_for(static_cast<size_t>(t.options().max_source_len));
-    std::vector<std::string> lines(count);
-    for (size_t i = 0; i < count; ++i) lines[i].assign(sources[i], ::strnlen(sources[i], most_bytes));
+    const TextCall call = read_text_call(translator, sources, count, options, "xf_translate");
     auto out = std::make_unique<xf_results>();
-    out->results = translator->translator->translate(lines, to_cpp(c), prefixes);
+    out->results = translator->translator->translate(call.lines, call.options, call.prefixes);
     *results = out.release();
   });
+}
+
+xf_status xf_translate_async(xf_translator* translator, const char* const* sources, size_t count,
+                             const xf_translate_options* options, xf_pending** pending) {
+  if (translator == nullptr || pending == nullptr || (sources == nullptr && count > 0))
+    return fail(XF_ERROR_INVALID_ARGUMENT, "xf_translate_async: null argument");
+  *pending = nullptr;
+  return guarded([&] {
+    auto handle = std::make_unique<xf_pending>();
+    xf_pending* p = handle.get();
+    handle->done = std::async(std::launch::async, [p, translator,
+                                                   call = read_text_call(translator, sources, count, options,
+                                                                         "xf_translate_async")] {
+      p->status = guarded([&] {
+        auto out = std::make_unique<xf_results>();
+        out->results = translator->translator->translate(call.lines, call.options, call.prefixes);
+        p->results = out.release();
+      });
+      p->error = last_error;  // this thread's message, for the waiting one
+    });
+    *pending = handle.release();
+  });
+}
+
+int xf_pending_ready(const xf_pending* pending) {
+  return pending != nullptr && pending->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+xf_status xf_pending_wait(xf_pending* pending, xf_results** results) {
+  if (pending == nullptr || results == nullptr) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_pending_wait: null argument");
+  *results = nullptr;
+  pending->done.wait();
+  if (pending->claimed) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_pending_wait: its results were already taken");
+  pending->claimed = true;
+  if (pending->status != XF_OK) return fail(pending->status, pending->error);
+  *results = pending->results;
+  pending->results = nullptr;
+  last_error.clear();
+  return XF_OK;
+}
+
+void xf_pending_free(xf_pending* pending) {
+  if (pending == nullptr) return;
+  pending->done.wait();
+  delete pending->results;
+  delete pending;
 }
 
 xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sources,

@@ -224,6 +224,7 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
   const bool sampling = options.sampling() || always_sample;
   const bool adjust = options.adjusts_logits();
   const bool guard = !options.disable_loop_guard;
+  const bool stream = static_cast<bool>(options.callback);
   const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
@@ -250,17 +251,22 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
         log_probs_[slot] += top_values_[slot];
       }
       int32_t* ids = history + slot * stride;
+      const size_t index = static_cast<size_t>(sentence_indices_[s]);
       if (token == config_.eos_id) {
         add_finished(s, ids, step, step + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
+        if (stream) options.callback({index, 0, -1, static_cast<size_t>(step)});
         continue;
       }
       ids[step] = token;
       tokens_[slot] = token;
       const int64_t kept = guard ? loop_guard_cut(ids, step + 1, source_lengths_[s]) : step + 1;
+      if (stream) options.callback({index, 0, token, 0});
       if (step + 1 == max_length_[s] || kept <= step) {
         add_finished(s, ids, kept, kept == step + 1 ? kept : kept + 1, log_probs_[slot], options);
         done_[slot] = finished_now = 1;
+        // The loop guard may have cut tokens already streamed: the end says how many are kept.
+        if (stream) options.callback({index, 0, -1, static_cast<size_t>(kept)});
       } else {
         active = true;
       }
@@ -414,6 +420,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
       live_[slot] = static_cast<int32_t>(next_live);
       if (next_live == 0) {
         done_[slot] = finished_now = true;  // every beam has ended
+        if (options.callback) stream_best(s, options.callback);
       } else {
         active = true;
       }
@@ -426,6 +433,17 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
     }
     if (reorder) backend.reorder_cache(parents_.data(), step);
   }
+}
+
+void Search::stream_best(int64_t sentence, const StreamCallback& callback) const {
+  // The first of the best scores: write_results' order (a stable sort, best first).
+  const Finished* f = finished_.data() + sentence * max_finished_;
+  const Finished* best = f;
+  for (int64_t i = 1; i < finished_count_[sentence]; ++i)
+    if (f[i].score > best->score) best = f + i;
+  const size_t index = static_cast<size_t>(sentence_indices_[sentence]);
+  for (int64_t i = 0; i < best->id_count; ++i) callback({index, 0, best->ids[i], 0});
+  callback({index, 0, -1, static_cast<size_t>(best->id_count)});
 }
 
 void Search::write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results) {

@@ -73,6 +73,8 @@ class Search {
   void add_finished(int64_t sentence, const int32_t* ids, int64_t id_count, int64_t length,
                     float log_prob, const TranslateOptions& options);
   void write_results(int64_t sentences, int64_t n_best, TokenTranslation* const* results);
+  // Streams a sentence's best finished hypothesis (beam search), then its end.
+  void stream_best(int64_t sentence, const StreamCallback& callback) const;
 
   const MemoryPlan& plan_;
   ModelConfig config_;

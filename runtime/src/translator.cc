@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "memory_plan.h"
 #include "search.h"
 #include "xf/error.h"
+#include "xf/sentences.h"
 
 namespace xf {
 
@@ -172,6 +174,7 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
     hypotheses.resize(1);
     hypotheses[0].ids.clear();
     hypotheses[0].score = hypotheses[0].log_prob = 0.0f;
+    if (options.callback) options.callback({i, 0, -1, 0});
   }
   run_batches(sources, target_prefix, /*skip_empty=*/true, options, [&](int64_t count, int64_t source_len, size_t first) {
     for (int64_t k = 0; k < count; ++k) batch_results_[k] = &results[order_[first + k]];
@@ -318,19 +321,67 @@ std::vector<ScoringResult> Translator::score(const std::vector<std::string>& sou
 std::vector<TranslationResult> Translator::translate(const std::vector<std::string>& sources,
                                                      const TranslateOptions& options,
                                                      const std::vector<std::string>& target_prefix) {
+  const Paragraphs paragraphs(sources, !options.disable_sentence_splitting);
+  // A text's target prefix starts its first sentence.
+  std::vector<std::string> prefixes;
+  if (!target_prefix.empty()) {
+    if (target_prefix.size() != sources.size())
+      throw Error("target_prefix has " + std::to_string(target_prefix.size()) + " entries for " +
+                  std::to_string(sources.size()) + " sources");
+    prefixes.resize(paragraphs.sentences().size());
+    for (size_t i = 0; i < sources.size(); ++i) prefixes[paragraphs.first(i)] = target_prefix[i];
+  }
   std::vector<std::vector<int32_t>> ids, prefix_ids;
-  encode_texts(sources, target_prefix, "target_prefix", ids, prefix_ids);
+  try {
+    encode_texts(paragraphs.sentences(), prefixes, "target_prefix", ids, prefix_ids);
+  } catch (const Error& e) {
+    if (paragraphs.sentences().size() == sources.size()) throw;
+    throw Error(std::string(e.what()) + " (sentences counted after splitting the texts)");
+  }
+  // The callback hears of texts and their sentences, not of the split sentences' list.
+  TranslateOptions sentence_options = options;
+  std::vector<size_t> text_of(paragraphs.sentences().size());
+  for (size_t t = 0; t < paragraphs.texts(); ++t)
+    for (size_t k = 0; k < paragraphs.count(t); ++k) text_of[paragraphs.first(t) + k] = t;
+  if (options.callback)
+    sentence_options.callback = [&](const StreamStep& step) {
+      const size_t text = text_of[step.index];
+      options.callback({text, step.index - paragraphs.first(text), step.id, step.length});
+    };
   std::vector<TokenTranslation> tokens;
-  translate_ids(ids, options, tokens, prefix_ids);
-  std::vector<TranslationResult> results(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    for (const TokenHypothesis& h : tokens[i].hypotheses) {
+  translate_ids(ids, sentence_options, tokens, prefix_ids);
+  return join_translations(*model_, paragraphs, tokens);
+}
+
+std::future<std::vector<TranslationResult>> Translator::translate_async(std::vector<std::string> sources,
+                                                                        TranslateOptions options,
+                                                                        std::vector<std::string> target_prefix) {
+  return std::async(std::launch::async, [this, sources = std::move(sources), options = std::move(options),
+                                         target_prefix = std::move(target_prefix)] {
+    return translate(sources, options, target_prefix);
+  });
+}
+
+std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,
+                                                 const std::vector<TokenTranslation>& sentences) {
+  std::vector<TranslationResult> results(paragraphs.texts());
+  std::vector<std::string> texts(sentences.size());
+  for (size_t t = 0; t < paragraphs.texts(); ++t) {
+    size_t n_best = 0;
+    for (size_t i = paragraphs.first(t); i < paragraphs.first(t) + paragraphs.count(t); ++i)
+      n_best = std::max(n_best, sentences[i].hypotheses.size());
+    for (size_t h = 0; h < n_best; ++h) {
       Hypothesis out;
-      out.text = model_->decode_target(h.ids.data(), h.ids.size());
-      out.ids = h.ids;
-      out.score = h.score;
-      out.log_prob = h.log_prob;
-      results[i].hypotheses.push_back(std::move(out));
+      for (size_t i = paragraphs.first(t); i < paragraphs.first(t) + paragraphs.count(t); ++i) {
+        const auto& hypotheses = sentences[i].hypotheses;
+        const TokenHypothesis& part = hypotheses[std::min(h, hypotheses.size() - 1)];
+        texts[i] = model.decode_target(part.ids.data(), part.ids.size());
+        out.ids.insert(out.ids.end(), part.ids.begin(), part.ids.end());
+        out.score += part.score;
+        out.log_prob += part.log_prob;
+      }
+      out.text = paragraphs.join(t, texts);
+      results[t].hypotheses.push_back(std::move(out));
     }
   }
   return results;

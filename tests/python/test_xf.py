@@ -465,3 +465,44 @@ def test_type_information_is_installed():
                 {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
             actual = {name for name in dir(getattr(_xf, cls.name)) if not name.startswith("_")}
             assert actual <= declared, f"{cls.name}: _xf.pyi lacks {actual - declared}"
+
+
+def test_a_paragraph_is_translated_by_its_sentences(translator):
+    paragraph = "  ".join(SENTENCES[:3])
+    whole = translator.translate_batch([paragraph], disable_sentence_splitting=True)[0]
+    split = translator.translate_batch([paragraph, SENTENCES[0]], return_scores=True)
+    parts = translator.translate_batch(SENTENCES[:3], return_scores=True)
+    assert split[0].hypotheses[0] == "  ".join(p.hypotheses[0] for p in parts)
+    assert split[0].ids[0] == sum((p.ids[0] for p in parts), [])
+    assert split[0].log_probs[0] == pytest.approx(sum(p.log_probs[0] for p in parts), rel=1e-5)
+    assert split[1].hypotheses == parts[0].hypotheses, "a one-sentence text is as without splitting"
+    assert whole.hypotheses[0] != split[0].hypotheses[0]
+    # xf-run splits its lines alike.
+    assert xf_run(input_lines=[paragraph]) == [split[0].hypotheses[0]]
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_streamed_tokens_are_the_results_in_order(translator, beam_size):
+    steps = []
+    results = translator.translate_batch(SENTENCES, beam_size=beam_size, callback=steps.append)
+    assert all(isinstance(s, xf.StreamStep) for s in steps)
+    for i, result in enumerate(results):
+        mine = [s for s in steps if s.index == i]
+        assert [s.token_id for s in mine[:-1]] == result.ids[0]
+        assert [s.token for s in mine[:-1]] == result.pieces[0]
+        assert mine[-1].is_last and mine[-1].token is None and mine[-1].length == len(result.ids[0])
+        assert not any(s.is_last for s in mine[:-1])
+    with pytest.raises(TypeError, match="callback must be callable"):
+        translator.translate_batch(SENTENCES, callback=3)
+
+
+def test_asynchronous_results_equal_synchronous_ones(translator):
+    first = translator.translate_batch(SENTENCES, asynchronous=True, return_scores=True)
+    second = translator.translate_batch(SENTENCES[::-1], asynchronous=True)
+    sync = translator.translate_batch(SENTENCES, return_scores=True)
+    assert [r.hypotheses for r in first.result(timeout=120)] == [r.hypotheses for r in sync]
+    assert [r.scores for r in first.result()] == [r.scores for r in sync]
+    assert [r.hypotheses for r in second.result(timeout=120)] == [r.hypotheses for r in sync[::-1]]
+    failing = translator.translate_batch(SENTENCES, asynchronous=True, beam_size=99)
+    with pytest.raises(xf.Error):
+        failing.result(timeout=120)

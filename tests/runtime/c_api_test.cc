@@ -319,6 +319,99 @@ struct SizedOptions {
   Options* get() { return reinterpret_cast<Options*>(bytes); }
 };
 
+// The fields appended for issue 42 (length normalization, loop guard, sentence splitting, the
+// token callback) and xf_translate_async, against the C++ API; their defaults are zero, so
+// that an older library takes a newer app's struct.
+struct Collected {
+  std::vector<std::vector<int32_t>> tokens;  // by source index, sentence 0 and 1 concatenated
+  size_t ends = 0;
+};
+
+void collect(void* data, size_t index, size_t, int32_t id, size_t) {
+  auto* collected = static_cast<Collected*>(data);
+  if (collected->tokens.size() <= index) collected->tokens.resize(index + 1);
+  if (id < 0) ++collected->ends;
+  else collected->tokens[index].push_back(id);
+}
+
+TEST(CApi, LengthNormalizationStreamingAndAsyncMatchTheCppApi) {
+  xf_translate_options zero;
+  xf_translate_options_init(&zero);
+  EXPECT_EQ(zero.length_normalization, XF_LENGTH_NORMALIZATION_MODEL);
+  EXPECT_EQ(zero.disable_loop_guard, 0);
+  EXPECT_EQ(zero.disable_sentence_splitting, 0);
+  EXPECT_EQ(zero.callback, nullptr);
+
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_batch = 4;
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  xf::Translator cpp(xf::Model::open(model_path()), {});
+  const std::vector<std::string> words = xf::test::sample_sentences(6, 33);
+  const std::vector<std::string> lines = {"The " + words[0] + ". A " + words[1] + ".", words[2], words[3]};
+  std::vector<const char*> pointers;
+  for (const auto& l : lines) pointers.push_back(l.c_str());
+
+  xf_translate_options options;
+  xf_translate_options_init(&options);
+  options.beam = 1;
+  options.length_normalization = XF_LENGTH_NORMALIZATION_POWER;
+  options.length_penalty = 1.0f;
+  options.disable_loop_guard = 1;
+  options.disable_sentence_splitting = 1;
+  Collected collected;
+  options.callback = collect;
+  options.callback_data = &collected;
+  xf::TranslateOptions same;
+  same.beam = 1;
+  same.length_normalization = xf::LengthNormalization::power;
+  same.length_penalty = 1.0f;
+  same.disable_loop_guard = true;
+  same.disable_sentence_splitting = true;
+  const auto expected = cpp.translate(lines, same);
+
+  xf_pending* pending = nullptr;
+  ASSERT_EQ(xf_translate_async(translator, pointers.data(), lines.size(), &options, &pending), XF_OK)
+      << xf_last_error();
+  xf_results* results = nullptr;
+  ASSERT_EQ(xf_pending_wait(pending, &results), XF_OK) << xf_last_error();
+  EXPECT_EQ(xf_pending_ready(pending), 1);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(std::string(xf_results_text(results, i, 0)), expected[i].hypotheses[0].text) << i;
+    EXPECT_FLOAT_EQ(xf_results_score(results, i, 0), expected[i].hypotheses[0].score) << i;
+    EXPECT_EQ(collected.tokens.at(i), expected[i].hypotheses[0].ids) << "streamed tokens of " << i;
+  }
+  EXPECT_EQ(collected.ends, lines.size());
+  xf_results_free(results);
+  EXPECT_EQ(xf_pending_wait(pending, &results), XF_ERROR_INVALID_ARGUMENT) << "results taken twice";
+  xf_pending_free(pending);
+
+  // Sentence splitting on (the default): the first line is translated as its two sentences.
+  options.disable_sentence_splitting = 0;
+  options.callback = nullptr;
+  ASSERT_EQ(xf_translate(translator, pointers.data(), 1, &options, &results), XF_OK) << xf_last_error();
+  same.disable_sentence_splitting = false;
+  EXPECT_EQ(std::string(xf_results_text(results, 0, 0)), cpp.translate({lines[0]}, same)[0].hypotheses[0].text);
+  xf_results_free(results);
+
+  // An error of the translation reaches xf_pending_wait; a bad option fails at once.
+  options.beam = 99;
+  ASSERT_EQ(xf_translate_async(translator, pointers.data(), 1, &options, &pending), XF_OK);
+  EXPECT_EQ(xf_pending_wait(pending, &results), XF_ERROR);
+  EXPECT_NE(std::string(xf_last_error()).find("beam 99"), std::string::npos) << xf_last_error();
+  EXPECT_EQ(results, nullptr);
+  xf_pending_free(pending);
+  options.beam = 1;
+  options.length_normalization = static_cast<xf_length_normalization>(7);
+  EXPECT_EQ(xf_translate_async(translator, pointers.data(), 1, &options, &pending), XF_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(pending, nullptr);
+  xf_translator_free(translator);
+  xf_model_free(model);
+}
+
 TEST(CApi, OptionStructsCarryTheAppsSize) {
   xf_translator_options topts;
   std::memset(&topts, 0xAB, sizeof(topts));

@@ -71,6 +71,28 @@ TEST(XfRun, TranslatesAFileInOrderLikeTheLibrary) {
   EXPECT_EQ(out[5], "");
 }
 
+// --stream writes what the plain run writes (paragraphs, empty lines, greedy and beam); it
+// refuses what it cannot stream, naming the flag.
+TEST(XfRun, StreamWritesWhatThePlainRunWrites) {
+  std::vector<std::string> lines = xf::test::sample_sentences(17, 43);
+  lines[2] = "";
+  lines[6] = "The " + lines[7] + ". A " + lines[8] + "!  Why " + lines[9] + "?";
+  const std::string input = write_lines("stream.txt", lines);
+  for (const std::string beam : {"1", "3"}) {
+    const std::string args = "--model " + model_path() + " --max-batch 4 --beam " + beam;
+    const ProgramRun plain = run(XF_RUN, args, input);
+    const ProgramRun streamed = run(XF_RUN, args + " --stream", input);
+    ASSERT_EQ(streamed.status, 0) << streamed.err;
+    EXPECT_EQ(streamed.out, plain.out) << "beam " << beam;
+    EXPECT_EQ(split_lines(streamed.out).size(), lines.size());
+  }
+  for (const std::string flag : {"--ids", "--with-scores", "--n-best 2"}) {
+    const ProgramRun refused = run(XF_RUN, "--model " + model_path() + " --stream " + flag, input);
+    EXPECT_EQ(refused.status, 2) << flag;
+    EXPECT_NE(refused.err.find("--stream"), std::string::npos) << refused.err;
+  }
+}
+
 TEST(XfRun, IdsModeAndNBest) {
   const std::string input = write_lines("ids.txt", {"5 9 12", "", "7 7 8 20 31"});
   const ProgramRun r = run(XF_RUN, "--model " + model_path() + " --ids --beam 2 --n-best 2", input);

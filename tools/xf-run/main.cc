@@ -32,6 +32,9 @@ line gives an empty line.
   --input FILE          read the sources from FILE instead of stdin
   --output FILE         write the translations to FILE instead of stdout
   --with-scores         append a tab and the score to each 1-best translation
+  --stream              write each translation as its tokens come (greedy search: token by
+                        token; beam search: sentence by sentence), lines in input order; for a
+                        terminal or an app reading a pipe. Text and 1-best only
   --target-prefix FILE  line i of FILE starts the translation of input line i (text, or ids
                         with --ids; an empty line forces nothing)
 
@@ -54,6 +57,55 @@ struct Options {
   bool ids = false;
   std::string input, output, target_prefix;  // empty: stdin, stdout, none
   bool with_scores = false;
+  bool stream = false;
+};
+
+// --stream: each output line written as its tokens come (StreamCallback), in input order: the
+// sentence being written shows its text so far; later ones wait until it is done.
+class StreamWriter {
+ public:
+  StreamWriter(const xf::Model& model, const xf::Paragraphs& paragraphs, int fd)
+      : model_(model), paragraphs_(paragraphs), fd_(fd), ids_(paragraphs.sentences().size()),
+        shown_(ids_.size()), done_(ids_.size()), last_of_line_(ids_.size()) {
+    for (size_t line = 0; line < paragraphs.texts(); ++line)
+      last_of_line_[paragraphs.first(line) + paragraphs.count(line) - 1] = true;
+  }
+
+  void on_step(const xf::StreamStep& step) {
+    if (step.id >= 0) {
+      ids_[step.index].push_back(step.id);
+    } else {
+      ids_[step.index].resize(step.length);  // what the loop guard kept
+      done_[step.index] = true;
+    }
+    while (next_ < ids_.size()) {
+      show(next_);
+      if (!done_[next_]) break;
+      const std::string& after = last_of_line_[next_] ? kNewline : paragraphs_.gap(next_);
+      xf::write_all(fd_, after.data(), after.size(), "output");
+      ++next_;
+    }
+  }
+
+ private:
+  // Writes what the sentence's text has gained since it was last shown (its text so far starts
+  // with what was shown, but for a cut loop: that much stays).
+  void show(size_t sentence) {
+    const std::string text = model_.decode_target(ids_[sentence].data(), ids_[sentence].size());
+    std::string& shown = shown_[sentence];
+    if (text.size() <= shown.size() || text.compare(0, shown.size(), shown) != 0) return;
+    xf::write_all(fd_, text.data() + shown.size(), text.size() - shown.size(), "output");
+    shown = text;
+  }
+
+  inline static const std::string kNewline = "\n";
+  const xf::Model& model_;
+  const xf::Paragraphs& paragraphs_;
+  int fd_;
+  std::vector<std::vector<int32_t>> ids_;
+  std::vector<std::string> shown_;
+  std::vector<bool> done_, last_of_line_;
+  size_t next_ = 0;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -66,9 +118,12 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--output") options.output = xf::cli::option_value(argc, argv, i);
     else if (arg == "--target-prefix") options.target_prefix = xf::cli::option_value(argc, argv, i);
     else if (arg == "--with-scores") options.with_scores = true;
+    else if (arg == "--stream") options.stream = true;
     else throw xf::cli::unknown_option(arg);
   }
   if (options.cli.model_path.empty()) throw UsageError{"--model is required (try --help)"};
+  if (options.stream && (options.ids || options.with_scores || options.cli.translate.n_best > 1))
+    throw UsageError{"--stream writes 1-best text: not with --ids, --with-scores or --n-best"};
   options.cli.finish(nullptr);
   return options;
 }
@@ -81,27 +136,42 @@ void translate_block(xf::Translator& translator, const Options& options, xf::cli
                      const std::vector<std::string>& prefixes,
                      size_t first_line, std::vector<xf::TokenTranslation>& results, int output_fd) {
   const xf::Model& model = translator.model();
-  std::vector<std::vector<int32_t>> sources(lines.size()), prefix_ids(prefixes.size());
+  // Text lines are paragraphs: their sentences are translated together, joined back by line.
+  const xf::Paragraphs paragraphs(lines, !options.ids && !options.cli.translate.disable_sentence_splitting);
+  const size_t count = paragraphs.sentences().size();
+  std::vector<std::vector<int32_t>> sources(count), prefix_ids(prefixes.empty() ? 0 : count);
   for (size_t i = 0; i < lines.size(); ++i) {
     const size_t line_number = first_line + i + 1;
-    reader.read(lines[i], cut[i], line_number, sources[i]);
+    for (size_t k = 0; k < paragraphs.count(i); ++k) {
+      const size_t j = paragraphs.first(i) + k;
+      reader.read(paragraphs.sentences()[j], cut[i] && k + 1 == paragraphs.count(i), line_number, sources[j]);
+    }
     if (prefixes.empty()) continue;
     try {
-      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix_ids[i]);
-      else prefix_ids[i] = model.encode_target(prefixes[i]);
+      std::vector<int32_t>& prefix = prefix_ids[paragraphs.first(i)];
+      if (options.ids) xf::cli::parse_token_ids(prefixes[i], model.config().target_vocab_size, "target", prefix);
+      else prefix = model.encode_target(prefixes[i]);
     } catch (const xf::Error& e) {
       throw xf::Error(options.target_prefix + ": line " + std::to_string(line_number) + ": " + e.what());
     }
   }
+  if (options.stream) {
+    StreamWriter writer(model, paragraphs, output_fd);
+    xf::TranslateOptions streaming = options.cli.translate;
+    streaming.callback = [&writer](const xf::StreamStep& step) { writer.on_step(step); };
+    translator.translate_ids(sources, streaming, results, prefix_ids);
+    return;
+  }
   translator.translate_ids(sources, options.cli.translate, results, prefix_ids);
+  const std::vector<xf::TranslationResult> lines_out = xf::join_translations(model, paragraphs, results);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
-    for (const xf::TokenHypothesis& h : results[i].hypotheses) {
+    for (const xf::Hypothesis& h : lines_out[i].hypotheses) {
       std::string text;
       if (options.ids) {
         for (size_t k = 0; k < h.ids.size(); ++k) text += (k ? " " : "") + std::to_string(h.ids[k]);
       } else {
-        text = model.decode_target(h.ids.data(), h.ids.size());
+        text = h.text;
       }
       char score[32];
       std::snprintf(score, sizeof score, "%.6f", h.score);
@@ -153,9 +223,9 @@ int run(const Options& options_in) {
   const auto flush = [&] {
     if (lines.empty()) return;
     translate_block(translator, options, reader, lines, cut, prefixes, first_line, results, output_fd);
-    uint64_t tokens = 0;
-    for (size_t i = 0; i < lines.size(); ++i)
-      if (!results[i].hypotheses.empty()) tokens += results[i].hypotheses.front().ids.size();
+    uint64_t tokens = 0;  // results are by sentence
+    for (const xf::TokenTranslation& r : results)
+      if (!r.hypotheses.empty()) tokens += r.hypotheses.front().ids.size();
     progress.add(lines.size(), tokens);
     first_line += lines.size();
     lines.clear();

@@ -105,6 +105,8 @@ struct TranslatorCli {
       translate.disable_unk = true;
     } else if (arg == "--disable-loop-guard") {
       translate.disable_loop_guard = true;
+    } else if (arg == "--disable-sentence-splitting") {
+      translate.disable_sentence_splitting = true;
     } else if (arg == "--max-batch-size") {
       translate.max_batch_size = static_cast<int>(parse_integer(arg, value(), 0, 1 << 30));
     } else if (arg == "--batch-type") {
@@ -289,6 +291,9 @@ inline const char* translator_options_help() {
   --disable-unk         never output the unknown token
   --disable-loop-guard  let a hypothesis longer than its source repeat a 4-token phrase a third
                         time (by default it ends before its second turn; see runtime/README.md)
+  --disable-sentence-splitting
+                        translate each text line whole (by default a line is split into
+                        sentences, translated in one batch and joined with its own spacing)
   --max-batch-size N, --batch-type examples|tokens
                         cut batches at N sentences, or at N padded source tokens (sentences x
                         longest); at most --max-batch sentences (default 0: --max-batch)

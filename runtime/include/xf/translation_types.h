@@ -4,6 +4,7 @@
 // including the Translator.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,17 @@ XF_API LengthNormalization parse_length_normalization(const std::string& name);
 // The divisor of a hypothesis's log-probability: its score is log_prob / length_normalizer(...).
 XF_API float length_normalizer(LengthNormalization normalization, int64_t length, float alpha);
 
+// One step of a streamed translation (TranslateOptions::callback).
+struct StreamStep {
+  size_t index = 0;     // the source in the call (translate(): the text)
+  size_t sentence = 0;  // translate(): the sentence of that text (sentence splitting); else 0
+  int32_t id = -1;      // the output's next token id, or -1: that sentence's output is complete
+  // With id -1: the output's tokens, those streamed before unless the loop guard cut the end of
+  // them (greedy search streams tokens before the guard can see a loop).
+  size_t length = 0;
+};
+using StreamCallback = std::function<void(const StreamStep&)>;
+
 // Per-call decoding options; names follow CTranslate2's where the meaning is the same.
 // An option left unset (std::nullopt) takes the model's value (its DecodingDefaults: the
 // file's decoding.* metadata), else xf's default written beside it.
@@ -85,6 +97,23 @@ struct TranslateOptions {
   // outputs are rarely longer than the source and never repeat a 4-gram three times, so it
   // leaves them as they are. The hypothesis keeps the log-probability of all it decoded.
   bool disable_loop_guard = false;
+  // Text only (translate(), xf_translate, Python's text sources, xf-run without --ids): each text
+  // is a paragraph, split into sentences (xf/sentences.h) that are translated as one batch with
+  // the call's other sentences and joined back with the text's own spacing. On by default: a
+  // one-sentence text is translated exactly as without splitting, and a paragraph far better
+  // (docs/BENCHMARKS.md). A text's n-best hypothesis i joins each sentence's hypothesis i (its
+  // last when it has fewer), its ids, score and log_prob are theirs concatenated and summed; a
+  // target prefix starts the first sentence.
+  bool disable_sentence_splitting = false;
+
+  // Streaming: called on the translating thread with each output token as soon as it is final,
+  // then with id -1 when the sentence's output is complete. Greedy search: each token as it is
+  // chosen (within the decoder step that chose it). Beam search: the best hypothesis's tokens
+  // once the sentence's search has ended (its ranking is only final then). The tokens of a
+  // sentence come in order; sentences decoded in the same batch interleave. It must not call
+  // the Translator. Calling it allocates nothing (std::function; the options, and so the
+  // callable, are copied at each call: one of more than two pointers may allocate there).
+  StreamCallback callback;
 
   // Batches: at most max_batch_size sentences (batch_type examples) or sentences x padded
   // source length tokens (batch_type tokens; a longer sentence still makes a batch alone);

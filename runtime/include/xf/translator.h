@@ -15,6 +15,7 @@
 // once are serialized by a mutex inside (each waits for the one before), so for parallel
 // translation use one Translator per thread.
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "xf/model.h"
+#include "xf/sentences.h"
 #include "xf/translation_types.h"
 
 namespace xf {
@@ -43,13 +45,22 @@ class XF_API Translator {
   Translator(const Translator&) = delete;
   Translator& operator=(const Translator&) = delete;
 
-  // Translates any number of sentences (decoded in batches of max_batch, sorted by length);
-  // results come back in input order. An empty line gives one empty hypothesis.
+  // Translates any number of texts (each split into sentences unless
+  // options.disable_sentence_splitting; the sentences decoded in batches of max_batch, sorted by
+  // length); results come back in input order. An empty line gives one empty hypothesis.
   // Throws xf::Error naming the sentence when one is not valid UTF-8 or exceeds the plan.
   // target_prefix: empty, or one text per source that its translations start with.
   std::vector<TranslationResult> translate(const std::vector<std::string>& sources,
                                            const TranslateOptions& options = {},
                                            const std::vector<std::string>& target_prefix = {});
+
+  // translate() on a thread of its own: returns at once, the future holds the results (or the
+  // xf::Error). Calls still run one at a time (each async call waits for the ones before);
+  // the Translator must outlive the future's completion. With options.callback set, tokens
+  // stream from that thread while the caller's goes on.
+  std::future<std::vector<TranslationResult>> translate_async(std::vector<std::string> sources,
+                                                              TranslateOptions options = {},
+                                                              std::vector<std::string> target_prefix = {});
 
   // The same over token ids: each source is SentencePiece piece ids without EOS (appended
   // here). results is resized to sources.size(); reusing it between calls keeps its storage,
@@ -110,5 +121,11 @@ class XF_API Translator {
   std::vector<ScoringResult*> batch_scores_;      // [max_batch] where a batch's scores go
   int64_t last_call_batches_ = 0;
 };
+
+// Each text's results from its sentences' (translate_ids over paragraphs.sentences()'s ids):
+// their text joined with the paragraph's spacing (TranslateOptions::disable_sentence_splitting
+// says how n-best lists join). What translate() returns; for interfaces that tokenize themselves.
+XF_API std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,
+                                                        const std::vector<TokenTranslation>& sentences);
 
 }  // namespace xf

@@ -71,6 +71,16 @@ typedef enum xf_status {
 typedef struct xf_model xf_model;
 typedef struct xf_translator xf_translator;
 typedef struct xf_results xf_results;
+typedef struct xf_pending xf_pending;
+
+/* Streaming (xf::StreamStep): called on the translating thread with each token of a sentence's
+ * output as soon as it is final (greedy search: as chosen; beam search: the best hypothesis once
+ * the sentence's search has ended), then with id -1 and `length`, the output's tokens (the loop
+ * guard may have cut some streamed ones), when it is complete. index: the source in the call;
+ * sentence: the sentence of that source (sentence splitting; 0 for xf_translate_ids). It must
+ * not call xf on the same translator. */
+typedef void (*xf_token_callback)(void* user_data, size_t index, size_t sentence, int32_t id,
+                                  size_t length);
 
 typedef enum xf_device { XF_DEVICE_CPU = 0, XF_DEVICE_CUDA = 1 } xf_device;
 
@@ -125,7 +135,10 @@ typedef struct xf_translate_options {
   /* Fields appended after the first release default to 0, so that an older library takes a
    * newer app's struct as long as the app leaves them alone. */
   xf_length_normalization length_normalization; /* how length_penalty divides a score */
-  int disable_loop_guard; /* 1: no loop guard (translator.h) */
+  int disable_loop_guard; /* 1: no loop guard (translation_types.h) */
+  int disable_sentence_splitting; /* 1: xf_translate translates each source whole, not by sentence */
+  xf_token_callback callback;     /* NULL: no streaming */
+  void* callback_data;            /* the callback's user_data */
 } xf_translate_options;
 
 /* The library's release, "MAJOR.MINOR.PATCH". */
@@ -173,6 +186,21 @@ XF_API xf_status xf_translate(xf_translator* translator, const char* const* sour
 XF_API xf_status xf_translate_ids(xf_translator* translator, const int32_t* const* sources,
                                   const size_t* lengths, size_t count,
                                   const xf_translate_options* options, xf_results** results);
+
+/* xf_translate without waiting: the sources, target prefixes and options are read (and copied)
+ * here, the translation runs on a thread of its own; *pending is its handle. Calls to one
+ * translator still run one at a time. */
+XF_API xf_status xf_translate_async(xf_translator* translator, const char* const* sources,
+                                    size_t count, const xf_translate_options* options,
+                                    xf_pending** pending);
+/* 1 when the translation is done (xf_pending_wait will not block), else 0. */
+XF_API int xf_pending_ready(const xf_pending* pending);
+/* Waits for the translation; its status and results as xf_translate gives them (once: a second
+ * call is XF_ERROR_INVALID_ARGUMENT). */
+XF_API xf_status xf_pending_wait(xf_pending* pending, xf_results** results);
+/* Waits for the translation if still running, then frees the handle (and unclaimed results).
+ * The translator must not be freed before. */
+XF_API void xf_pending_free(xf_pending* pending);
 
 XF_API size_t xf_results_count(const xf_results* results);
 XF_API size_t xf_results_hypotheses(const xf_results* results, size_t sentence);

@@ -1,0 +1,129 @@
+// Streaming (TranslateOptions::callback) and asynchronous translation (translate_async): every
+// sentence's streamed tokens are its result's, in order, then one end; greedy tokens come while
+// the batch decodes; asynchronous results equal synchronous ones.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "search_support.h"
+#include "tiny_model.h"
+#include "xf/error.h"
+#include "xf/translator.h"
+
+namespace xf {
+namespace {
+
+struct Streamed {
+  std::map<std::pair<size_t, size_t>, std::vector<int32_t>> tokens;  // (index, sentence) -> ids
+  std::map<std::pair<size_t, size_t>, std::vector<size_t>> ends;      // -> the lengths its ends gave
+  std::vector<size_t> order;                                          // index of each call
+  StreamCallback callback() {
+    return [this](const StreamStep& step) {
+      order.push_back(step.index);
+      if (step.id < 0) ends[{step.index, step.sentence}].push_back(step.length);
+      else {
+        const auto key = std::make_pair(step.index, step.sentence);
+        EXPECT_TRUE(ends[key].empty()) << "a token after the end of " << step.index;
+        tokens[{step.index, step.sentence}].push_back(step.id);
+      }
+    };
+  }
+};
+
+TEST(Streaming, TokensAreTheResultsInOrderThenOneEnd) {
+  auto model = Model::open(test::tiny_model_file());
+  Translator translator(model, test::plan_options(8, 4));
+  auto sources = test::random_source_ids(7, model->config().source_vocab_size, 51, 10);
+  sources.insert(sources.begin() + 2, std::vector<int32_t>{});  // an empty line
+  for (int beam : {1, 4}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    Streamed streamed;
+    TranslateOptions options = test::beam_options(beam, beam == 1 ? 1 : 2);
+    options.callback = streamed.callback();
+    std::vector<TokenTranslation> results, plain;
+    translator.translate_ids(sources, options, results);
+    options.callback = nullptr;
+    translator.translate_ids(sources, options, plain);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto& best = results[i].hypotheses[0].ids;
+      EXPECT_EQ(best, plain[i].hypotheses[0].ids) << "streaming changed sentence " << i;
+      const auto key = std::make_pair(i, size_t{0});
+      EXPECT_EQ(streamed.tokens[key], best) << "sentence " << i;
+      EXPECT_EQ(streamed.ends[key], std::vector<size_t>{best.size()}) << "sentence " << i;
+    }
+    EXPECT_EQ(streamed.ends.size(), sources.size());
+    if (beam == 1) {
+      // Greedy: the sentences' tokens interleave (each step streams one token of each), so the
+      // first tokens came before the longest output was done.
+      size_t first_end = streamed.order.size();
+      for (size_t k = 0; k < streamed.order.size(); ++k) {
+        const size_t index = streamed.order[k];
+        if (!sources[index].empty() && !results[index].hypotheses[0].ids.empty()) {
+          first_end = k;
+          break;
+        }
+      }
+      size_t distinct_before_half = 0;
+      std::map<size_t, bool> seen;
+      for (size_t k = 0; k < streamed.order.size() / 2; ++k) seen[streamed.order[k]] = true;
+      distinct_before_half = seen.size();
+      EXPECT_LT(first_end, streamed.order.size());
+      EXPECT_GE(distinct_before_half, 5u) << "greedy tokens should stream while the batch decodes";
+    }
+  }
+}
+
+TEST(Streaming, TextCallsNameTheTextAndItsSentence) {
+  auto model = Model::open(test::tiny_model_file());
+  Translator translator(model, test::plan_options(8, 4));
+  const auto words = test::sample_sentences(4, 9);
+  const std::vector<std::string> texts = {"The " + words[0] + ". A " + words[1] + "!", "", words[2]};
+  Streamed streamed;
+  TranslateOptions options;
+  options.beam = 1;
+  options.callback = streamed.callback();
+  const auto results = translator.translate(texts, options);
+  TranslateOptions whole;
+  whole.beam = 1;
+  whole.disable_sentence_splitting = true;
+  const auto parts = translator.translate({"The " + words[0] + ".", "A " + words[1] + "!"}, whole);
+  EXPECT_EQ((streamed.tokens[{0, 0}]), parts[0].hypotheses[0].ids);
+  EXPECT_EQ((streamed.tokens[{0, 1}]), parts[1].hypotheses[0].ids);
+  EXPECT_EQ((streamed.ends[{1, 0}]), std::vector<size_t>{0}) << "an empty text ends too";
+  EXPECT_EQ((streamed.tokens[{2, 0}]), results[2].hypotheses[0].ids);
+  EXPECT_EQ(streamed.ends.size(), 4u);
+}
+
+TEST(Streaming, AsyncResultsEqualSyncOnes) {
+  auto model = Model::open(test::tiny_model_file());
+  Translator translator(model, test::plan_options(8, 4));
+  const auto texts = test::sample_sentences(12, 21);
+  TranslateOptions options;
+  options.n_best = 2;
+  auto first = translator.translate_async(texts, options);
+  auto second = translator.translate_async({texts[3], texts[1]}, options);  // waits for the first
+  const auto sync = translator.translate(texts, options);
+  const auto got = first.get();
+  ASSERT_EQ(got.size(), sync.size());
+  for (size_t i = 0; i < sync.size(); ++i) {
+    ASSERT_EQ(got[i].hypotheses.size(), sync[i].hypotheses.size());
+    for (size_t h = 0; h < sync[i].hypotheses.size(); ++h) {
+      EXPECT_EQ(got[i].hypotheses[h].text, sync[i].hypotheses[h].text) << i;
+      EXPECT_EQ(got[i].hypotheses[h].score, sync[i].hypotheses[h].score) << i;
+    }
+  }
+  const auto pair = second.get();
+  EXPECT_EQ(pair[0].hypotheses[0].text, sync[3].hypotheses[0].text);
+  EXPECT_EQ(pair[1].hypotheses[0].text, sync[1].hypotheses[0].text);
+  // An error reaches the future.
+  TranslateOptions bad;
+  bad.beam = 99;
+  auto failing = translator.translate_async(texts, bad);
+  EXPECT_THROW(failing.get(), Error);
+}
+
+}  // namespace
+}  // namespace xf
