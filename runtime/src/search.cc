@@ -39,9 +39,9 @@ uint64_t sentence_stream(uint64_t seed, int64_t index) {
 }  // namespace
 
 Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan), config_(config) {
-  const int64_t k = plan.max_beam, rows = plan.max_rows, len = plan.max_target_len;
-  // Per sentence: a beam of k ends with exactly k finished hypotheses.
-  max_finished_ = k;
+  const int64_t max_beam = plan.max_beam, rows = plan.max_rows, len = plan.max_target_len;
+  // Per sentence: a beam of max_beam ends with exactly max_beam finished hypotheses.
+  max_finished_ = max_beam;
   source_ids_.resize(plan.max_sentences * plan.max_source_len);
   source_lengths_.resize(plan.max_sentences);
   max_length_.resize(plan.max_sentences);
@@ -54,10 +54,10 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
   log_probs_.resize(rows);
   history_[0].resize(rows * len);
   history_[1].resize(rows * len);
-  top_values_.resize(rows * k);
-  top_ids_.resize(rows * k);
+  top_values_.resize(rows * max_beam);
+  top_ids_.resize(rows * max_beam);
   parents_.resize(rows);
-  candidates_.resize(k * k);
+  candidates_.resize(max_beam * max_beam);
   finished_ids_.resize(plan.max_sentences * max_finished_ * len);
   finished_.resize(plan.max_sentences * max_finished_);
   finished_count_.resize(plan.max_sentences);
@@ -188,14 +188,14 @@ void Search::add_finished(int64_t sentence, const int32_t* ids, int64_t id_count
   ++count;
 }
 
-int64_t Search::drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history) {
+int64_t Search::drop_finished(Backend& backend, int64_t slots, int64_t beam, int32_t* history) {
   const int64_t stride = plan_.max_target_len;
   int64_t kept = 0;
   for (int64_t slot = 0; slot < slots; ++slot) {
     if (done_[slot]) continue;
     // Kept slots move towards the front, so every copy below reads a row not yet overwritten.
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t from = slot * k + j, to = kept * k + j;
+    for (int64_t j = 0; j < beam; ++j) {
+      const int64_t from = slot * beam + j, to = kept * beam + j;
       parents_[to] = parents_[from];
       tokens_[to] = tokens_[from];
       log_probs_[to] = log_probs_[from];
@@ -327,13 +327,12 @@ void Search::score(Backend& backend, int64_t sentences, int64_t source_len, Scor
 
 void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
                          const TranslateOptions& options) {
-  // The beam of a sentence shrinks as its hypotheses finish: with f finished, the best k - f
-  // continuations of the k - f live hypotheses are kept (tests/reference/README.md). Live
-  // hypotheses occupy the first rows of their slot's k rows, best first. Finished sentences
+  // The beam of a sentence shrinks as its hypotheses finish: with f finished, the best beam - f
+  // continuations of the beam - f live hypotheses are kept (tests/reference/README.md). Live
+  // hypotheses occupy the first rows of their slot's beam rows, best first. Finished sentences
   // are dropped from the batch when the backend can.
   const int64_t stride = plan_.max_target_len;
-  const int64_t k = beam;
-  for (int64_t row = 0; row < sentences * k; ++row) {
+  for (int64_t row = 0; row < sentences * beam; ++row) {
     tokens_[row] = config_.bos_id;
     log_probs_[row] = 0.0f;
   }
@@ -350,28 +349,29 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   int current = 0;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
-    backend.decode_step(tokens_.data(), k, step, live_rows);
+    backend.decode_step(tokens_.data(), beam, step, live_rows);
     float* logits = backend.host_logits();  // null unless an option needs it (checked before)
     if (adjust)
       for (int64_t slot = 0; slot < slots; ++slot)
         for (int64_t j = 0; !done_[slot] && j < live_[slot]; ++j) {
-          const int64_t row = slot * k + j;
+          const int64_t row = slot * beam + j;
           adjust_logits(logits + row * vocab, history_[current].data() + row * stride, step, options);
         }
-    // A row's best k continuations hold every one of its candidates that can make the top k - f.
-    backend.top_k(log_probs_.data(), k, top_values_.data(), top_ids_.data());
+    // A row's best `beam` continuations hold every one of its candidates that can make the top
+    // beam - f.
+    backend.top_k(log_probs_.data(), beam, top_values_.data(), top_ids_.data());
     const int32_t* history = history_[current].data();
     int32_t* next_history = history_[1 - current].data();
     bool active = false, reorder = false, finished_now = false;
     for (int64_t slot = 0; slot < slots; ++slot) {
-      const int64_t first_row = slot * k;
-      for (int64_t j = 0; j < k; ++j) parents_[first_row + j] = static_cast<int32_t>(first_row + j);
+      const int64_t first_row = slot * beam;
+      for (int64_t j = 0; j < beam; ++j) parents_[first_row + j] = static_cast<int32_t>(first_row + j);
       if (done_[slot]) continue;
       const int64_t s = slot_sentence_[slot];
       // Live hypotheses: one at the first step (every row holds BOS) and while a target prefix
-      // is forced, then k - f.
+      // is forced, then beam - f.
       const int64_t live = live_[slot];
-      int64_t width = k - finished_count_[s];
+      int64_t width = beam - finished_count_[s];
       Candidate* c = candidates_.data();
       const int32_t forced = forced_token(s, step);
       if (forced >= 0) {
@@ -381,12 +381,12 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         width = 1;
       } else {
         for (int64_t j = 0; j < live; ++j)
-          for (int64_t i = 0; i < k; ++i) {
-            const int64_t at = (first_row + j) * k + i;
-            c[j * k + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
+          for (int64_t i = 0; i < beam; ++i) {
+            const int64_t at = (first_row + j) * beam + i;
+            c[j * beam + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
           }
         // Equal scores keep the order of (live rank, token id), as a stable sort of all live x vocab.
-        std::partial_sort(c, c + width, c + live * k, [](const Candidate& a, const Candidate& b) {
+        std::partial_sort(c, c + width, c + live * beam, [](const Candidate& a, const Candidate& b) {
           if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
           if (a.parent != b.parent) return a.parent < b.parent;
           return a.order < b.order;
@@ -428,7 +428,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
     current = 1 - current;
     if (!active) break;
     if (finished_now && can_drop) {
-      slots = drop_finished(backend, slots, k, history_[current].data());
+      slots = drop_finished(backend, slots, beam, history_[current].data());
       reorder = true;
     }
     if (reorder) backend.reorder_cache(parents_.data(), step);

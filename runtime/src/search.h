@@ -57,9 +57,9 @@ class Search {
 
   void greedy(Backend& backend, int64_t sentences, const TranslateOptions& options);
   void beam_search(Backend& backend, int64_t sentences, int64_t beam, const TranslateOptions& options);
-  // Removes the slots marked done (greedy: k = 1), moving the rest of the host state and the
+  // Removes the slots marked done (greedy: beam = 1), moving the rest of the host state and the
   // backend's batch forward; parents_ then maps new rows to old ones. Returns the slots left.
-  int64_t drop_finished(Backend& backend, int64_t slots, int64_t k, int32_t* history);
+  int64_t drop_finished(Backend& backend, int64_t slots, int64_t beam, int32_t* history);
   // The forced token of a sentence at a step, or -1.
   int32_t forced_token(int64_t sentence, int64_t step) const;
   // Applies the repetition penalty and the bans (n-grams, EOS before min_decoding_length, the
