@@ -216,9 +216,13 @@ void import_hugging_face(const std::string& directory, const std::string& output
     set_decoding_beam(model, config_value<int64_t>(generation, generation_path, "num_beams"), origin("num_beams"));
   set_decoding_power_normalization(model, config_value<double>(generation, generation_path, "length_penalty", 1.0),
                                    origin("length_penalty"));
-  if (given("max_length"))
-    set_decoding_integer(model, "max_decoding_length",
-                         config_value<int64_t>(generation, generation_path, "max_length") - 1, 1, origin("max_length"));
+  if (given("max_length")) {
+    const int64_t max_length = config_value<int64_t>(generation, generation_path, "max_length");
+    if (max_length < 2)
+      throw Error(origin("max_length") + " is " + std::to_string(max_length) +
+                  ", not a length from 2 (it counts the decoder start token)");
+    set_decoding_integer(model, "max_decoding_length", max_length - 1, 1, origin("max_length"));
+  }
   if (given("no_repeat_ngram_size"))
     set_decoding_integer(model, "no_repeat_ngram_size",
                          config_value<int64_t>(generation, generation_path, "no_repeat_ngram_size"), 0,

@@ -469,6 +469,18 @@ TEST(ImportDecodingSettings, BadBeamSizeIsOneLine) {
             "xf-convert: " + dir + "/generation_config.json: key 'num_beams' is 0, not a beam size from 1 to 1024");
 }
 
+// Each engine's length settings, when malformed, are one line naming the file and key.
+TEST(ImportDecodingSettings, BadLengthSettingsAreOneLine) {
+  const std::string marian = copy_fixture("marian-tiny");
+  append_to(marian + "/decoder.yml", "normalize: fast\n");
+  EXPECT_EQ(refusal("marian", marian), "xf-convert: " + marian + "/decoder.yml: key 'normalize' is not a number");
+  const std::string hf = copy_fixture("hf-tiny");
+  json generation = json::parse(std::ifstream(hf + "/generation_config.json"));
+  generation["max_length"] = 1;  // nothing left after the decoder start token
+  write_json(hf + "/generation_config.json", generation);
+  EXPECT_EQ(refusal("hf", hf), "xf-convert: " + hf + "/generation_config.json: key 'max_length' is 1, not a length from 2 (it counts the decoder start token)");
+}
+
 // ---- pytorch_model.bin, read without PyTorch ---------------------------------------------------
 
 // hf-tiny-bin holds hf-tiny's weights as torch.save wrote them (make_marian_fixtures.py): both

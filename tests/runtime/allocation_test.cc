@@ -97,6 +97,9 @@ struct OptionCase {
 
 class OptionSteadyState : public ::testing::TestWithParam<OptionCase> {};
 
+size_t streamed_steps = 0;  // what the streaming cases' callback counts
+void count_step(const StreamStep&) { ++streamed_steps; }
+
 TEST_P(OptionSteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   const OptionCase c = GetParam();
   auto model = model_with(DType::f32);
@@ -117,6 +120,7 @@ TEST_P(OptionSteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   translator.translate_ids(input, options, results, prefixes);
   const auto counts = scope.stop();
   EXPECT_EQ(counts.xf, 0u) << "heap allocations by xf during translate_ids (" << c.name << ")";
+  if (options.callback) EXPECT_GT(streamed_steps, 0u) << "the callback was called";
   ASSERT_EQ(results.size(), input.size());
   EXPECT_FALSE(results[0].hypotheses.empty());
 }
@@ -133,7 +137,10 @@ INSTANTIATE_TEST_SUITE_P(
         OptionCase{"ngram_greedy", 1, [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }, false},
         OptionCase{"ngram_beam", 4, [](TranslateOptions& o) { o.no_repeat_ngram_size = 2; }, false},
         OptionCase{"max_decoding_length", 4, [](TranslateOptions& o) { o.max_decoding_length = 5; }, false},
-        OptionCase{"batch_tokens", 4, [](TranslateOptions& o) { o.batch_type = BatchType::tokens, o.max_batch_size = 40; }, false}),
+        OptionCase{"batch_tokens", 4, [](TranslateOptions& o) { o.batch_type = BatchType::tokens, o.max_batch_size = 40; }, false},
+        OptionCase{"power_normalization", 4, [](TranslateOptions& o) { o.length_normalization = LengthNormalization::power; }, false},
+        OptionCase{"streaming_greedy", 1, [](TranslateOptions& o) { o.callback = count_step; }, false},
+        OptionCase{"streaming_beam", 4, [](TranslateOptions& o) { o.callback = count_step; }, false}),
     [](const ::testing::TestParamInfo<OptionCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

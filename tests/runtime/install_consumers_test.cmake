@@ -30,7 +30,7 @@ endif()
 file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/*)
 list(SORT headers)
 set(public_headers xf/dtype.h xf/error.h xf/export.h xf/format/config.h xf/format/file_access.h
-  xf/model.h xf/model_math.h xf/translation_types.h xf/translator.h xf/xf.h)
+  xf/model.h xf/model_math.h xf/sentences.h xf/translation_types.h xf/translator.h xf/xf.h)
 if(NOT headers STREQUAL public_headers)
   message(FATAL_ERROR "installed headers: ${headers}\nexpected the public ones: ${public_headers}")
 endif()
