@@ -1,6 +1,7 @@
 #pragma once
 // The training run's logs: the progress lines users read ("step ... | ETA ...", "valid step
-// ..."), rank 0's metrics.csv (a row a step, a row a validation) and, at the end, metrics.png.
+// ..."), rank 0's metrics.csv (a row a step, written as the step ends, a row a validation) and,
+// at the end, metrics.png.
 // The line formats are functions of their numbers, tested alone.
 #include <algorithm>
 #include <chrono>
