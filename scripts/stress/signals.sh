@@ -41,14 +41,19 @@ for ((run = 1; run <= runs; ++run)); do
   if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ]; then runs=$((run - 1)); break; fi
   signal=$([ $((run % 3)) -eq 0 ] && echo HUP || echo TERM)
   out="$work/run" log="$work/run.log"
-  rm -rf "$out"
-  timeout -k 5 300 "$train_bin" "${options[@]}" --out "$out" --max-steps 1000000 2> "$log" &
+  rm -rf "$out" "$log"  # the wait below must not see the last run's "step" lines
+  # Signalled itself (timeout(1) would pass the signal on twice: to it and to its group, and a
+  # second SIGTERM ends xf-train at once); a run still there after 300 s is killed.
+  "$train_bin" "${options[@]}" --out "$out" --max-steps 1000000 2> "$log" &
   pid=$!
+  (sleep 300 && kill -KILL "$pid" 2>/dev/null) &
+  bound=$!
   for ((wait = 0; wait < 6000; ++wait)); do grep -q '^step ' "$log" && break; sleep 0.01; done
   sleep "$(awk -v seed="$RANDOM" -v max="$delay_ms" 'BEGIN { srand(seed); printf "%.3f", rand() * max / 1000 }')"
   kill -s "$signal" "$pid"
   wait "$pid"
   status=$?
+  kill $(pgrep -P "$bound") "$bound" 2>/dev/null  # the bound's sleep, then the bound
   step=$(sed -n 's/^interrupted at step \([0-9]*\);.*/\1/p' "$log")
   checkpoints=$(find "$out" -maxdepth 1 -name 'step-*' -type d | wc -l)
   verdict=ok

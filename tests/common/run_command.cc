@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -80,6 +83,39 @@ int wait_status(pid_t pid, double limit_seconds) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+namespace {
+
+// The bits of /proc's "Sig...:" field `name` (SigBlk: blocked, SigCgt: with a handler) in the
+// status file `path`.
+uint64_t signal_mask(const std::string& path, const std::string& name) {
+  const std::string text = read_file(path);
+  const size_t at = text.find("\n" + name + ":");
+  if (at == std::string::npos) return 0;
+  return std::stoull(text.substr(at + name.size() + 2), nullptr, 16);
+}
+
+constexpr uint64_t bit(int signal) { return uint64_t{1} << (signal - 1); }
+
+}  // namespace
+
+int expect_stop_signals_taken_by_one_thread(pid_t pid) {
+  const uint64_t stop_signals = bit(SIGINT) | bit(SIGTERM) | bit(SIGHUP) | bit(SIGUSR1);
+  const std::string proc = "/proc/" + std::to_string(pid);
+  EXPECT_EQ(signal_mask(proc + "/status", "SigCgt") & stop_signals, 0u) << "a stop signal has a handler";
+  int threads = 0, waiting = 0;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task")) {
+    const std::string path = task.path().string();
+    ++threads;
+    if ((signal_mask(path + "/status", "SigBlk") & stop_signals) == stop_signals) continue;
+    const std::string call = read_file(path + "/syscall");  // "NUMBER args..."
+    EXPECT_EQ(std::atol(call.c_str()), SYS_rt_sigtimedwait)
+        << "thread " << task.path().filename() << " takes stop signals outside sigwait: " << call;
+    ++waiting;
+  }
+  EXPECT_EQ(waiting, 1);
+  return threads;
 }
 
 std::string read_from(int fd, int quiet_ms, bool one_line) {

@@ -37,6 +37,11 @@ pid_t spawn(const std::vector<std::string>& args, int in, int out, const std::st
 // test failure, the process killed, and -1.
 int wait_status(pid_t pid, double limit_seconds = kCommandLimitSeconds);
 
+// Checks, in /proc, that the running process `pid` has no handler for SIGINT, SIGTERM, SIGHUP
+// or SIGUSR1 and that every thread of it blocks them but one, waiting for them in sigwait()
+// (which the kernel shows unblocked while it waits): tools/common/stop_signals.h. Its threads.
+int expect_stop_signals_taken_by_one_thread(pid_t pid);
+
 // Reads `fd` until it ends, nothing more comes for `quiet_ms`, or (when `one_line`) a newline
 // has come; what was read.
 std::string read_from(int fd, int quiet_ms, bool one_line);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -97,6 +98,27 @@ TEST_F(ToolOutput, XfRunIntoAClosedPipeFailsWithOneLine) {
   ASSERT_GT(pid, 0);
   EXPECT_EQ(wait_status(pid), 1);
   EXPECT_EQ(read_file(dir_.file("stderr")), "xf-run: output: write failed: Broken pipe\n");
+}
+
+// xf-run's stop signals, as xf-train's, are taken by one thread, never by a handler on a thread
+// that computes (with --threads 2: OpenMP's worker too); SIGTERM ends it as by default.
+TEST_F(ToolOutput, XfRunTakesStopSignalsInOneThreadAndEndsByThem) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  const pid_t pid = spawn({XF_RUN, "--model", model_, "--threads", "2"}, to_child[0], from_child[1],
+                          dir_.file("stderr"), {to_child[1], from_child[0]});
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  ASSERT_GT(pid, 0);
+  const std::string line = xf::test::sample_sentences(1, 10)[0] + "\n";
+  ASSERT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  EXPECT_NE(xf::test::read_from(from_child[0], 120000, true), "");  // translated: OpenMP has run
+  EXPECT_GE(xf::test::expect_stop_signals_taken_by_one_thread(pid), 3);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(wait_status(pid), 128 + SIGTERM) << read_file(dir_.file("stderr"));
+  ::close(to_child[1]);
+  ::close(from_child[0]);
 }
 
 // An app writes one line into xf-run's stdin, keeps the pipe open, and reads the translation.

@@ -1,8 +1,8 @@
 #pragma once
 // The training run's logs: the progress lines users read ("step ... | ETA ...", "valid step
-// ..."), rank 0's metrics.csv (a row a step, a row a validation) and TensorBoard event file (the
-// same numbers, tensorboard_events.h). The line formats are functions of their numbers, tested
-// alone.
+// ..."), rank 0's metrics.csv (a row a step, written as the step ends, a row a validation) and
+// TensorBoard event file (the same numbers, tensorboard_events.h). The line formats are
+// functions of their numbers, tested alone.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
