@@ -6,6 +6,7 @@
 #include <random>
 
 #include "xf/error.h"
+#include "batch_replay.h"
 #include "xf/trainer/data.h"
 
 namespace xf::trainer {
@@ -216,38 +217,17 @@ TEST(DataJoins, IteratorWithJoinsResumesFromPosition) {
   joins.max_length = 24;
   DataPosition start;
   start.seed = 13;
-  using Example = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
-  auto examples_of = [](const BatchIterator& it, const BatchIndices& batch) {
-    std::vector<Example> out;
-    const TokenizedCorpus& c = it.corpus();
-    for (uint32_t i : batch) {
-      out.emplace_back(std::vector<int32_t>(c.source(i), c.source(i) + c.source_length(i)),
-                       std::vector<int32_t>(c.target(i), c.target(i) + c.target_length(i)));
-    }
-    return out;
-  };
-  BatchIterator straight(corpus, 100, start, joins);
-  const size_t per_epoch = straight.batches_per_epoch();
-  ASSERT_GT(per_epoch, 3u);
-  std::vector<std::vector<Example>> sequence;
-  std::vector<DataPosition> positions;
+  const auto sequence = testing::expect_replays_from_saved_positions(
+      [&](const DataPosition& position) { return BatchIterator(corpus, 100, position, joins); },
+      start);
   size_t longest_source = 0;
-  for (size_t i = 0; i < 3 * per_epoch; ++i) {
-    positions.push_back(straight.position());
-    sequence.push_back(examples_of(straight, straight.next()));
-    for (const auto& example : sequence.back()) {
+  for (const auto& batch : sequence) {
+    for (const auto& example : batch) {
       longest_source = std::max(longest_source, example.first.size());
       ASSERT_LE(std::max(example.first.size(), example.second.size()), 24u);
     }
   }
   EXPECT_GT(longest_source, 8u);  // joins happened
-  for (size_t k : {size_t{0}, size_t{1}, per_epoch - 1, per_epoch, 2 * per_epoch + 1}) {
-    BatchIterator resumed(corpus, 100, positions[k], joins);
-    for (size_t i = k; i < sequence.size(); ++i) {
-      ASSERT_EQ(examples_of(resumed, resumed.next()), sequence[i])
-          << "resumed at " << k << ", batch " << i;
-    }
-  }
   // Without joins the iterator's corpus is the one given, untouched.
   BatchIterator plain(corpus, 100, start);
   EXPECT_EQ(&plain.corpus(), &corpus);

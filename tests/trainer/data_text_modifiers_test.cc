@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "batch_replay.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/text_modifiers.h"
 
@@ -246,41 +247,17 @@ TEST(DataTextModifiers, IteratorWithModifiersAndJoinsResumesFromPosition) {
     return BatchIterator(corpus, 200, position, joins,
                          std::make_unique<CorpusModifier>(options, tokenizer, 60));
   };
-  using Example = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
-  auto examples_of = [](const BatchIterator& it, const BatchIndices& batch) {
-    std::vector<Example> out;
-    const TokenizedCorpus& c = it.corpus();
-    for (uint32_t i : batch) {
-      out.emplace_back(std::vector<int32_t>(c.source(i), c.source(i) + c.source_length(i)),
-                       std::vector<int32_t>(c.target(i), c.target(i) + c.target_length(i)));
-    }
-    return out;
-  };
   DataPosition start;
   start.seed = 13;
-  BatchIterator straight = make(start);
-  const size_t per_epoch = straight.batches_per_epoch();
-  ASSERT_GT(per_epoch, 3u);
-  std::vector<std::vector<Example>> sequence;
-  std::vector<DataPosition> positions;
-  for (size_t i = 0; i < 3 * per_epoch; ++i) {
-    positions.push_back(straight.position());
-    sequence.push_back(examples_of(straight, straight.next()));
-  }
-  for (size_t k : {size_t{0}, size_t{1}, per_epoch - 1, per_epoch, 2 * per_epoch + 1}) {
-    BatchIterator resumed = make(positions[k]);
-    for (size_t i = k; i < sequence.size(); ++i) {
-      ASSERT_EQ(examples_of(resumed, resumed.next()), sequence[i])
-          << "resumed at " << k << ", batch " << i;
-    }
-  }
+  testing::expect_replays_from_saved_positions(make, start);
+  const size_t per_epoch = make(start).batches_per_epoch();
   // A lowercased source was trained on: some example of the first epoch holds "the cat" with
   // its target's "Le" still capitalised.
   const std::vector<int32_t> lower_the = tokenizer.encode("the cat");
   bool seen = false;
   BatchIterator again = make(start);
   for (size_t b = 0; b < per_epoch && !seen; ++b) {
-    for (const Example& example : examples_of(again, again.next())) {
+    for (const testing::Example& example : testing::examples_of(again, again.next())) {
       const std::string source = tokenizer.decode(example.first);
       const std::string target = tokenizer.decode(example.second);
       if (source.rfind("the cat", 0) == 0 && target.rfind("Le chat", 0) == 0) seen = true;
