@@ -1,5 +1,6 @@
 #include "tool_main.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +19,23 @@ constexpr const char* kSharedHelp =
     "  --version             print the version and exit\n";
 
 }  // namespace
+
+std::vector<int64_t> integer_list(const std::string& value, int64_t max, const std::string& error) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string field = value.substr(start, comma - start);
+    // At most 18 digits: below int64_t's limit, so that the range check sees the number.
+    if (field.empty() || field.size() > 18 || field.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(field) > max) {
+      throw UsageError{error};
+    }
+    values.push_back(std::stoll(field));
+    start = comma + 1;
+  }
+  return values;
+}
 
 std::string option_value(int argc, char** argv, int& i) {
   if (i + 1 >= argc) throw UsageError{std::string(argv[i]) + " needs a value"};

@@ -7,8 +7,10 @@
 // stdout is checked at the end: a write that failed at any point (full disk, closed pipe) is
 // such an error and exit 1. SIGPIPE is ignored, so that a closed pipe is an error, not a
 // silent death.
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace xf::cli {
 
@@ -27,6 +29,9 @@ int tool_main(const char* tool, const std::string& help, int argc, char** argv,
 std::string option_value(int argc, char** argv, int& i);
 // The UsageError for an option the tool does not know.
 UsageError unknown_option(const std::string& arg);
+// "0,1,3" -> {0, 1, 3}: decimal integers from 0 to `max` separated by commas; UsageError
+// `error` when a field is empty, not digits alone, or above `max`.
+std::vector<int64_t> integer_list(const std::string& value, int64_t max, const std::string& error);
 
 // Flushes stdout; a write that failed at any point is an xf::Error ("output: write failed: ...").
 void check_stdout();

@@ -50,19 +50,9 @@ constexpr const char* kUsage =
 
 // "0,1,3" -> {0, 1, 3}; `option` names the flag in errors.
 std::vector<int> parse_layer_list(const std::string& option, const std::string& text) {
-  std::vector<int> layers;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
-        item.size() > 4) {
-      throw UsageError{option + ": '" + text + "' is not a list of layer indices like 0,1,3"};
-    }
-    layers.push_back(std::stoi(item));
-    start = comma + 1;
-  }
-  return layers;
+  const std::vector<int64_t> layers = xf::cli::integer_list(
+      text, 9999, option + ": '" + text + "' is not a list of layer indices like 0,1,3");
+  return std::vector<int>(layers.begin(), layers.end());
 }
 
 int run(int argc, char** argv) {

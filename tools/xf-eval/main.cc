@@ -70,18 +70,11 @@ struct Options {
 };
 
 std::vector<int64_t> parse_edges(const std::string& option, const std::string& value) {
-  std::vector<int64_t> edges;
-  size_t start = 0;
-  while (start <= value.size()) {
-    const size_t comma = std::min(value.find(',', start), value.size());
-    const std::string field = value.substr(start, comma - start);
-    char* end = nullptr;
-    const long long edge = std::strtoll(field.c_str(), &end, 10);
-    if (field.empty() || *end != '\0' || edge < 1 || edge > 100000 ||
-        (!edges.empty() && edge <= edges.back()))
-      throw UsageError{option + " expects ascending word counts from 1 like 5,10,15,25, got '" + value + "'"};
-    edges.push_back(edge);
-    start = comma + 1;
+  const std::string error =
+      option + " expects ascending word counts from 1 like 5,10,15,25, got '" + value + "'";
+  const std::vector<int64_t> edges = xf::cli::integer_list(value, 100000, error);
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (edges[i] < 1 || (i > 0 && edges[i] <= edges[i - 1])) throw UsageError{error};
   }
   return edges;
 }

@@ -101,37 +101,35 @@ const std::string& required(const std::map<std::string, std::string>& values,
   return it->second;
 }
 
-int64_t parse_int(const std::string& text, const std::string& what) {
+// All of `text` read by `read` (std::stoll, std::stoull, std::stod), else the Error
+// "<what>: '<text>' is <kind>".
+template <typename Read>
+auto read_whole(const std::string& text, const std::string& what, const char* kind, Read read) {
   try {
     size_t used = 0;
-    long long value = std::stoll(text, &used);
+    const auto value = read(text, &used);
     if (used != text.size()) throw std::invalid_argument("trailing");
     return value;
   } catch (const std::exception&) {
-    throw Error(what + ": '" + text + "' is not an integer");
+    throw Error(what + ": '" + text + "' is " + kind);
   }
+}
+
+int64_t parse_int(const std::string& text, const std::string& what) {
+  return read_whole(text, what, "not an integer",
+                    [](const std::string& t, size_t* used) { return std::stoll(t, used); });
 }
 
 uint64_t parse_uint(const std::string& text, const std::string& what) {
-  try {
-    size_t used = 0;
-    unsigned long long value = std::stoull(text, &used);
-    if (used != text.size() || text.empty() || text[0] == '-') throw std::invalid_argument("x");
-    return value;
-  } catch (const std::exception&) {
-    throw Error(what + ": '" + text + "' is not a non-negative integer");
-  }
+  const char* kind = "not a non-negative integer";
+  if (text.empty() || text[0] == '-') throw Error(what + ": '" + text + "' is " + kind);
+  return read_whole(text, what, kind,
+                    [](const std::string& t, size_t* used) { return std::stoull(t, used); });
 }
 
 double parse_double(const std::string& text, const std::string& what) {
-  try {
-    size_t used = 0;
-    double value = std::stod(text, &used);
-    if (used != text.size()) throw std::invalid_argument("trailing");
-    return value;
-  } catch (const std::exception&) {
-    throw Error(what + ": '" + text + "' is not a number");
-  }
+  return read_whole(text, what, "not a number",
+                    [](const std::string& t, size_t* used) { return std::stod(t, used); });
 }
 
 std::map<std::string, std::string> progress_to_key_values(const TrainingProgress& p) {
