@@ -36,6 +36,12 @@ uint64_t sentence_stream(uint64_t seed, int64_t index) {
   return next_random(state) ^ (static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
 }
 
+// Each vector sized to `count` elements (plan time: decoding never resizes).
+template <typename... Vectors>
+void resize_each(size_t count, Vectors&... vectors) {
+  (vectors.resize(count), ...);
+}
+
 }  // namespace
 
 Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan), config_(config) {
@@ -43,29 +49,15 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
   // Per sentence: a beam of max_beam ends with exactly max_beam finished hypotheses.
   max_finished_ = max_beam;
   source_ids_.resize(plan.max_sentences * plan.max_source_len);
-  source_lengths_.resize(plan.max_sentences);
-  max_length_.resize(plan.max_sentences);
-  sentence_indices_.resize(plan.max_sentences);
-  prefixes_.resize(plan.max_sentences);
-  rng_.resize(plan.max_sentences);
-  done_.resize(plan.max_sentences);
-  live_.resize(plan.max_sentences);
-  tokens_.resize(rows);
-  log_probs_.resize(rows);
-  history_[0].resize(rows * len);
-  history_[1].resize(rows * len);
-  top_values_.resize(rows * max_beam);
-  top_ids_.resize(rows * max_beam);
-  parents_.resize(rows);
+  resize_each(plan.max_sentences, source_lengths_, max_length_, sentence_indices_, prefixes_, rng_,
+              done_, live_, finished_count_, slot_sentence_, kept_slots_);  // one a sentence
+  resize_each(rows, tokens_, log_probs_, parents_);                     // one a decoder row
+  resize_each(rows * len, history_[0], history_[1]);
+  resize_each(rows * max_beam, top_values_, top_ids_);
   candidates_.resize(max_beam * max_beam);
   finished_ids_.resize(plan.max_sentences * max_finished_ * len);
   finished_.resize(plan.max_sentences * max_finished_);
-  finished_count_.resize(plan.max_sentences);
-  slot_sentence_.resize(plan.max_sentences);
-  kept_slots_.resize(plan.max_sentences);
-  seen_.resize(config.target_vocab_size);
-  sample_ids_.resize(config.target_vocab_size);
-  sample_weights_.resize(config.target_vocab_size);
+  resize_each(config.target_vocab_size, seen_, sample_ids_, sample_weights_);  // one a token
 }
 
 void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, int64_t beam,

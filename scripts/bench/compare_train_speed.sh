@@ -24,12 +24,7 @@
 # includes its single-threaded corpus loading), and the load average before each run.
 set -euo pipefail
 
-[[ $# -le 1 ]] || { echo "usage: $0 [TRAIN.tsv]" >&2; exit 2; }
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-train=${1:-${XF_DATA:-$repo/data/enfr}/train.tsv}
-[[ -s $train ]] || { echo "$0: $train: no such training file, or empty (scripts/get_data.sh)" >&2; exit 1; }
-xf_bin=${XF_BIN:-$repo/build/bin}
+source "$(dirname "${BASH_SOURCE[0]}")/training_inputs.sh"  # here, repo, train, xf_bin
 python=${PYTHON:-python3}
 work=${WORK_DIR:-$(mktemp -d /tmp/xf-train-compare-XXXXXX)}
 threads=${THREADS:-2}

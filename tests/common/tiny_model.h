@@ -18,6 +18,15 @@ namespace xf::test {
 ModelConfig tiny_config(uint32_t vocab = 12);
 
 struct TinyModelOptions {
+  // A model without a tokenizer whose weights come from `seed`: tests draw it from their random
+  // inputs, whose printed seed then makes the same model again.
+  static TinyModelOptions without_tokenizer(uint32_t seed) {
+    TinyModelOptions options;
+    options.seed = seed;
+    options.with_tokenizer = false;
+    return options;
+  }
+
   uint32_t seed = 1;
   bool with_tokenizer = true;     // vocabulary = the tiny SentencePiece model's pieces
   uint32_t vocab_size = 48;       // when without a tokenizer

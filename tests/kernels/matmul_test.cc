@@ -92,18 +92,27 @@ void check_f32(CpuEngine& engine, int64_t m, int64_t n, int64_t k, bool with_bia
   test::expect_within(y, ref.y, [&](size_t i) { return ref.rounding_bound[i]; });
 }
 
+// check(m, n, k, with_bias) over the shapes both dtypes' reference tests take: row counts of
+// each register tile and of several, a small and a square product, with and without a bias.
+template <typename Check>
+void over_reference_shapes(Check check) {
+  for (int64_t m : {1, 3, 17, 64}) {
+    for (bool with_bias : {false, true}) {
+      check(m, 33, 19, with_bias);
+      check(m, 512, 512, with_bias);
+    }
+  }
+}
+
 TEST(StaticMatmul, F32MatchesReference) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
   CpuEngine engine(2);
   for (bool packing : {true, false}) {
     engine.set_weight_packing(packing);
-    for (int64_t m : {1, 3, 17, 64}) {
-      for (bool with_bias : {false, true}) {
-        check_f32(engine, m, 33, 19, with_bias, random);
-        check_f32(engine, m, 512, 512, with_bias, random);
-      }
-    }
+    over_reference_shapes([&](int64_t m, int64_t n, int64_t k, bool with_bias) {
+      check_f32(engine, m, n, k, with_bias, random);
+    });
     check_f32(engine, 5, 100, 2048, true, random);
   }
 }
@@ -251,12 +260,9 @@ TEST(StaticMatmul, Int8MatchesReference) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
   CpuEngine engine(2);
-  for (int64_t m : {1, 3, 17, 64}) {
-    for (bool with_bias : {false, true}) {
-      check_int8(engine, m, 33, 19, with_bias, random);
-      check_int8(engine, m, 512, 512, with_bias, random);
-    }
-  }
+  over_reference_shapes([&](int64_t m, int64_t n, int64_t k, bool with_bias) {
+    check_int8(engine, m, n, k, with_bias, random);
+  });
   check_int8(engine, 4, 64, 2048, true, random);
 }
 

@@ -23,6 +23,16 @@ const std::string& model_path() {
   return path;
 }
 
+// The test model opened and a translator of at most 4 sentences over it (the caller frees both),
+// with ASSERT failures (call it under ASSERT_NO_FATAL_FAILURE).
+void open_translator(xf_model** model, xf_translator** translator) {
+  ASSERT_EQ(xf_model_open(model_path().c_str(), model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  topts.max_batch = 4;
+  ASSERT_EQ(xf_translator_create(*model, &topts, translator), XF_OK) << xf_last_error();
+}
+
 TEST(CApi, OpenReportsTheFileAtFault) {
   xf_model* model = reinterpret_cast<xf_model*>(0x1);
   EXPECT_EQ(xf_model_open("/nonexistent/model.xfm", &model), XF_ERROR);
@@ -96,12 +106,8 @@ TEST(CApi, TranslatesLikeTheCppApi) {
 // same values, for text and ids with target prefixes.
 TEST(CApi, DecodingOptionsMatchTheCppApi) {
   xf_model* model = nullptr;
-  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
-  xf_translator_options topts;
-  xf_translator_options_init(&topts);
-  topts.max_batch = 4;
   xf_translator* translator = nullptr;
-  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  ASSERT_NO_FATAL_FAILURE(open_translator(&model, &translator));
   xf::Translator cpp(xf::Model::open(model_path()), {});
 
   const std::vector<std::string> lines = xf::test::sample_sentences(5, 32);
@@ -343,12 +349,8 @@ TEST(CApi, LengthNormalizationStreamingAndAsyncMatchTheCppApi) {
   EXPECT_EQ(zero.callback, nullptr);
 
   xf_model* model = nullptr;
-  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
-  xf_translator_options topts;
-  xf_translator_options_init(&topts);
-  topts.max_batch = 4;
   xf_translator* translator = nullptr;
-  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  ASSERT_NO_FATAL_FAILURE(open_translator(&model, &translator));
   xf::Translator cpp(xf::Model::open(model_path()), {});
   const std::vector<std::string> words = xf::test::sample_sentences(6, 33);
   const std::vector<std::string> lines = {"The " + words[0] + ". A " + words[1] + ".", words[2], words[3]};

@@ -295,13 +295,16 @@ TEST(DecodingOptions, LoopGuardCutsOnlyLoopsLongerThanTheSource) {
   auto model = long_output_model();
   Translator translator(model, small_translator());
   const auto sources = test::random_source_ids(8, model->config().source_vocab_size, 36, 10);
-  for (int beam : {1, 4}) {
-    SCOPED_TRACE("beam " + std::to_string(beam));
-    TranslateOptions options = test::beam_options(beam);
-    std::vector<TokenTranslation> guarded, unguarded;
+  // The translations of `sources` with the guard (the default) and without it.
+  std::vector<TokenTranslation> guarded, unguarded;
+  auto translate_both = [&](const std::vector<std::vector<int32_t>>& sources, TranslateOptions options) {
     translator.translate_ids(sources, options, guarded);
     options.disable_loop_guard = true;
     translator.translate_ids(sources, options, unguarded);
+  };
+  for (int beam : {1, 4}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    translate_both(sources, test::beam_options(beam));
     size_t cut = 0;
     for (size_t i = 0; i < sources.size(); ++i) {
       const auto& free_ids = unguarded[i].hypotheses[0].ids;
@@ -316,10 +319,7 @@ TEST(DecodingOptions, LoopGuardCutsOnlyLoopsLongerThanTheSource) {
   const auto long_sources = test::random_source_ids(4, model->config().source_vocab_size, 37, 30);
   TranslateOptions options = test::beam_options(1);
   options.max_len_b = 0;  // outputs at most as long as the source
-  std::vector<TokenTranslation> guarded, unguarded;
-  translator.translate_ids(long_sources, options, guarded);
-  options.disable_loop_guard = true;
-  translator.translate_ids(long_sources, options, unguarded);
+  translate_both(long_sources, options);
   size_t looping = 0;
   for (size_t i = 0; i < long_sources.size(); ++i) {
     EXPECT_EQ(guarded[i].hypotheses[0].ids, unguarded[i].hypotheses[0].ids) << "sentence " << i;

@@ -112,9 +112,7 @@ TEST_P(Golden, GreedyAndBeamOutputs) {
   // A whole batch at once, and batches of two (padding, sorting, results in input order).
   for (int max_batch : {3, 2}) {
     SCOPED_TRACE("max_batch " + std::to_string(max_batch));
-    TranslatorOptions options;
-    options.max_batch = max_batch;
-    options.max_beam = 4;
+    TranslatorOptions options = test::plan_options(max_batch, 4);
     options.max_source_len = 64;
     Translator translator(model_, options);
     std::vector<TokenTranslation> results;

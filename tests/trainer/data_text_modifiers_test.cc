@@ -15,32 +15,39 @@ namespace {
 const std::string kNbsp = "\xC2\xA0";         // U+00A0, French spacing before ! and ?
 const std::string kNarrowNbsp = "\xE2\x80\xAF";  // U+202F
 
+// `modify` on each input gives its expected output.
+void expect_each(std::string (*modify)(std::string_view),
+                 const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [input, expected] : cases) EXPECT_EQ(modify(input), expected) << input;
+}
+
 TEST(DataTextModifiers, CaseOfAsciiAndFrenchLetters) {
-  EXPECT_EQ(lowercase_text("Where Is THE Station?"), "where is the station?");
-  EXPECT_EQ(lowercase_text("À BIENTÔT, ÉLÈVE ŒUVRE Ÿ Ç"), "à bientôt, élève œuvre ÿ ç");
-  EXPECT_EQ(uppercase_text("à bientôt, élève œuvre ÿ ç"), "À BIENTÔT, ÉLÈVE ŒUVRE Ÿ Ç");
-  EXPECT_EQ(uppercase_text("Où est la gare ?"), "OÙ EST LA GARE ?");
   // × and ÷ sit among the Latin-1 letters but have no case; other scripts are left alone.
-  EXPECT_EQ(uppercase_text("2×3÷1 ß"), "2×3÷1 ß");
-  EXPECT_EQ(lowercase_text("ΑΒΓ 日本"), "ΑΒΓ 日本");
-  EXPECT_EQ(titlecase_text("where is THE station?"), "Where Is The Station?");
-  EXPECT_EQ(titlecase_text("l'homme  était là"), "L'homme  Était Là");
+  expect_each(lowercase_text, {{"Where Is THE Station?", "where is the station?"},
+                               {"À BIENTÔT, ÉLÈVE ŒUVRE Ÿ Ç", "à bientôt, élève œuvre ÿ ç"},
+                               {"ΑΒΓ 日本", "ΑΒΓ 日本"}});
+  expect_each(uppercase_text, {{"à bientôt, élève œuvre ÿ ç", "À BIENTÔT, ÉLÈVE ŒUVRE Ÿ Ç"},
+                               {"Où est la gare ?", "OÙ EST LA GARE ?"},
+                               {"2×3÷1 ß", "2×3÷1 ß"}});
+  expect_each(titlecase_text, {{"where is THE station?", "Where Is The Station?"},
+                               {"l'homme  était là", "L'homme  Était Là"}});
 }
 
 TEST(DataTextModifiers, FinalPunctuationDroppedWithItsSpaces) {
-  EXPECT_EQ(without_final_punctuation("Where is the station?"), "Where is the station");
-  EXPECT_EQ(without_final_punctuation("Hello world."), "Hello world");
-  EXPECT_EQ(without_final_punctuation("Wait... "), "Wait");
-  EXPECT_EQ(without_final_punctuation("Wait…"), "Wait");
-  EXPECT_EQ(without_final_punctuation("Really?!"), "Really");
-  EXPECT_EQ(without_final_punctuation("Attends" + kNbsp + "!"), "Attends");
-  EXPECT_EQ(without_final_punctuation("Vraiment" + kNarrowNbsp + "?"), "Vraiment");
-  // Nothing to drop, or nothing else left: the text as it is.
-  EXPECT_EQ(without_final_punctuation("Hello"), "Hello");
-  EXPECT_EQ(without_final_punctuation("He said \"Hi.\""), "He said \"Hi.\"");
-  EXPECT_EQ(without_final_punctuation("Mr. Smith, hi"), "Mr. Smith, hi");
-  EXPECT_EQ(without_final_punctuation("?!"), "?!");
-  EXPECT_EQ(without_final_punctuation(""), "");
+  expect_each(without_final_punctuation,
+              {{"Where is the station?", "Where is the station"},
+               {"Hello world.", "Hello world"},
+               {"Wait... ", "Wait"},
+               {"Wait…", "Wait"},
+               {"Really?!", "Really"},
+               {"Attends" + kNbsp + "!", "Attends"},
+               {"Vraiment" + kNarrowNbsp + "?", "Vraiment"},
+               // Nothing to drop, or nothing else left: the text as it is.
+               {"Hello", "Hello"},
+               {"He said \"Hi.\"", "He said \"Hi.\""},
+               {"Mr. Smith, hi", "Mr. Smith, hi"},
+               {"?!", "?!"},
+               {"", ""}});
 }
 
 TEST(DataTextModifiers, EachTypoKindAtAChosenPlace) {

@@ -55,6 +55,17 @@ class ParallelMpi : public ::testing::Test {
   }
   std::string log() const { return dir_ + "/run.log"; }
 
+  // Sends `signal` to rank 1 of a long run (extra options added) and waits at most 60 s for the
+  // run to end: *status its exit status (-1: still running), *seconds the wait, *rank rank 1.
+  void signal_rank_one(const std::map<std::string, std::string>& extra, int signal, pid_t* rank,
+                       int* status, double* seconds) {
+    const pid_t launcher = start_long_run(extra);
+    *rank = find_rank(launcher, 1);
+    ASSERT_GT(*rank, 0);
+    kill(*rank, signal);
+    *status = wait_exit(launcher, 60, seconds);
+  }
+
   // `steps` on `straight_ranks` into straight/; 5 on two ranks into parts/, resumed there to `steps`
   // on `resume_ranks` (its output in second.log).
   void run_straight_and_resumed(int steps, int straight_ranks, int resume_ranks) {
@@ -137,12 +148,10 @@ TEST_F(ParallelMpi, ResumesOnAnotherNumberOfRanks) {
 }
 
 TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
-  pid_t launcher = start_long_run({{"keep", "0"}});
-  pid_t victim = find_rank(launcher, 1);
-  ASSERT_GT(victim, 0);
-  kill(victim, SIGKILL);
+  pid_t victim = 0;
+  int status = 0;
   double seconds = 0;
-  const int status = wait_exit(launcher, 60, &seconds);
+  ASSERT_NO_FATAL_FAILURE(signal_rank_one({{"keep", "0"}}, SIGKILL, &victim, &status, &seconds));
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1) << "the run did not end within 60 s of a rank's death";
   const std::string text = read_text(log());
@@ -155,12 +164,10 @@ TEST_F(ParallelMpi, AKilledRankEndsEveryRankAndKeepsTheCheckpoints) {
 }
 
 TEST_F(ParallelMpi, ARankThatStopsAnsweringEndsTheRunAfterTheTimeout) {
-  pid_t launcher = start_long_run({{"comm-timeout", "3"}});
-  pid_t frozen = find_rank(launcher, 1);
-  ASSERT_GT(frozen, 0);
-  kill(frozen, SIGSTOP);
+  pid_t frozen = 0;
+  int status = 0;
   double seconds = 0;
-  const int status = wait_exit(launcher, 60, &seconds);
+  ASSERT_NO_FATAL_FAILURE(signal_rank_one({{"comm-timeout", "3"}}, SIGSTOP, &frozen, &status, &seconds));
   kill(frozen, SIGKILL);  // in case the launcher left it behind (it is stopped)
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1) << "the run hung";

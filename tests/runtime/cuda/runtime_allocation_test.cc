@@ -32,9 +32,8 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
   XF_SKIP_WITHOUT_GPU();
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  test::TinyModelOptions model_options;
-  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
-  model_options.with_tokenizer = false;
+  test::TinyModelOptions model_options = test::TinyModelOptions::without_tokenizer(
+      static_cast<uint32_t>(random.integer(1, 1 << 30)));
   model_options.matrix_dtype = GetParam().dtype;
   model_options.round_to_f16 = GetParam().dtype == DType::f16;
   const auto model =

@@ -18,6 +18,7 @@
 #include "golden.h"
 #include "memory_plan.h"
 #include "random_inputs.h"
+#include "search_support.h"  // plan_options
 #include "tiny_model.h"
 #include "xf/translator.h"
 
@@ -240,9 +241,7 @@ class cuda_runtime_golden_search : public cuda_runtime_golden {};
 TEST_P(cuda_runtime_golden_search, GreedyAndBeamOutputsEqualTheCpus) {
   for (int max_batch : {3, 2}) {
     SCOPED_TRACE("max_batch " + std::to_string(max_batch));
-    TranslatorOptions options;
-    options.max_batch = max_batch;
-    options.max_beam = 4;
+    TranslatorOptions options = test::plan_options(max_batch, 4);
     options.max_source_len = 64;
     Translator cpu(model_, options);
     options.device = Device::cuda;
@@ -357,9 +356,8 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
   const bool f32 = c.dtype == DType::f32;
   const double tolerance = f32 ? kF32Tolerance : kF16Tolerance;
 
-  test::TinyModelOptions model_options;
-  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
-  model_options.with_tokenizer = false;
+  test::TinyModelOptions model_options = test::TinyModelOptions::without_tokenizer(
+      static_cast<uint32_t>(random.integer(1, 1 << 30)));
   model_options.vocab_size = 40;
   model_options.max_positions = 320;
   model_options.norm_position = c.norm;
@@ -465,9 +463,8 @@ TEST(cuda_runtime_random_groups, EncoderOverSeveralGroupsAndCrossAttentionMatchC
   XF_SKIP_WITHOUT_GPU();
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
-  test::TinyModelOptions model_options;
-  model_options.seed = static_cast<uint32_t>(random.integer(1, 1 << 30));
-  model_options.with_tokenizer = false;
+  test::TinyModelOptions model_options = test::TinyModelOptions::without_tokenizer(
+      static_cast<uint32_t>(random.integer(1, 1 << 30)));
   const auto model = Model::open(test::tiny_model_file(model_options, "groups"));
   const ModelConfig& config = model->config();
 
