@@ -1,6 +1,7 @@
 // The whole Transformer: finite-difference gradients in double precision for every parameter of
-// tiny models (post- and pre-norm, shared or separate embeddings, output bias, dropout on), the
-// float model against the double one, padding, determinism, and overfitting a few sentences.
+// tiny models (post- and pre-norm, shared or separate embeddings, output bias, dropout on, the
+// self-attention or SSRU decoder), the float model against the double one, padding,
+// determinism, and overfitting a few sentences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +39,7 @@ struct GradientCase {
   bool shared;       // shared embeddings and tied output
   bool output_bias;
   float attention_dropout;
+  DecoderLayerKind decoder = DecoderLayerKind::self_attention;
 };
 
 class ModelGradient : public ::testing::TestWithParam<GradientCase> {};
@@ -49,6 +51,7 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   config.shared_embeddings = g.shared;
   config.tied_output = g.shared;
   config.output_bias = g.output_bias;
+  config.decoder_layer_kind = g.decoder;
   TrainingOptions options;  // dropout 0.1, label smoothing 0.1
   options.attention_dropout = g.attention_dropout;
   BasicTransformerModel<double> model(config, options, 1);
@@ -78,12 +81,21 @@ INSTANTIATE_TEST_SUITE_P(
                       GradientCase{"post_norm_separate_bias", NormPosition::post, false, true,
                                    0.0f},
                       GradientCase{"pre_norm_attention_dropout", NormPosition::pre, false, true,
-                                   0.2f}),
+                                   0.2f},
+                      GradientCase{"ssru_post_norm_shared", NormPosition::post, true, false, 0.0f,
+                                   DecoderLayerKind::ssru},
+                      GradientCase{"ssru_pre_norm_separate_bias", NormPosition::pre, false, true, 0.2f,
+                                   DecoderLayerKind::ssru}),
     [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
 
 TEST(Model, FloatAgreesWithDouble) {
-  for (NormPosition norm : {NormPosition::post, NormPosition::pre}) {
+  for (const auto& [norm, decoder] : {std::pair{NormPosition::post, DecoderLayerKind::self_attention},
+                                      std::pair{NormPosition::pre, DecoderLayerKind::self_attention},
+                                      std::pair{NormPosition::post, DecoderLayerKind::ssru},
+                                      std::pair{NormPosition::pre, DecoderLayerKind::ssru}}) {
+    SCOPED_TRACE(decoder == DecoderLayerKind::ssru ? "ssru" : "self-attention");
     ModelConfig config = tiny_config(30);
+    config.decoder_layer_kind = decoder;
     config.d_model = 32;
     config.num_heads = 4;
     config.d_ff = 64;
@@ -116,10 +128,14 @@ TEST(Model, FloatAgreesWithDouble) {
   }
 }
 
-TEST(Model, PaddingDoesNotLeak) {
+class PaddingDoesNotLeak : public ::testing::TestWithParam<DecoderLayerKind> {};
+
+TEST_P(PaddingDoesNotLeak, ABatchScoresEachSentenceAsAlone) {
   // Without dropout, a padded batch scores each sentence as if it were alone, and its
-  // gradient is the sum of the sentences' gradients.
+  // gradient is the sum of the sentences' gradients (an SSRU's padded steps come after a
+  // sentence's own, so its recurrence never reads them).
   ModelConfig config = tiny_config();
+  config.decoder_layer_kind = GetParam();
   TrainingOptions options;
   options.dropout = 0;
   BasicTransformerModel<double> model(config, options, 1);
@@ -146,6 +162,10 @@ TEST(Model, PaddingDoesNotLeak) {
   EXPECT_NEAR(model.evaluate(make_batch(config, sources, targets)).loss_sum, together.loss_sum,
               1e-10);
 }
+
+INSTANTIATE_TEST_SUITE_P(Decoders, PaddingDoesNotLeak,
+                         ::testing::Values(DecoderLayerKind::self_attention, DecoderLayerKind::ssru),
+                         [](const auto& info) { return info.param == DecoderLayerKind::ssru ? "ssru" : "self_attention"; });
 
 TEST(Model, LayoutFollowsTheParameterList) {
   const ModelConfig config = tiny_config();
