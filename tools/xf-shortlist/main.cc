@@ -30,7 +30,10 @@ keeps its --top-k most probable targets of at least --min-probability.
 With the shortlist, a batch's output layer covers the candidates of its source pieces and the
 --frequent first target ids (Marian's `first`: SentencePiece orders pieces by their score, so
 the first ids are about the most frequent pieces; the summary line says how many of the
-corpus's --frequent most frequent target pieces they hold, and how many first ids hold them all). Marian reads it as `--shortlist lex.s2t FREQUENT TOP_K`.
+corpus's --frequent most frequent target pieces they hold, and how many first ids hold them
+all). xf-convert MODEL.xfm -o OUT.xfm --shortlist lex.s2t --shortlist-first FREQUENT
+--shortlist-best TOP_K stores it in a model; Marian reads it as
+`--shortlist lex.s2t FREQUENT TOP_K`.
 
   --model FILE          the model whose tokenizers and vocabularies the shortlist is for
   --in FILE             the corpus (required)
