@@ -20,10 +20,9 @@ make_tsv() {  # LINES SEED
 make_tsv 300 1 > "$work/train.tsv"
 make_tsv 20 2 > "$work/dev.tsv"
 make_tsv 20 3 > "$work/test.tsv"
-# The student: one layer a side, a character vocabulary, 30 steps. Its decoder is self-attention
-# until the runtime here reads format version 3 (issue 38's SSRU runtime); XF_TOY_DECODER=ssru
-# runs the recipe's own default.
-student=(--encoder-layers 1 --decoder-layers 1 --decoder-cell "${XF_TOY_DECODER:-self-attention}" --d-model 16
+# The student: one layer a side with the recipe's SSRU decoder, a character vocabulary, 30 steps;
+# the runtime decodes it (with its stored shortlist) for the card.
+student=(--encoder-layers 1 --decoder-layers 1 --decoder-cell ssru --d-model 16
          --heads 2 --d-ff 32 --spm-type char --vocab-size 40 --max-positions 128 --max-length 60
          --max-steps 30 --save-every 10 --valid-every 0 --log-every 10 --batch-tokens 400)
 run() {
@@ -40,8 +39,10 @@ grep -q '^pairs_done 200$' "$work/out/distilled.tsv.progress" || { echo "FAIL: d
 [ "$(grep -c '^BLEU = ' "$work/out/card.md")" -eq 4 ] || { echo "FAIL: the card lacks scores" >&2; cat "$work/out/card.md" >&2; exit 1; }
 grep -Eq '^\| student \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/card.md" || { echo "FAIL: no student speed" >&2; cat "$work/out/card.md" >&2; exit 1; }
 grep -Eq '^\| teacher \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/card.md" || { echo "FAIL: no teacher speed" >&2; exit 1; }
-# The stored shortlist is the one built (xf-inspect shows the file loads).
+# The student file: an SSRU decoder and a stored shortlist, as xf-inspect reads them.
 "$bin/xf-inspect" "$work/out/student-int8.xfm" > "$work/inspect.txt"
+grep -Eq 'decoder_layer_kind +ssru' "$work/inspect.txt" || { echo "FAIL: not an SSRU decoder" >&2; cat "$work/inspect.txt" >&2; exit 1; }
+grep -qi 'shortlist' "$work/inspect.txt" || { echo "FAIL: no stored shortlist" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 # Run again: distillation finds its run complete, training resumes at its last step.
 run 2> "$work/second.log" || { cat "$work/second.log" >&2; exit 1; }
 grep -q 'is already complete' "$work/second.log" || { echo "FAIL: distillation was redone" >&2; exit 1; }
