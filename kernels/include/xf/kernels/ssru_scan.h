@@ -2,7 +2,9 @@
 // The SSRU recurrence over whole sequences, for training (Marian's SSRU, rnn/cells.h: the
 // decoder cell of the Bergamot students). Per batch row b, feature j and step t = 0..len-1:
 //   s_t = sigmoid(f_t),  c_t = s_t * c_{t-1} + (1 - s_t) * x_t  (c_{-1} = 0),  out_t = relu(c_t)
-// where x = input W^T and f = input W_f^T + b_f are computed beforehand (linear layers).
+// where x = input W^T and f = input W_f^T + b_f are computed beforehand (linear layers). The
+// runtime's one step of the same cell is ssru_step (recurrent.h); the trainer's model test
+// RuntimeScoresWhatTheTrainerScores/ssru checks that the two agree.
 // Rows are b * len + t. x and f are views with a row stride (the two halves of one fused
 // projection [rows, 2 * dim] with stride 2 * dim, or separate [rows, dim] buffers with stride
 // dim); cell and out are [rows, dim].
