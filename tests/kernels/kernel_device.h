@@ -35,6 +35,7 @@
 #include "xf/kernels/optimizer.h"
 #include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
+#include "xf/kernels/ssru_scan.h"
 #include "xf/kernels/types.h"
 
 namespace xf::test {
@@ -238,6 +239,18 @@ class KernelDevice {
   virtual void bias_relu_backward(Floats& dy, const Floats& y, int64_t rows,
                           int64_t dim, Floats& dbias) {
     cpu::bias_relu_backward<float>(dy.data(), y.data(), rows, dim, dbias.data(), kCpuThreads);
+  }
+  // x and f: views with in_stride; dx and df: views with d_stride (written at those positions).
+  virtual void ssru_scan_forward(const Floats& x, const Floats& f, int64_t in_stride, int64_t batch, int64_t len,
+                                 int64_t dim, Floats& cell, Floats& out) {
+    cpu::ssru_scan_forward<float>(x.data(), f.data(), in_stride, batch, len, dim, cell.data(), out.data(),
+                                  kCpuThreads);
+  }
+  virtual void ssru_scan_backward(const Floats& dout, const Floats& x, const Floats& f, int64_t in_stride,
+                                  const Floats& cell, int64_t batch, int64_t len, int64_t dim, Floats& dx, Floats& df,
+                                  int64_t d_stride) {
+    cpu::ssru_scan_backward<float>(dout.data(), x.data(), f.data(), in_stride, cell.data(), batch, len, dim,
+                                   dx.data(), df.data(), d_stride, kCpuThreads);
   }
   virtual void embedding_backward(const Floats& dout, const Ints& ids,
                           int64_t dim, int64_t, float scale, Floats& dtable) {

@@ -319,6 +319,20 @@ class CudaDevice final : public KernelDevice {
     cuda::bias_relu_backward(dy_d.get(), y_d.get(), rows, dim, dbias_d.get(), workspace.get(), nullptr);
     dy = dy_d.download(), dbias = dbias_d.download();
   }
+  void ssru_scan_forward(const Floats& x, const Floats& f, int64_t in_stride, int64_t batch, int64_t len,
+                         int64_t dim, Floats& cell, Floats& out) override {
+    const Device x_d(x), f_d(f), cell_d(cell), out_d(out);
+    cuda::ssru_scan_forward(x_d.get(), f_d.get(), in_stride, batch, len, dim, cell_d.get(), out_d.get(), nullptr);
+    cell = cell_d.download(), out = out_d.download();
+  }
+  void ssru_scan_backward(const Floats& dout, const Floats& x, const Floats& f, int64_t in_stride,
+                          const Floats& cell, int64_t batch, int64_t len, int64_t dim, Floats& dx, Floats& df,
+                          int64_t d_stride) override {
+    const Device dout_d(dout), x_d(x), f_d(f), cell_d(cell), dx_d(dx), df_d(df);
+    cuda::ssru_scan_backward(dout_d.get(), x_d.get(), f_d.get(), in_stride, cell_d.get(), batch, len, dim,
+                             dx_d.get(), df_d.get(), d_stride, nullptr);
+    dx = dx_d.download(), df = df_d.download();
+  }
   void embedding_backward(const Floats& dout, const Ints& ids, int64_t dim, int64_t vocab,
                           float scale, Floats& dtable) override {
     const Device dout_d(dout), table_d(dtable);

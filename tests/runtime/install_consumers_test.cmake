@@ -1,5 +1,6 @@
 # `cmake --install` of everything into a temporary prefix, then:
-# - bin/ holds the tools (the six of issue 27 and xf-join), and the installed xf-run translates;
+# - bin/ holds the tools (the six of issue 27, xf-join, and issue 39's xf-distill and
+#   xf-shortlist), and the installed xf-run translates;
 # - include/ holds the public headers only (the C API, the C++ API and the two format headers
 #   it includes), not format/'s reader, writer or schema;
 # - examples/c_api, a C-only CMake project (C89, -pedantic-errors), builds with find_package(xf);
@@ -14,7 +15,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/../common/steps.cmake)
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
-set(tools xf-train xf-convert xf-inspect xf-eval xf-bench xf-run xf-join)
+set(tools xf-train xf-convert xf-inspect xf-eval xf-bench xf-run xf-join xf-distill xf-shortlist)
 foreach(tool ${tools})
   if(NOT EXISTS ${prefix}/bin/${tool})
     message(FATAL_ERROR "not installed: bin/${tool}")

@@ -179,3 +179,45 @@ TEST_F(ModelFiles, XfBenchNamesTheWeightMatricesDtype) {
 }
 
 }  // namespace
+
+// xf-convert --shortlist: Marian's text lex lines of pieces stored as the written file's ids (a
+// pruned target vocabulary's own ids), pruned to the best K per source piece, the first N in.
+TEST_F(ModelFiles, XfConvertStoresAShortlistInTheWrittenVocabularies) {
+  const xf::trainer::Checkpoint full = tiny_checkpoint();
+  const auto tokenizer = xf::trainer::Tokenizer::from_model_proto(full.tokenizer_model, "tiny");
+  std::vector<int32_t> kept;  // every other target piece: target ids differ from source ids
+  for (int32_t id = 0; id < static_cast<int32_t>(full.config.target_vocab_size); id += 2) kept.push_back(id);
+  for (int32_t special : {1, 3}) kept.insert(std::lower_bound(kept.begin(), kept.end(), special), special);
+  const xf::trainer::PrunedModel pruned = xf::trainer::prune_target_vocabulary(full, kept);
+  const std::string pruned_file = dir_ + "/pruned.xfm", lex = dir_ + "/lex.s2t";
+  xf::trainer::write_model_file(pruned.checkpoint, xf::DType::f32, {}, pruned_file, pruned.target_tokenizer);
+  // Source piece 10 -> target pieces 20 (0.6), 30 (0.3), 40 (0.1); piece 12 -> 24; a NULL line.
+  const std::string s10 = tokenizer.piece(10), s12 = tokenizer.piece(12);
+  std::ofstream(lex) << tokenizer.piece(20) << " " << s10 << " 0.6\n"
+                     << tokenizer.piece(40) << " " << s10 << " 0.1\n"
+                     << tokenizer.piece(30) << " " << s10 << " 0.3\n"
+                     << tokenizer.piece(24) << " " << s12 << " 1\n"
+                     << tokenizer.piece(24) << " NULL 0.5\n";
+  const std::string out = dir_ + "/with-shortlist.xfm";
+  const Result r = run(std::string(XF_CONVERT) + " " + pruned_file + " -o " + out +
+                       " --shortlist " + lex + " --shortlist-first 6 --shortlist-best 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto file = xf::ModelFile::open(out);
+  ASSERT_TRUE(file->shortlist().has_value());
+  const xf::LexicalShortlist& s = *file->shortlist();
+  EXPECT_EQ(s.first_num, 6u);
+  const auto pruned_id = [&](int32_t full_id) {
+    return static_cast<uint32_t>(std::lower_bound(kept.begin(), kept.end(), full_id) - kept.begin());
+  };
+  const auto targets_of = [&](uint32_t source) {
+    return std::vector<uint32_t>(s.targets.begin() + s.offsets[source], s.targets.begin() + s.offsets[source + 1]);
+  };
+  EXPECT_EQ(targets_of(10), (std::vector<uint32_t>{pruned_id(20), pruned_id(30)}));  // the best 2, ascending
+  EXPECT_EQ(targets_of(12), (std::vector<uint32_t>{pruned_id(24)}));
+  EXPECT_TRUE(targets_of(11).empty());
+  const Result missing = run(std::string(XF_CONVERT) + " " + pruned_file + " -o " + dir_ + "/no.xfm" +
+                             " --shortlist " + dir_ + "/none.s2t");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(last_line(missing.err).rfind("xf-convert: " + dir_ + "/none.s2t: cannot open", 0), 0u) << missing.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/no.xfm"));
+}

@@ -50,7 +50,7 @@ std::string full_device() {
 }
 
 const std::vector<std::string> kTools = {"xf-train", "xf-convert", "xf-inspect", "xf-eval", "xf-bench", "xf-run",
-                                         "xf-join"};
+                                         "xf-join", "xf-distill", "xf-shortlist"};
 
 std::string tool(const std::string& name) { return std::string(XF_BINARY_DIR) + "/bin/" + name; }
 

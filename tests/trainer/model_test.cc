@@ -1,6 +1,7 @@
 // The whole Transformer: finite-difference gradients in double precision for every parameter of
-// tiny models (post- and pre-norm, shared or separate embeddings, output bias, dropout on), the
-// float model against the double one, padding, determinism, and overfitting a few sentences.
+// tiny models (post- and pre-norm, shared or separate embeddings, output bias, dropout on, the
+// self-attention or SSRU decoder), the float model against the double one, padding,
+// determinism, and overfitting a few sentences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +13,10 @@
 #include "xf/error.h"
 #include "xf/trainer/optimizer.h"
 #include "xf/trainer/transformer.h"
+#include "xf/format/model_file.h"
+#include "xf/format/model_writer.h"
 #include "xf/trainer/translate.h"
+#include "xf/translator.h"
 
 namespace xf::trainer {
 namespace {
@@ -38,6 +42,7 @@ struct GradientCase {
   bool shared;       // shared embeddings and tied output
   bool output_bias;
   float attention_dropout;
+  DecoderLayerKind decoder = DecoderLayerKind::self_attention;
 };
 
 class ModelGradient : public ::testing::TestWithParam<GradientCase> {};
@@ -49,6 +54,7 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   config.shared_embeddings = g.shared;
   config.tied_output = g.shared;
   config.output_bias = g.output_bias;
+  config.decoder_layer_kind = g.decoder;
   TrainingOptions options;  // dropout 0.1, label smoothing 0.1
   options.attention_dropout = g.attention_dropout;
   BasicTransformerModel<double> model(config, options, 1);
@@ -78,12 +84,21 @@ INSTANTIATE_TEST_SUITE_P(
                       GradientCase{"post_norm_separate_bias", NormPosition::post, false, true,
                                    0.0f},
                       GradientCase{"pre_norm_attention_dropout", NormPosition::pre, false, true,
-                                   0.2f}),
+                                   0.2f},
+                      GradientCase{"ssru_post_norm_shared", NormPosition::post, true, false, 0.0f,
+                                   DecoderLayerKind::ssru},
+                      GradientCase{"ssru_pre_norm_separate_bias", NormPosition::pre, false, true, 0.2f,
+                                   DecoderLayerKind::ssru}),
     [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
 
 TEST(Model, FloatAgreesWithDouble) {
-  for (NormPosition norm : {NormPosition::post, NormPosition::pre}) {
+  for (const auto& [norm, decoder] : {std::pair{NormPosition::post, DecoderLayerKind::self_attention},
+                                      std::pair{NormPosition::pre, DecoderLayerKind::self_attention},
+                                      std::pair{NormPosition::post, DecoderLayerKind::ssru},
+                                      std::pair{NormPosition::pre, DecoderLayerKind::ssru}}) {
+    SCOPED_TRACE(decoder == DecoderLayerKind::ssru ? "ssru" : "self-attention");
     ModelConfig config = tiny_config(30);
+    config.decoder_layer_kind = decoder;
     config.d_model = 32;
     config.num_heads = 4;
     config.d_ff = 64;
@@ -116,10 +131,14 @@ TEST(Model, FloatAgreesWithDouble) {
   }
 }
 
-TEST(Model, PaddingDoesNotLeak) {
+class PaddingDoesNotLeak : public ::testing::TestWithParam<DecoderLayerKind> {};
+
+TEST_P(PaddingDoesNotLeak, ABatchScoresEachSentenceAsAlone) {
   // Without dropout, a padded batch scores each sentence as if it were alone, and its
-  // gradient is the sum of the sentences' gradients.
+  // gradient is the sum of the sentences' gradients (an SSRU's padded steps come after a
+  // sentence's own, so its recurrence never reads them).
   ModelConfig config = tiny_config();
+  config.decoder_layer_kind = GetParam();
   TrainingOptions options;
   options.dropout = 0;
   BasicTransformerModel<double> model(config, options, 1);
@@ -146,6 +165,10 @@ TEST(Model, PaddingDoesNotLeak) {
   EXPECT_NEAR(model.evaluate(make_batch(config, sources, targets)).loss_sum, together.loss_sum,
               1e-10);
 }
+
+INSTANTIATE_TEST_SUITE_P(Decoders, PaddingDoesNotLeak,
+                         ::testing::Values(DecoderLayerKind::self_attention, DecoderLayerKind::ssru),
+                         [](const auto& info) { return info.param == DecoderLayerKind::ssru ? "ssru" : "self_attention"; });
 
 TEST(Model, LayoutFollowsTheParameterList) {
   const ModelConfig config = tiny_config();
@@ -214,10 +237,14 @@ TEST(Model, SameSeedSameLosses) {
   EXPECT_NE(first[0], first[3]);  // and training does move
 }
 
-TEST(Model, OverfitsAFewSentences) {
+class OverfitsAFewSentences : public ::testing::TestWithParam<DecoderLayerKind> {};
+
+TEST_P(OverfitsAFewSentences, AndTheRuntimeDecodesTheTrainedParameters) {
   // Reverse six short sequences. No dropout or smoothing, so the loss can approach zero and
-  // greedy decoding by the runtime must then reproduce every target.
+  // greedy decoding by the runtime must then reproduce every target: for an SSRU decoder, the
+  // runtime's step (issue 38) reads what the trainer's whole-sequence scan trained.
   ModelConfig config = tiny_config(16);
+  config.decoder_layer_kind = GetParam();
   config.d_model = 32;
   config.num_heads = 4;
   config.d_ff = 64;
@@ -246,6 +273,53 @@ TEST(Model, OverfitsAFewSentences) {
   EXPECT_EQ(translate_greedy(config, model.parameters(), model.parameter_count(), sources, 1),
             targets);
 }
+
+// The runtime's forced scoring (Translator::score_ids, step by step: an SSRU decoder's state
+// carried from step to step) gives the trainer's negative log-likelihood (its decoder over the
+// whole target at once: the scan) for the same parameters.
+class RuntimeScoresWhatTheTrainerScores : public ::testing::TestWithParam<DecoderLayerKind> {};
+
+TEST_P(RuntimeScoresWhatTheTrainerScores, SentenceBySentence) {
+  ModelConfig config = tiny_config(30);
+  config.d_model = 32;
+  config.num_heads = 4;
+  config.d_ff = 64;
+  config.decoder_layer_kind = GetParam();
+  TrainingOptions options;
+  options.dropout = 0;
+  options.label_smoothing = 0;
+  TransformerModel model(config, options, 1);
+  model.initialize(17);
+  std::mt19937_64 rng(5);  // biases and gains away from 0 and 1: every term counts
+  std::uniform_real_distribution<float> jitter(-0.3f, 0.3f);
+  for (size_t i = 0; i < model.parameter_count(); ++i) model.parameters()[i] += jitter(rng);
+  const std::vector<std::vector<int32_t>> sources = {{4, 5, 6, 7, 8, 9}, {20, 21}, {29, 28, 27}};
+  const std::vector<std::vector<int32_t>> targets = {{6, 5, 4, 11, 12, 13, 14}, {9, 8}, {12, 20, 21, 22, 23}};
+  const std::vector<uint8_t> bytes =
+      writer_of_parameters(config, model.parameters(), model.parameter_count(), DType::f32).serialize();
+  auto runtime_model = Model::from_file(ModelFile::copy_from_memory(bytes.data(), bytes.size(), "trained"));
+  TranslatorOptions plan;
+  plan.max_beam = 1;
+  plan.max_source_len = 16;
+  Translator translator(runtime_model, plan);
+  std::vector<ScoringResult> scored;
+  translator.score_ids(sources, targets, TranslateOptions{}, scored);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const LossSums trainer = model.evaluate(make_batch(config, {sources[i]}, {targets[i]}));
+    double runtime_nll = 0;
+    for (float log_prob : scored[i].log_probs) runtime_nll -= log_prob;
+    EXPECT_EQ(scored[i].log_probs.size(), targets[i].size() + 1);  // EOS scored last
+    EXPECT_NEAR(runtime_nll, trainer.nll_sum, 1e-4 * trainer.nll_sum) << "sentence " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Decoders, RuntimeScoresWhatTheTrainerScores,
+                         ::testing::Values(DecoderLayerKind::self_attention, DecoderLayerKind::ssru),
+                         [](const auto& info) { return info.param == DecoderLayerKind::ssru ? "ssru" : "self_attention"; });
+
+INSTANTIATE_TEST_SUITE_P(Decoders, OverfitsAFewSentences,
+                         ::testing::Values(DecoderLayerKind::self_attention, DecoderLayerKind::ssru),
+                         [](const auto& info) { return info.param == DecoderLayerKind::ssru ? "ssru" : "self_attention"; });
 
 }  // namespace
 }  // namespace xf::trainer

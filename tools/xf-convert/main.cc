@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
+#include "../xf-run/translator_cli.h"
 #include "tool_main.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
@@ -36,6 +38,10 @@ constexpr const char* kUsage =
     "--shared-vocabulary (a model file pruned by --target-vocabulary-from) makes its source\n"
     "vocabulary the shared one again, as before pruning, so that xf-train --init-from can\n"
     "continue it.\n"
+    "--shortlist LEX stores a lexical shortlist in the file (Marian's text lex.s2t, as xf-shortlist\n"
+    "writes it, read for the written vocabularies), pruned as Marian's --shortlist LEX FIRST BEST:\n"
+    "--shortlist-first N (default 100) target ids always in, --shortlist-best K (default 100)\n"
+    "candidates per source piece; the runtime then computes the output layer over those rows.\n"
     "       xf-convert --from marian DIR_OR_NPZ -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
     "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
     "imports a Marian transformer (the .npz, or its folder with decoder.yml, the vocabulary .yml\n"
@@ -64,6 +70,8 @@ int run(int argc, char** argv) {
   std::vector<int> encoder_layers, decoder_layers;
   bool shared_vocabulary = false;
   std::string import_from;
+  std::string shortlist_path;
+  xf::TextShortlistOptions shortlist_options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
@@ -85,6 +93,12 @@ int run(int argc, char** argv) {
       import_from = value();
       if (import_from != "marian" && import_from != "hf")
         throw UsageError{"--from: '" + import_from + "' is not one of marian|hf"};
+    } else if (arg == "--shortlist") {
+      shortlist_path = value();
+    } else if (arg == "--shortlist-first") {
+      shortlist_options.first_num = static_cast<uint32_t>(xf::cli::parse_integer(arg, value(), 0, 1 << 24));
+    } else if (arg == "--shortlist-best") {
+      shortlist_options.best_num = static_cast<uint32_t>(xf::cli::parse_integer(arg, value(), 1, 1 << 24));
     } else if (arg == "--shared-vocabulary") {
       shared_vocabulary = true;
     } else if (arg == "--metadata") {
@@ -110,7 +124,8 @@ int run(int argc, char** argv) {
     if (checkpoints.size() != 1)
       throw UsageError{"--from " + import_from + ": give one model (a folder or .npz), not " +
                        std::to_string(checkpoints.size())};
-    if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty())
+    if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty() ||
+        !shortlist_path.empty())
       throw UsageError{"--from takes only -o, --dtype and --metadata"};
     const xf::importers::ImportOptions options{dtype, extra};
     std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
@@ -184,7 +199,14 @@ int run(int argc, char** argv) {
     checkpoint = std::move(pruned.checkpoint);
     target_tokenizer = std::move(pruned.target_tokenizer);
   }
-  xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer);
+  std::optional<xf::LexicalShortlist> shortlist;
+  if (!shortlist_path.empty()) {
+    shortlist = xf::trainer::read_shortlist_for(checkpoint, target_tokenizer, shortlist_path, shortlist_options);
+    std::cerr << "shortlist: " << shortlist->targets.size() << " candidates of " << shortlist->source_ids()
+              << " source ids, the first " << shortlist->first_num << " target ids always in\n";
+  }
+  xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer,
+                                shortlist ? &*shortlist : nullptr);
   std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ", "
             << checkpoint.parameters.size() << " parameters, " << checkpoints.size()
             << " input" << (checkpoints.size() > 1 ? "s averaged" : "") << ")\n";

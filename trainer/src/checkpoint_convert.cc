@@ -84,13 +84,36 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
 
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
-                      const std::string& target_tokenizer) {
+                      const std::string& target_tokenizer, const LexicalShortlist* shortlist) {
   ModelWriter writer = writer_of_parameters(checkpoint.config, checkpoint.parameters.data(),
                                     checkpoint.parameters.size(), dtype);
   writer.set_source_tokenizer(checkpoint.tokenizer_model);
   if (!target_tokenizer.empty()) writer.set_target_tokenizer(target_tokenizer);
   for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
+  if (shortlist != nullptr) writer.set_shortlist(*shortlist);
   writer.write(path);
+}
+
+LexicalShortlist read_shortlist_for(const Checkpoint& checkpoint, const std::string& target_tokenizer,
+                                    const std::string& path, const TextShortlistOptions& options) {
+  // piece -> id of one side's SentencePiece model.
+  const auto ids_of = [](const std::string& proto) {
+    const Tokenizer tokenizer = Tokenizer::from_model_proto(proto, "model");
+    std::map<std::string, uint32_t, std::less<>> ids;
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) ids.emplace(tokenizer.piece(id), static_cast<uint32_t>(id));
+    return ids;
+  };
+  const auto source_ids = ids_of(checkpoint.tokenizer_model);
+  const auto target_ids = target_tokenizer.empty() ? source_ids : ids_of(target_tokenizer);
+  const uint32_t unk = static_cast<uint32_t>(checkpoint.config.unk_id);
+  const auto lookup = [unk](const std::map<std::string, uint32_t, std::less<>>& ids) {
+    return [&ids, unk](std::string_view piece) {
+      const auto it = ids.find(piece);
+      return it == ids.end() ? unk : it->second;
+    };
+  };
+  return read_text_shortlist(path, lookup(source_ids), lookup(target_ids), checkpoint.config.source_vocab_size,
+                             options);
 }
 
 namespace {
@@ -294,10 +317,13 @@ Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& enc
 std::vector<float> parameters_from_model_file(const ModelFile& model) {
   // The trainer's graph is the paper's (ReLU, scaled embeddings, interleaved sinusoid, start
   // token) over the tokenizer's own ids: an imported model's version 2 features it cannot keep.
-  if (config_format_version(model.config()) >= 2 || !model.source_vocabulary().empty())
-    throw Error(model.path() + ": an imported model (format version 2 or 3: its activation, embeddings, "
-                "positions, SSRU decoder or vocabulary list) cannot be trained or rewritten; convert it "
-                "again from the original with xf-convert --from");
+  // An SSRU decoder (format version 3) is the trainer's own (--decoder-cell ssru).
+  ModelConfig graph = model.config();
+  graph.decoder_layer_kind = DecoderLayerKind::self_attention;
+  if (config_format_version(graph) >= 2 || !model.source_vocabulary().empty())
+    throw Error(model.path() + ": an imported model (format version 2: its activation, embeddings, "
+                "positions or vocabulary list) cannot be trained or rewritten; convert it again from "
+                "the original with xf-convert --from");
   if (model.shortlist())
     throw Error(model.path() + ": a model with a stored lexical shortlist cannot be trained or rewritten (the "
                 "shortlist would be lost); convert it again from the original with xf-convert --from");

@@ -7,6 +7,7 @@
 #include "xf/error.h"
 #include "xf/kernels/activation.h"
 #include "xf/kernels/attention.h"
+#include "xf/kernels/ssru_scan.h"
 #include "xf/kernels/dropout.h"
 #include "xf/kernels/embedding.h"
 #include "xf/kernels/layer_norm.h"
@@ -101,6 +102,18 @@ template <typename T>
 void CpuTrainingOps<T>::bias_relu_backward(T* dy, const T* y, int64_t rows, int64_t dim,
                                            T* dbias) {
   cpu::bias_relu_backward(dy, y, rows, dim, dbias, threads_);
+}
+
+template <typename T>
+void CpuTrainingOps<T>::ssru_forward(const T* x, const T* f, int64_t in_stride, int64_t batch, int64_t len,
+                                     int64_t dim, T* cell, T* out) {
+  cpu::ssru_scan_forward(x, f, in_stride, batch, len, dim, cell, out, threads_);
+}
+
+template <typename T>
+void CpuTrainingOps<T>::ssru_backward(const T* dout, const T* x, const T* f, int64_t in_stride, const T* cell,
+                                      int64_t batch, int64_t len, int64_t dim, T* dx, T* df, int64_t d_stride) {
+  cpu::ssru_scan_backward(dout, x, f, in_stride, cell, batch, len, dim, dx, df, d_stride, threads_);
 }
 
 template <typename T>

@@ -195,6 +195,15 @@ std::vector<OptionSpec> model_options() {
          o.norm = to_choice("norm", v, {"pre", "post"}) == "pre" ? NormPosition::pre : NormPosition::post;
        },
        [](const O& o) { return std::string(o.norm == NormPosition::pre ? "pre" : "post"); }},
+      {"decoder-cell", "self-attention|ssru  the decoder layers' first sub-layer: masked self-\n"
+       "                   attention (default, the paper) or Marian's SSRU, a recurrent cell whose\n"
+       "                   decoding step costs O(1) in the output length (Bergamot's students)",
+       [](O& o, const std::string& v) {
+         o.decoder_cell = to_choice("decoder-cell", v, {"self-attention", "ssru"}) == "ssru"
+                              ? DecoderLayerKind::ssru
+                              : DecoderLayerKind::self_attention;
+       },
+       [](const O& o) { return std::string(o.decoder_cell == DecoderLayerKind::ssru ? "ssru" : "self-attention"); }},
       {"max-positions", "N longest sequence the model accepts (default 256)",
        [](O& o, const std::string& v) {
          o.max_positions = static_cast<uint32_t>(to_int("max-positions", v, 2, 1 << 20));
@@ -324,7 +333,7 @@ const OptionSpec* find_option(const std::string& name) {
 // What a run fixes when it starts: the architecture, the vocabulary and what it translates.
 // A resumed run keeps them; giving another value is refused rather than ignored.
 const std::vector<std::string> kFixedAtStart = {
-    "layers", "encoder-layers", "decoder-layers", "d-model", "heads", "d-ff", "norm",
+    "layers", "encoder-layers", "decoder-layers", "d-model", "heads", "d-ff", "norm", "decoder-cell",
     "max-positions", "vocab-size", "spm-type", "spm", "init-from", "src-lang", "tgt-lang"};
 
 // Throws OptionError naming the first option of `given` that changes a fixed one of `saved`.

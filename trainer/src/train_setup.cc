@@ -43,6 +43,7 @@ void for_each_shape_option(Options& o, Config& c, F&& f) {
   f(o.decoder_layers, c.decoder_layers);
   f(o.max_positions, c.max_positions);
   f(o.norm, c.norm_position);
+  f(o.decoder_cell, c.decoder_layer_kind);
 }
 
 TrainingOptions training_options(const TrainOptions& options) {
@@ -320,7 +321,8 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log,
                                   options.warmup};
   batches = make_batches(options, data.corpus, *data.tokenizer, state.data);
   saved_options = options_to_save(options, config);
-  log << "model: " << config.encoder_layers << "+" << config.decoder_layers << " layers, d_model "
+  log << "model: " << config.encoder_layers << "+" << config.decoder_layers
+      << (config.decoder_layer_kind == DecoderLayerKind::ssru ? " (SSRU decoder)" : "") << " layers, d_model "
       << config.d_model << ", " << config.num_heads << " heads, d_ff " << config.d_ff
       << ", vocabulary " << config.source_vocab_size << ", " << model.host->parameter_count()
       << " parameters; " << batches->batches_per_epoch() << " batches per epoch\n";

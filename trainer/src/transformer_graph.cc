@@ -86,13 +86,23 @@ void TransformerGraph<T>::build_layout() {
   }
   for (uint32_t i = 0; i < config.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
-    decoder_layers.push_back(
-        {linear(p + schema::kSelfAttentionQkv.name), linear(p + schema::kSelfAttentionOutput.name),
-         linear(p + schema::kCrossAttentionQuery.name),
-         linear(p + schema::kCrossAttentionKeyValue.name),
-         linear(p + schema::kCrossAttentionOutput.name), linear(p + schema::kFfnInner.name),
-         linear(p + schema::kFfnOuter.name), norm(p + schema::kSelfAttentionNorm.name),
-         norm(p + schema::kCrossAttentionNorm.name), norm(p + schema::kFfnNorm.name)});
+    DecoderLayer layer;
+    if (ssru()) {
+      layer.ssru_input_forget = linear(p + schema::kSsruInputForget.name);
+      layer.ssru_norm = norm(p + schema::kSsruNorm.name);
+    } else {
+      layer.qkv = linear(p + schema::kSelfAttentionQkv.name);
+      layer.self_output = linear(p + schema::kSelfAttentionOutput.name);
+      layer.self_norm = norm(p + schema::kSelfAttentionNorm.name);
+    }
+    layer.cross_query = linear(p + schema::kCrossAttentionQuery.name);
+    layer.cross_key_value = linear(p + schema::kCrossAttentionKeyValue.name);
+    layer.cross_output = linear(p + schema::kCrossAttentionOutput.name);
+    layer.ffn_inner = linear(p + schema::kFfnInner.name);
+    layer.ffn_outer = linear(p + schema::kFfnOuter.name);
+    layer.cross_norm = norm(p + schema::kCrossAttentionNorm.name);
+    layer.ffn_norm = norm(p + schema::kFfnNorm.name);
+    decoder_layers.push_back(layer);
   }
   if (pre_norm()) {
     encoder_final_norm = norm(schema::kEncoderFinalNorm.name);
@@ -158,8 +168,13 @@ void TransformerGraph<T>::lay_out_activations(Take&& take) {
     block(e.self, nt);
     block(e.cross, nt);
     block(e.ffn, nt);
-    e.qkv = take(nt * 3 * dm);
-    attention(e.self_attention, nt, Tt, Tt);
+    if (ssru()) {
+      e.ssru_input = take(nt * 2 * dm);
+      e.ssru_cell = take(nt * dm);
+    } else {
+      e.qkv = take(nt * 3 * dm);
+      attention(e.self_attention, nt, Tt, Tt);
+    }
     e.query = take(nt * dm);
     e.key_value = take(ns * 2 * dm);
     attention(e.cross_attention, nt, Tt, S);
@@ -332,6 +347,15 @@ void TransformerGraph<T>::self_attention_forward(const Linear& qkv, const Linear
   linear_forward(a.context, output, true, rows, out);
 }
 
+// The SSRU cell over the whole target: [x | f] = in W^T + b, then the recurrence along each
+// sentence's steps (the decoder's rows are b * T + t); out = relu(c).
+template <typename T>
+void TransformerGraph<T>::ssru_forward(const Linear& input_forget, DecoderActivations& a, const T* x, T* out) {
+  const int64_t dm = d();
+  linear_forward(x, input_forget, true, B * Tt, a.ssru_input);
+  ops.ssru_forward(a.ssru_input, a.ssru_input + dm, 2 * dm, B, Tt, dm, a.ssru_cell, out);
+}
+
 template <typename T>
 void TransformerGraph<T>::ffn_forward(const Linear& inner, const Linear& outer, T* hidden,
                                       const T* x, T* out, int64_t rows) {
@@ -387,7 +411,8 @@ void TransformerGraph<T>::decode(uint64_t dropout_seed) {
   for (size_t l = 0; l < decoder.size(); ++l) {
     DecoderLayer& w = decoder_layers[l];
     DecoderActivations& a = decoder[l];
-    block_forward(a.self, x, nt, w.self_norm, site(2, l, 1), [&](const T* in, T* out) {
+    block_forward(a.self, x, nt, ssru() ? w.ssru_norm : w.self_norm, site(2, l, 1), [&](const T* in, T* out) {
+      if (ssru()) return ssru_forward(w.ssru_input_forget, a, in, out);
       self_attention_forward(w.qkv, w.self_output, a.qkv, a.self_attention, in, out, Tt, nullptr,
                              true, site(2, l, 2));
     });
@@ -491,6 +516,15 @@ void TransformerGraph<T>::self_attention_backward(const Linear& qkv, const Linea
 }
 
 template <typename T>
+void TransformerGraph<T>::ssru_backward(const Linear& input_forget, DecoderActivations& a, const T* x,
+                                        const T* d_out, T* d_x) {
+  const int64_t dm = d(), nt = B * Tt;
+  ops.ssru_backward(d_out, a.ssru_input, a.ssru_input + dm, 2 * dm, a.ssru_cell, B, Tt, dm, d_qkv, d_qkv + dm,
+                    2 * dm);
+  linear_backward(d_qkv, x, input_forget, nt, d_x, false, true);
+}
+
+template <typename T>
 void TransformerGraph<T>::ffn_backward(const Linear& inner, const Linear& outer, T* hidden,
                                        const T* x, const T* d_out, T* d_x, int64_t rows) {
   linear_backward(d_out, hidden, outer, rows, d_hidden, false, true);
@@ -540,9 +574,10 @@ void TransformerGraph<T>::decoder_backward() {
       linear_backward(d_query, pre_norm() ? a.cross.sub_in : a.cross.x, w.cross_query, nt, d_x,
                       false, true);
     });
-    block_backward(a.self, nt, w.self_norm, [&](const T* d_out, T* d_x) {
-      self_attention_backward(w.qkv, w.self_output, a.qkv, a.self_attention,
-                              pre_norm() ? a.self.sub_in : a.self.x, d_out, d_x, Tt);
+    block_backward(a.self, nt, ssru() ? w.ssru_norm : w.self_norm, [&](const T* d_out, T* d_x) {
+      const T* in = pre_norm() ? a.self.sub_in : a.self.x;
+      if (ssru()) return ssru_backward(w.ssru_input_forget, a, in, d_out, d_x);
+      self_attention_backward(w.qkv, w.self_output, a.qkv, a.self_attention, in, d_out, d_x, Tt);
     });
   }
   dropout(d_stream, nt * dm, site(2, 0, 0));

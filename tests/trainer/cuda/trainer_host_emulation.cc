@@ -23,6 +23,7 @@
 #include "xf/kernels/matmul.h"
 #include "xf/kernels/optimizer.h"
 #include "xf/kernels/softmax.h"
+#include "xf/kernels/ssru_scan.h"
 
 extern "C" {
 
@@ -134,6 +135,27 @@ void bias_relu_backward(float* dy, const float* y, int64_t rows, int64_t dim, fl
   check_rows(y, rows, dim, sizeof(float), "bias_relu_backward y");
   cpu::bias_relu_backward<float>(dy, y, rows, dim, nullptr, 1);
   if (dbias != nullptr) bias_backward(dy, rows, dim, dbias, workspace, stream);
+}
+
+void ssru_scan_forward(const float* x, const float* f, int64_t in_stride, int64_t batch, int64_t len, int64_t dim,
+                       float* cell, float* out, cudaStream_t) {
+  for (const float* p : {x, f})
+    check_span(p, operand_bytes(batch * len, dim, in_stride, sizeof(float)), "ssru_scan_forward x, f");
+  check_rows(cell, batch * len, dim, sizeof(float), "ssru_scan_forward cell");
+  check_rows(out, batch * len, dim, sizeof(float), "ssru_scan_forward out");
+  cpu::ssru_scan_forward<float>(x, f, in_stride, batch, len, dim, cell, out, 1);
+}
+
+void ssru_scan_backward(const float* dout, const float* x, const float* f, int64_t in_stride, const float* cell,
+                        int64_t batch, int64_t len, int64_t dim, float* dx, float* df, int64_t d_stride,
+                        cudaStream_t) {
+  check_rows(dout, batch * len, dim, sizeof(float), "ssru_scan_backward dout");
+  check_rows(cell, batch * len, dim, sizeof(float), "ssru_scan_backward cell");
+  for (const float* p : {x, f})
+    check_span(p, operand_bytes(batch * len, dim, in_stride, sizeof(float)), "ssru_scan_backward x, f");
+  for (const float* p : {dx, df})
+    check_span(p, operand_bytes(batch * len, dim, d_stride, sizeof(float)), "ssru_scan_backward dx, df");
+  cpu::ssru_scan_backward<float>(dout, x, f, in_stride, cell, batch, len, dim, dx, df, d_stride, 1);
 }
 
 void embedding_backward(const float* dout, const int32_t* ids, int64_t count, int64_t dim,

@@ -36,6 +36,7 @@ struct ModelCase {
   bool shared;  // shared embeddings and tied output (else separate tables and an output bias)
   float dropout;
   CudaPrecision precision;
+  DecoderLayerKind decoder = DecoderLayerKind::self_attention;
 };
 
 // ctest shows the case's name rather than its bytes.
@@ -52,6 +53,7 @@ ModelConfig tiny_config(const ModelCase& c) {
   config.tied_output = c.shared;
   config.output_bias = !c.shared;
   if (!c.shared) config.target_vocab_size = 31;
+  config.decoder_layer_kind = c.decoder;
   return config;
 }
 
@@ -173,7 +175,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"post_norm_mixed_f16", NormPosition::post, true, 0.0f,
                                 CudaPrecision::mixed_f16},
                       ModelCase{"pre_norm_untied_mixed_f16", NormPosition::pre, false, 0.0f,
-                                CudaPrecision::mixed_f16}),
+                                CudaPrecision::mixed_f16},
+                      ModelCase{"ssru_post_norm_dropout_f32", NormPosition::post, true, 0.2f, CudaPrecision::f32,
+                                DecoderLayerKind::ssru},
+                      ModelCase{"ssru_pre_norm_untied_mixed_f16", NormPosition::pre, false, 0.0f,
+                                CudaPrecision::mixed_f16, DecoderLayerKind::ssru}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
 
 TEST(cuda_trainer_model, AdamStepsEqualCpuOptimizerWithClipping) {

@@ -13,6 +13,7 @@
 #include "xf/error.h"
 #include "xf/kernels/activation.h"
 #include "xf/kernels/attention.h"
+#include "xf/kernels/ssru_scan.h"
 #include "xf/kernels/convert.h"
 #include "xf/kernels/dropout.h"
 #include "xf/kernels/embedding.h"
@@ -171,6 +172,14 @@ class CudaTrainingOps final : public TrainingOps<float> {
   void bias_relu_backward(float* dy, const float* y, int64_t rows, int64_t dim,
                           float* dbias) override {
     cuda::bias_relu_backward(dy, y, rows, dim, dbias, column_workspace(), stream_);
+  }
+  void ssru_forward(const float* x, const float* f, int64_t in_stride, int64_t batch, int64_t len, int64_t dim,
+                    float* cell, float* out) override {
+    cuda::ssru_scan_forward(x, f, in_stride, batch, len, dim, cell, out, stream_);
+  }
+  void ssru_backward(const float* dout, const float* x, const float* f, int64_t in_stride, const float* cell,
+                     int64_t batch, int64_t len, int64_t dim, float* dx, float* df, int64_t d_stride) override {
+    cuda::ssru_scan_backward(dout, x, f, in_stride, cell, batch, len, dim, dx, df, d_stride, stream_);
   }
   void embedding_forward(const float* table, int64_t vocab, int64_t dim, const int32_t* ids,
                          const int32_t* positions, int64_t count, float scale,

@@ -17,6 +17,7 @@
 #include "xf/format/config.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/shortlist.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/optimizer.h"
 
@@ -86,10 +87,18 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
                                                   const std::map<std::string, std::string>& extra);
 
 // Writes the checkpoint's parameters through writer_of_parameters() with the tokenizer and the metadata;
-// `target_tokenizer`, when not empty, is the target side's own SentencePiece model.
+// `target_tokenizer`, when not empty, is the target side's own SentencePiece model; `shortlist`,
+// when given, is stored in the file (xf-convert --shortlist).
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
-                      const std::string& target_tokenizer = {});
+                      const std::string& target_tokenizer = {}, const LexicalShortlist* shortlist = nullptr);
+
+// Reads a lexical shortlist in Marian's text form (lex.s2t: "target source probability" lines,
+// pruned as `options` say) for the checkpoint's vocabularies: pieces are looked up in its
+// tokenizer, the target side's in `target_tokenizer` when not empty (a pruned target
+// vocabulary); a piece neither has is the unknown id, as in Marian.
+LexicalShortlist read_shortlist_for(const Checkpoint& checkpoint, const std::string& target_tokenizer,
+                                    const std::string& path, const TextShortlistOptions& options);
 
 // ---- Target vocabulary pruning (xf-convert --target-vocabulary-from) ---------------------------
 //

@@ -38,6 +38,10 @@ class CpuTrainingOps final : public TrainingOps<T> {
   void dropout(T* x, int64_t count, const DropoutDraw& draw) override;
   void bias_relu_forward(T* x, const T* bias, int64_t rows, int64_t dim) override;
   void bias_relu_backward(T* dy, const T* y, int64_t rows, int64_t dim, T* dbias) override;
+  void ssru_forward(const T* x, const T* f, int64_t in_stride, int64_t batch, int64_t len, int64_t dim, T* cell,
+                    T* out) override;
+  void ssru_backward(const T* dout, const T* x, const T* f, int64_t in_stride, const T* cell, int64_t batch,
+                     int64_t len, int64_t dim, T* dx, T* df, int64_t d_stride) override;
   void embedding_forward(const T* table, int64_t vocab, int64_t dim, const int32_t* ids,
                          const int32_t* positions, int64_t count, T scale, T* out) override;
   void embedding_backward(const T* dout, const int32_t* ids, int64_t count, int64_t dim,

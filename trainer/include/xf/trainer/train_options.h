@@ -38,6 +38,7 @@ struct TrainOptions {
   uint32_t heads = 8;                   // --heads
   uint32_t d_ff = 2048;                 // --d-ff
   NormPosition norm = NormPosition::post;  // --norm pre|post
+  DecoderLayerKind decoder_cell = DecoderLayerKind::self_attention;  // --decoder-cell self-attention|ssru
   uint32_t max_positions = 256;         // --max-positions
   // Optimization
   float dropout = 0.1f;                 // --dropout

@@ -67,6 +67,15 @@ class TrainingOps {
   virtual void bias_relu_forward(T* x, const T* bias, int64_t rows, int64_t dim) = 0;
   virtual void bias_relu_backward(T* dy, const T* y, int64_t rows, int64_t dim, T* dbias) = 0;
 
+  // ---- SSRU (Marian's decoder cell, xf/kernels/ssru_scan.h) ----
+  // Over [batch, len] rows: c_t = s_t c_{t-1} + (1 - s_t) x_t with s_t = sigmoid(f_t), out =
+  // relu(c); x and f are views with in_stride (the halves of the fused input_forget product).
+  // cell (kept for backward) and out are [rows, dim]. Backward writes dx and df (=, d_stride).
+  virtual void ssru_forward(const T* x, const T* f, int64_t in_stride, int64_t batch, int64_t len, int64_t dim,
+                            T* cell, T* out) = 0;
+  virtual void ssru_backward(const T* dout, const T* x, const T* f, int64_t in_stride, const T* cell,
+                             int64_t batch, int64_t len, int64_t dim, T* dx, T* df, int64_t d_stride) = 0;
+
   // ---- Embedding ----
   // out[i, :] = scale * table[ids[i], :] + sinusoid(positions[i]).           table: [vocab, dim]
   virtual void embedding_forward(const T* table, int64_t vocab, int64_t dim, const int32_t* ids,

@@ -4,7 +4,9 @@
 // (TransformerModel, transformer.h) and the CUDA model (trainer/cuda) both run this code, each
 // with its own ops.
 //
-// Every sub-layer F (self-attention, cross-attention, FFN) sits in a residual block:
+// Every sub-layer F (self-attention, cross-attention, FFN; in a decoder of kind ssru, the SSRU
+// cell in place of self-attention: relu of Marian's recurrence over the fused input_forget
+// product, xf/kernels/ssru_scan.h) sits in a residual block:
 //   post-norm: y = LayerNorm(x + Dropout(F(x)))
 //   pre-norm:  y = x + Dropout(F(LayerNorm(x)))   (plus a final LayerNorm per stack)
 // Activations of the last forward pass live in the device's arena, planned for the batch shape;
@@ -85,9 +87,11 @@ class TransformerGraph {
     T* hidden = nullptr;  // [B*S, d_ff] after ReLU
   };
   struct DecoderActivations {
-    Block self, cross, ffn;
+    Block self, cross, ffn;  // self: the self-attention's block, or the SSRU's
     T* qkv = nullptr;  // [B*T, 3d]
     Attention self_attention;
+    T* ssru_input = nullptr;  // SSRU layers: [B*T, 2d], the candidate x then the forget gate's f
+    T* ssru_cell = nullptr;   // [B*T, d], the cell states c
     T* query = nullptr;      // [B*T, d]
     T* key_value = nullptr;  // [B*S, 2d] from the encoder output
     Attention cross_attention;
@@ -155,7 +159,7 @@ class TransformerGraph {
   T* d_sub = nullptr;             // [max rows, d]
   T* d_sub_in = nullptr;          // [max rows, d]
   T* d_context = nullptr;         // [max rows, d]
-  T* d_qkv = nullptr;             // [max rows, 3d] (also d_query)
+  T* d_qkv = nullptr;             // [max rows, 3d] (also d_query, and an SSRU's d(x, f))
   T* d_key_value = nullptr;       // [B*S, 2d]
   T* d_hidden = nullptr;          // [max rows, d_ff]
 
@@ -165,6 +169,7 @@ class TransformerGraph {
   T* param(size_t offset) { return ops.parameters() + offset; }
   T* grad(size_t offset) { return ops.gradients() + offset; }
   bool pre_norm() const { return config.norm_position == NormPosition::pre; }
+  bool ssru() const { return config.decoder_layer_kind == DecoderLayerKind::ssru; }
   size_t offset_of(const std::string& name) const;
   Linear linear(const std::string& prefix) const;
   Norm norm(const std::string& prefix) const;
@@ -186,6 +191,8 @@ class TransformerGraph {
   void self_attention_forward(const Linear& qkv, const Linear& output, T* qkv_buffer,
                               Attention& a, const T* x, T* out, int64_t len,
                               const int32_t* key_lengths, bool causal, uint64_t site);
+  void ssru_forward(const Linear& input_forget, DecoderActivations& a, const T* x, T* out);
+  void ssru_backward(const Linear& input_forget, DecoderActivations& a, const T* x, const T* d_out, T* d_x);
   void ffn_forward(const Linear& inner, const Linear& outer, T* hidden, const T* x, T* out,
                    int64_t rows);
   void linear_forward(const T* x, const Linear& w, bool with_bias, int64_t rows, T* y);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/train_student.sh end to end at a toy size: the tiny test model as teacher, a corpus of
+# a few hundred lines, a tiny student trained for a few steps. Checks that every step wrote what
+# the next reads and that the card holds both models' scores and speeds; then that a second run
+# of the same command redoes nothing (each step resumes or finds its output).
+# Usage: train_student_toy_test.sh BIN_DIR SCRIPT
+set -euo pipefail
+bin=${1:?BIN_DIR}
+script=${2:?SCRIPT}
+work=$(mktemp -d "${TMPDIR:-/tmp}/xf-train-student-XXXXXX")
+trap '[ -n "${XF_KEEP:-}" ] || rm -rf "$work"' EXIT
+"$bin/xf_test_write_tiny_model" "$work/teacher.xfm"
+words=(the a cat dog sat on mat house red big small runs sees le la chat chien sur maison rouge)
+make_tsv() {  # LINES SEED
+  awk -v n="$1" -v seed="$2" -v words="${words[*]}" 'BEGIN { srand(seed); split(words, w, " ");
+    for (i = 0; i < n; ++i) { line = ""; k = 2 + int(rand() * 6);
+      for (j = 0; j < k; ++j) line = line (j ? " " : "") w[1 + int(rand() * 20)];
+      print line "\t" line } }'
+}
+make_tsv 300 1 > "$work/train.tsv"
+make_tsv 20 2 > "$work/dev.tsv"
+make_tsv 20 3 > "$work/test.tsv"
+# The student: one layer a side with the recipe's SSRU decoder, a character vocabulary, 30 steps;
+# the runtime decodes it (with its stored shortlist) for the card.
+student=(--encoder-layers 1 --decoder-layers 1 --decoder-cell ssru --d-model 16
+         --heads 2 --d-ff 32 --spm-type char --vocab-size 40 --max-positions 128 --max-length 60
+         --max-steps 30 --save-every 10 --valid-every 0 --log-every 10 --batch-tokens 400)
+run() {
+  "$script" --teacher "$work/teacher.xfm" --train "$work/train.tsv" --dev "$work/dev.tsv" --test "$work/test.tsv" \
+    --out "$work/out" --subset 200 --threads 1 --minutes 5 --bin "$bin" --top-k 5 --frequent 10 -- "${student[@]}"
+}
+run 2> "$work/first.log" || { cat "$work/first.log" >&2; exit 1; }
+for file in train-subset.tsv distilled.tsv distilled.tsv.progress student.xfm lex.s2t student-int8.xfm card.md; do
+  [ -s "$work/out/$file" ] || { echo "FAIL: $file missing or empty" >&2; exit 1; }
+done
+[ "$(wc -l < "$work/out/train-subset.tsv")" -eq 200 ] || { echo "FAIL: the subset is not 200 pairs" >&2; exit 1; }
+grep -q '^pairs_done 200$' "$work/out/distilled.tsv.progress" || { echo "FAIL: distillation incomplete" >&2; exit 1; }
+# Both models scored on both splits, and both timed at both batches.
+[ "$(grep -c '^BLEU = ' "$work/out/card.md")" -eq 4 ] || { echo "FAIL: the card lacks scores" >&2; cat "$work/out/card.md" >&2; exit 1; }
+grep -Eq '^\| student \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/card.md" || { echo "FAIL: no student speed" >&2; cat "$work/out/card.md" >&2; exit 1; }
+grep -Eq '^\| teacher \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/card.md" || { echo "FAIL: no teacher speed" >&2; exit 1; }
+# The student file: an SSRU decoder and a stored shortlist, as xf-inspect reads them.
+"$bin/xf-inspect" "$work/out/student-int8.xfm" > "$work/inspect.txt"
+grep -Eq 'decoder_layer_kind +ssru' "$work/inspect.txt" || { echo "FAIL: not an SSRU decoder" >&2; cat "$work/inspect.txt" >&2; exit 1; }
+grep -qi 'shortlist' "$work/inspect.txt" || { echo "FAIL: no stored shortlist" >&2; cat "$work/inspect.txt" >&2; exit 1; }
+# Run again: distillation finds its run complete, training resumes at its last step.
+run 2> "$work/second.log" || { cat "$work/second.log" >&2; exit 1; }
+grep -q 'is already complete' "$work/second.log" || { echo "FAIL: distillation was redone" >&2; exit 1; }
+echo "train_student.sh toy run: ok"
