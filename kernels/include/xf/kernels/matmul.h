@@ -100,6 +100,7 @@ class StaticMatmul {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void make_onednn_slices(const WeightMatrix& weights);
 };
 
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
