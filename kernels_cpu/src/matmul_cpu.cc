@@ -158,7 +158,10 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 
 }  // namespace
 
-constexpr int64_t kOnednnSlices = 4, kOnednnMinSliceRows = 64;
+// oneDNN's products are cut into this many slices of weight rows (fewer where n is small), the
+// same at every thread count. Two: one per thread on the 2-core machines xf is measured on; four
+// cost 8% more CPU time at one thread (f32 at AVX-512, batch 32 beam 4: every slice is a call).
+constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
 
 // One thread's share of a oneDNN product: weight rows [first, first + rows) into y's columns of
 // the same numbers (y's rows keep their full length n as the stride).
@@ -285,14 +288,15 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
 
 // oneDNN's product: one primitive per slice of the weight rows, kOnednnSlices slices of a
 // multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each); the worker
-// pool's threads take them in turn, so at most kOnednnSlices threads share one product. int8: y[m, n] = x_scale[m] * (row_scale[n] *
-// (q(x) . W^T)[m, n]) + bias[n]: oneDNN applies W's scales as output scales, one per column
-// (runtime scales, pointed at the file's row scales once); the per-row input scales and the
-// bias are our epilogue in run() (oneDNN 2.6 has per-column output scales only, and a per-row
-// binary post-op falls back to its reference kernel, 1000x slower, measured). The stored int8
-// layout is read in place (measured: as fast as a packed copy, docs/KERNELS_CPU.md), or its
-// 7-bit copy where oneDNN's int8 products saturate. f32: oneDNN's packed layout of each slice
-// (a copy, shared by every row count) unless packing is off.
+// pool's threads take them in turn, so at most kOnednnSlices threads share one product.
+// int8: y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]: oneDNN applies W's
+// scales as output scales, one per column (runtime scales, pointed at the file's row scales
+// once); the per-row input scales and the bias are our epilogue in run() (oneDNN 2.6 has
+// per-column output scales only, and a per-row binary post-op falls back to its reference
+// kernel, 1000x slower, measured). The stored int8 layout is read in place (measured: as fast
+// as a packed copy, docs/KERNELS_CPU.md), or its 7-bit copy where oneDNN's int8 products
+// saturate. f32: oneDNN's packed layout of each slice (a copy, shared by every row count)
+// unless packing is off.
 void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
   Impl& s = *impl_;
   dnnl::engine& eng = s.engine->engine();
@@ -308,7 +312,8 @@ void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
   // The slices depend on n alone, never on the thread count: oneDNN's sums over k depend on the
   // primitive's shape (its blocking of k), so slices cut per thread made results differ between
   // 1 and 2 threads (StaticMatmul.ResultsDoNotDependOnTheThreadCount).
-  const int64_t slice_rows = std::max<int64_t>(kOnednnMinSliceRows, (s.n + kOnednnSlices * 16 - 1) / (kOnednnSlices * 16) * 16);
+  const int64_t slice_rows = std::max<int64_t>(
+      kOnednnMinSliceRows, (s.n + kOnednnSlices * 16 - 1) / (kOnednnSlices * 16) * 16);
   for (int64_t first = 0; first < s.n; first += slice_rows) {
     OnednnSlice slice;
     slice.first = first;

@@ -260,7 +260,7 @@ TEST(StaticMatmul, Int8RowsDoNotDependOnEachOther) {
 
 // Every product at 2 and 3 threads equals the one-thread product bit for bit, oneDNN's and xf's
 // kernels alike, f32 packed and stored, int8, with and without a bias. (oneDNN's products cut
-// in one slice per thread failed this: m 1 to 128 at these shapes, packed or not.)
+// into one slice per thread failed this: m 1 to 128 at these shapes, packed or not.)
 TEST(StaticMatmul, ResultsDoNotDependOnTheThreadCount) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
