@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Groups a `perf report --stdio --no-children --sort dso,symbol` profile into ops: where a
 translation's CPU time goes (issue 40's breakdown). Reads the report on stdin; prints each op's
-share of the samples, then the symbols of each op (their share, and the shape a template
+share of the samples and CPU seconds (perf's cpu-clock count), then the symbols of each op (their share, and the shape a template
 argument names, e.g. int8_panel_products_512<..., 1024l>: k = 1024).
 
     perf report -i perf.data --stdio --no-children --sort dso,symbol | perf_ops.py [--symbols N]
@@ -49,7 +49,11 @@ def main():
     args = p.parse_args()
     shares = collections.Counter()
     symbols = collections.defaultdict(collections.Counter)
+    cpu_seconds = None  # cpu-clock counts nanoseconds
     for line in sys.stdin:
+        count = re.match(r"# Event count \(approx\.\): (\d+)", line)
+        if count:
+            cpu_seconds = int(count.group(1)) / 1e9
         m = LINE.match(line)
         if not m:
             continue
@@ -62,9 +66,12 @@ def main():
         short = re.sub(r"\(anonymous namespace\)::|xf::cpu::|detail::", "", symbol)[:110]
         symbols[op]["%s (%s)" % (short, dso)] += share
     total = sum(shares.values())
-    print("%-44s %7s" % ("op", "share"))
+    print("CPU seconds sampled: %s" % ("%.2f" % cpu_seconds if cpu_seconds else "?"))
+    print("%-44s %7s %8s" % ("op", "share", "cpu s"))
     for op, share in shares.most_common():
-        print("%-44s %6.1f%%" % (op, 100.0 * share / total if total else 0.0))
+        fraction = share / total if total else 0.0
+        print("%-44s %6.1f%% %8s" % (op, 100.0 * fraction,
+                                     "%.3f" % (fraction * cpu_seconds) if cpu_seconds else "?"))
     print()
     for op, share in shares.most_common():
         print("%s:" % op)
