@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -156,9 +157,31 @@ class WorkerPool {
   std::condition_variable work_ready_, caller_done_;
 };
 
+// The calling thread's pool. After fork() the child has none of the parent's workers (only the
+// forking thread lives on), and the pool's mutex may have been held by one of them: a pool made
+// in another process is abandoned, never touched again (leaked), and a fresh one made.
+class PoolOfThisThread {
+ public:
+  ~PoolOfThisThread() {
+    if (owner_ != getpid()) pool_.release();  // a parent's: its workers are not ours to join
+  }
+  WorkerPool& get() {
+    if (!pool_ || owner_ != getpid()) {
+      if (pool_) pool_.release();
+      pool_ = std::make_unique<WorkerPool>();
+      owner_ = getpid();
+    }
+    return *pool_;
+  }
+
+ private:
+  std::unique_ptr<WorkerPool> pool_;
+  pid_t owner_ = 0;
+};
+
 WorkerPool& this_threads_pool() {
-  thread_local WorkerPool pool;
-  return pool;
+  thread_local PoolOfThisThread pool;
+  return pool.get();
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 # oneDNN's ONEDNN_MAX_CPU_ISA). One thread each (perf's shares are of CPU time, so the
 # machine's load moves them little). perf: Debian's linux-perf, a measurement tool that nothing
 # in the build or the tests needs (not in scripts/setup.sh).
-# Environment: XF_BIN [REPO/build/bin], PYTHON (with ctranslate2) [python3], FREQ [999 Hz].
+# Environment: XF_BIN [REPO/build/bin], PYTHON (with ctranslate2) [python3], FREQ [999 Hz],
+# XF_TOOL [xf-run; xf-bench: INPUT given as --input, e.g. for --ids on a model without a
+# tokenizer, which xf-run refuses since its paragraph joining (it decodes text)].
 set -euo pipefail
 [[ $# -ge 3 ]] || { echo "usage: $0 OUT_DIR MODEL.xfm INPUT [XF-RUN OPTIONS...]" >&2; exit 2; }
 out=$1 model=$2 input=$3
@@ -40,7 +42,11 @@ profile() {
   pid=$(perf report -i "$out/$name.data" --stdio --sort pid 2> /dev/null | awk '/%/ {print $2; exit}' | cut -d: -f1)
   rm -f "$out/$name.data" "/tmp/perf-$pid.map"
 }
-profile xf "$xf_bin/xf-run" --model "$model" --threads 1 "$@"
+if [[ ${XF_TOOL:-xf-run} == xf-bench ]]; then
+  profile xf "$xf_bin/xf-bench" --model "$model" --threads 1 --input "$input" "$@"
+else
+  profile xf "$xf_bin/xf-run" --model "$model" --threads 1 "$@"
+fi
 if [[ -n ${CT2_MODEL:-} ]]; then
   ct2_isa=()
   [[ -n ${ISA:-} ]] && ct2_isa=(CT2_FORCE_CPU_ISA="${ISA%%_*}")

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -132,6 +134,34 @@ TEST(WorkerPool, IdleWorkersSleepInsteadOfSpinning) {
   // A spinning worker takes a core's worth: about 0.5 s here (at least 0.1 even on a machine
   // busy enough to give it a fifth of a core); a sleeping one, clock ticks of 10 ms at most.
   EXPECT_LT(idle, 0.05) << "idle workers used " << idle << " CPU seconds in 0.5 s of waiting";
+}
+
+// A child forked after the pool started has none of its workers: its calls must start new ones
+// rather than wait forever for the parent's.
+TEST(WorkerPool, AForkedChildStartsWorkersOfItsOwn) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan refuses to start threads in a child forked from a threaded process";
+#endif
+  run_on_threads(2, [](int, int) {});  // the parent's worker exists
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int runs[2] = {0, 0};
+    run_on_threads(2, [&](int thread, int) { runs[thread] = 1; });
+    _exit(runs[0] == 1 && runs[1] == 1 ? 0 : 1);
+  }
+  int status = 0;
+  for (int waited_ms = 0; waited_ms < 10000; waited_ms += 10) {
+    if (waitpid(child, &status, WNOHANG) == child) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (waited_ms + 10 >= 10000) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "the child hung in run_on_threads (waited 10 s)";
+    }
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
