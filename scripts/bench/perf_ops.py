@@ -23,6 +23,8 @@ OPS = [
     ("products (oneDNN)", r"jit_|brgemm|gemm_|dnnl|libdnnl|\[unknown\]|\[JIT\]|sgemm|gemv|jit:|run_primitive"),
     ("products (MKL, CTranslate2)", r"mkl_|libiomp|libmkl"),
     ("products (CTranslate2 other)", r"ops::Gemm|primitives<.*>::gemm|cpu::gemm"),
+    # Before "quantize x": a model stored in another dtype than asked is converted at load.
+    ("model loading", r"int8_panels|f32_panels|seven_bit|row_shift_sums|packed_copy|flatbuffers|quantize_rows_int8|dequantize_int8_row|widen|to_float"),
     ("quantize x (int8)", r"quantize|shift_to_unsigned|Quantize"),
     ("product epilogue (scale, bias)", r"scale_rows_add_bias|add_bias|Dequantize|add_batch_broadcast"),
     ("softmax / top-k", r"softmax|top_k|TopK|SoftMax|log_softmax|topk"),
@@ -34,7 +36,6 @@ OPS = [
     ("threads (pool, OpenMP, scheduler)", r"worker_pool|WorkerPool|gomp|GOMP|pthread|futex|sched|schedule|_raw_spin|finish_task_switch"),
     ("tokenizer", r"sentencepiece|Darts|unigram"),
     ("kernel: page faults, memory", r"page_fault|clear_page|\[k\].*(mm|page|pte)|do_anonymous|handle_mm"),
-    ("model loading", r"int8_panels|f32_panels|seven_bit|row_shift_sums|packed_copy|flatbuffers"),
     ("Python interpreter", r"python|_PyEval|Py[A-Z]"),
     ("memory allocation", r"malloc|free|operator new|operator delete|_int_|cfree"),
 ]
