@@ -7,8 +7,10 @@
 #include <string>
 #include <thread>
 
+#include "async_queue.h"
 #include "backend.h"
 #include "memory_plan.h"
+#include "output_shortlist.h"
 #include "search.h"
 #include "xf/error.h"
 #include "xf/sentences.h"
@@ -110,13 +112,29 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
     throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
   if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
+  if (options_.shortlist_first < 0)
+    throw Error("shortlist_first must be 0 or more, got " + std::to_string(options_.shortlist_first));
+  if (options_.shortlist_best < 1)
+    throw Error("shortlist_best must be 1 or more, got " + std::to_string(options_.shortlist_best));
+  if (!std::isfinite(options_.shortlist_threshold))
+    throw Error("shortlist_threshold must be a finite number");
+  // A model's own shortlist serves the CPU; a shortlist file asked for elsewhere is refused.
+  if (options_.device == Device::cpu || (!options_.shortlist.empty() && options_.shortlist != "none"))
+    shortlist_ = runtime::load_output_shortlist(*model_, options_);
+  if (shortlist_ && options_.device != Device::cpu)
+    throw Error(std::string("shortlist: the ") + device_name(options_.device) +
+                " device computes the whole output layer; a shortlist runs on the CPU (shortlist none)");
+  plan_->output_shortlist = shortlist_ != nullptr;
   backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
+  search_->shortlist = shortlist_.get();
   batch_results_.resize(plan_->max_sentences);
   batch_scores_.resize(plan_->max_sentences);
 }
 
-Translator::~Translator() = default;
+Translator::~Translator() {
+  async_.reset();  // first: queued calls still use the plan, backend and search
+}
 
 int64_t Translator::max_target_len() const { return plan_->max_target_len; }
 size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
@@ -139,7 +157,7 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                 std::to_string(sources.size()) + " sources");
   const bool has_prefix = std::any_of(target_prefix.begin(), target_prefix.end(),
                                       [](const std::vector<int32_t>& p) { return !p.empty(); });
-  if (backend_->host_logits() == nullptr) {
+  if (!backend_->logits_on_host()) {
     const char* option = options.sampling()                  ? "sampling (sampling_topk != 1)"
                          : *options.repetition_penalty != 1.0f ? "repetition_penalty"
                          : *options.no_repeat_ngram_size > 0   ? "no_repeat_ngram_size"
@@ -260,7 +278,7 @@ void Translator::score_ids(const std::vector<std::vector<int32_t>>& sources,
   if (options.max_batch_size < 0)
     throw Error("max_batch_size must be 0 (the translator's max_batch) or more, got " +
                 std::to_string(options.max_batch_size));
-  if (backend_->host_logits() == nullptr)
+  if (!backend_->logits_on_host())
     throw Error(std::string("device ") + device_name(options_.device) +
                 ": scoring is not implemented on this device (CPU only)");
   check_sources(sources);
@@ -356,10 +374,14 @@ std::vector<TranslationResult> Translator::translate(const std::vector<std::stri
 std::future<std::vector<TranslationResult>> Translator::translate_async(std::vector<std::string> sources,
                                                                         TranslateOptions options,
                                                                         std::vector<std::string> target_prefix) {
-  return std::async(std::launch::async, [this, sources = std::move(sources), options = std::move(options),
-                                         target_prefix = std::move(target_prefix)] {
-    return translate(sources, options, target_prefix);
-  });
+  auto task = std::make_shared<std::packaged_task<std::vector<TranslationResult>()>>(
+      [this, sources = std::move(sources), options = std::move(options), target_prefix = std::move(target_prefix)] {
+        return translate(sources, options, target_prefix);
+      });
+  auto result = task->get_future();
+  std::call_once(async_started_, [this] { async_ = std::make_unique<runtime::AsyncQueue>(); });
+  async_->push([task] { (*task)(); });
+  return result;
 }
 
 std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,
