@@ -202,16 +202,9 @@ void attention(const float* q, HeadStrides q_strides, const float* k, HeadStride
         });
     return;
   }
-  if (threads <= 1 || rows <= 1) {  // no one-thread parallel region (see parallel_cpu.h)
-    for (int64_t row = 0; row < rows; ++row) attend_row(row, scratch);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    float* scores = scratch + static_cast<int64_t>(omp_get_thread_num()) * shape.key_len;
-#pragma omp for schedule(static)
-    for (int64_t row = 0; row < rows; ++row) attend_row(row, scores);
-  }
+  detail::parallel_for_on_threads(rows, threads, true, [&](int64_t row, int thread) {
+    attend_row(row, scratch + static_cast<int64_t>(thread) * shape.key_len);
+  });
 }
 
 template <typename T>

@@ -54,18 +54,18 @@ void reorder_rows_in_place(float* rows, int64_t slabs, int64_t slab_stride, int6
   }
   const int64_t groups = count / group;
   const bool worth_sharing = slabs * count * row_len > (1 << 14);
-  auto own_scratch = [&] { return scratch + static_cast<int64_t>(omp_get_thread_num()) * group * row_len; };
+  auto own_scratch = [&](int thread) { return scratch + static_cast<int64_t>(thread) * group * row_len; };
   if (across_groups) {
-    detail::parallel_for(slabs, threads, worth_sharing, [&](int64_t slab) {
-      float* slab_scratch = own_scratch();
+    detail::parallel_for_on_threads(slabs, threads, worth_sharing, [&](int64_t slab, int thread) {
+      float* slab_scratch = own_scratch(thread);
       for (int64_t g = 0; g < groups; ++g)
         reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, slab_scratch);
     });
     return;
   }
-  detail::parallel_for(slabs * groups, threads, worth_sharing, [&](int64_t item) {
+  detail::parallel_for_on_threads(slabs * groups, threads, worth_sharing, [&](int64_t item, int thread) {
     const int64_t slab = item / groups, g = item % groups;
-    reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, own_scratch());
+    reorder_group(rows + slab * slab_stride, stride, parents, g * group, group, row_len, own_scratch(thread));
   });
 }
 

@@ -28,6 +28,7 @@
 #include "xf/kernels/convert.h"  // the int8 product quantizes its input and scales its rows
 #include "xf/kernels/matmul.h"
 #include "xf/kernels_cpu/isa.h"
+#include "xf/kernels_cpu/worker_pool.h"
 
 namespace xf::cpu {
 
@@ -157,12 +158,27 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 
 }  // namespace
 
+// oneDNN's products are cut into this many slices of weight rows (fewer where n is small), the
+// same at every thread count. Two: one per thread on the 2-core machines xf is measured on; four
+// cost 8% more CPU time at one thread (f32 at AVX-512, batch 32 beam 4: every slice is a call).
+constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
+
+// One thread's share of a oneDNN product: weight rows [first, first + rows) into y's columns of
+// the same numbers (y's rows keep their full length n as the stride).
+struct OnednnSlice {
+  int64_t first = 0, rows = 0;
+  dnnl::matmul primitive;
+  std::shared_ptr<PackedWeights> packed;  // null when it reads the stored rows
+  dnnl::memory source, destination, bias, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+  size_t scratchpad_offset = 0, scratchpad_bytes = 0;
+};
+
 struct StaticMatmul::Impl {
   CpuEngine* engine = nullptr;
   int64_t m = 0, n = 0, k = 0;
   bool int8 = false;
   bool with_bias = false;
-  dnnl::matmul primitive;
   std::string implementation;
   std::shared_ptr<PackedWeights> packed;  // null when oneDNN reads the stored weights
   // Int8 products of at most int8_row_kernel_max_rows() rows by xf's kernel instead of oneDNN:
@@ -176,13 +192,13 @@ struct StaticMatmul::Impl {
   std::shared_ptr<PackedWeights> shift_sums_copy;  // the engine's, shared across row counts
   bool f32_panels = false;  // f32 by xf's kernel, reading packed (f32_panel_products_avx2)
   const int32_t* shift_sums = nullptr;
+  // oneDNN's product as one primitive a thread, each over a slice of the weight rows (the output
+  // columns) on one OpenMP thread (xf/kernels_cpu/worker_pool.h: no OpenMP team of oneDNN's own).
   // Memory objects made once; run() only re-points their data handles (no allocation).
-  dnnl::memory source, destination, bias, scratchpad;
-  std::unordered_map<int, dnnl::memory> args;
+  std::vector<OnednnSlice> slices;
+  bool packed_slices = false;  // the slices read packed copies, not the stored weights
   // Workspace layout: int8 only: [m*k int8 quantized x][m f32 row scales of x]; then scratchpad.
   size_t scales_offset = 0;
-  size_t scratchpad_offset = 0;
-  size_t scratchpad_bytes = 0;
   size_t workspace_bytes = 0;
 };
 
@@ -207,83 +223,30 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   s.k = weights.cols;
   s.int8 = weights.dtype == DType::int8;
   s.with_bias = with_bias;
-  dnnl::engine& eng = engine.engine();
   // oneDNN fixes a primitive's thread partition when it is made, from the calling thread's
-  // OpenMP count (the runtime measured 9x slower decoding with primitives made for more threads
-  // than run them): make it at the engine's count, as run() runs it.
-  if (omp_get_max_threads() != engine.threads()) omp_set_num_threads(engine.threads());
+  // OpenMP count: one, as each slice runs on one thread of the worker pool (run()).
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
 
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::memory::desc bias_desc = row_major_desc(1, s.n, DataType::f32);
-  const dnnl::memory::desc source_desc =
-      row_major_desc(m, s.k, s.int8 ? DataType::s8 : DataType::f32);
-  const dnnl::memory::desc destination_desc = row_major_desc(m, s.n, DataType::f32);
-  dnnl::matmul::primitive_desc pd;
-  dnnl::memory weights_memory;
-  if (s.int8) {
-    // y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]. oneDNN applies W's
-    // scales as output scales, one per column (runtime scales, pointed at the file's row scales
-    // once); the per-row input scales and the bias are our epilogue in run(): oneDNN 2.6 has
-    // per-column output scales only, and a per-row binary post-op falls back to its reference
-    // kernel (1000x slower, measured).
-    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
-    // The stored layout is read in place (measured: as fast as a packed copy, docs/KERNELS_CPU.md).
-    const dnnl::memory::desc weights_desc = stored_weights_desc(s.n, s.k, DataType::s8);
-    pd = dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(source_desc, weights_desc, destination_desc), attr, eng);
-    if (int8_kernel_reads_panels()) {
-      // The kernel serves every row count here: the primitive is made for its name only and
-      // never runs, so it is given the stored weights; the kernel reads the panels.
-      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/true);
-      weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
-    } else if (int8_products_saturate()) {
-      s.packed = engine.impl_->seven_bit_copy(weights);
-      weights_memory = s.packed->memory;
-    } else {
-      weights_memory = dnnl::memory(weights_desc, eng, const_cast<void*>(weights.data));
-    }
-  } else {
-    const dnnl::memory::desc stored = stored_weights_desc(s.n, s.k, DataType::f32);
-    // With xf's kernel the primitive is made for its name only and never runs: on the stored
-    // weights, so that oneDNN makes no packed copy.
-    s.f32_panels = engine.weight_packing() && f32_kernel_reads_panels();
-    const dnnl::memory::desc wanted =
-        engine.weight_packing() && !s.f32_panels
-            ? dnnl::memory::desc({s.k, s.n}, DataType::f32, dnnl::memory::format_tag::any)
-            : stored;
-    pd = with_bias
-             ? dnnl::matmul::primitive_desc(
-                   dnnl::matmul::desc(source_desc, wanted, bias_desc, destination_desc), attr, eng)
-             : dnnl::matmul::primitive_desc(
-                   dnnl::matmul::desc(source_desc, wanted, destination_desc), attr, eng);
-    if (pd.weights_desc() == stored) {
-      weights_memory = dnnl::memory(stored, eng, const_cast<void*>(weights.data));
-    } else {
-      s.packed = engine.impl_->packed_copy(weights, pd.weights_desc());
-      weights_memory = s.packed->memory;
-    }
-  }
-  s.primitive = dnnl::matmul(pd);
-  s.implementation = pd.impl_info_str();
+  // xf's kernel where one serves (see the top of this file), else oneDNN's primitives.
   if (s.int8) {
     s.int8_panel_products = int8_panel_products_for(m, s.k);
     if (s.int8_panel_products == nullptr && m <= int8_row_kernel_max_rows()) {
       s.int8_row_products = int8_row_products_for(s.k);
     }
-    if (s.int8_panel_products != nullptr && !int8_kernel_reads_panels()) {
-      s.packed = engine.impl_->int8_panels(weights, /*seven_bits=*/int8_products_saturate());
-    }
+  } else {
+    s.f32_panels = engine.weight_packing() && f32_kernel_reads_panels();
   }
   const bool int8_by_xf = s.int8_row_products != nullptr || s.int8_panel_products != nullptr;
   if (int8_by_xf) {
-    // The weights oneDNN reads (the 7-bit copy where its products saturate, as the AVX2
+    // The weights oneDNN would read (the 7-bit copy where its products saturate, as the AVX2
     // kernel's vpmaddubsw does too), so that a row's result is the same on either path.
     s.implementation = s.int8_panel_products == nullptr || int8_kernel_reads_panels()
                            ? int8_row_kernel_name()
                        : cpu_isa() == CpuIsa::avx512_vnni ? "xf:int8_panels_avx512_vnni"
                                                           : "xf:int8_panels_avx512";
     if (s.int8_panel_products != nullptr) {
+      s.packed = engine.impl_->int8_panels(
+          weights, /*seven_bits=*/int8_kernel_reads_panels() || int8_products_saturate());
       s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
       s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
       s.int8_row_scales = s.packed->row_scales.data();
@@ -291,7 +254,8 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
           s.int8_weights + padded_to_panels(s.n) / kPanelColumns * panel_bytes(s.k));
     } else {
       WeightMatrix read = weights;
-      if (s.packed) {
+      if (int8_products_saturate()) {
+        s.packed = engine.impl_->seven_bit_copy(weights);
         read.data = s.packed->memory.get_data_handle();
         read.row_scales = s.packed->row_scales.data();
       }
@@ -301,10 +265,11 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
       s.shift_sums_copy = engine.impl_->row_shift_sums(read);
       s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
     }
-  }
-  if (s.f32_panels) {
+  } else if (s.f32_panels) {
     s.packed = engine.impl_->f32_panels(weights);
     s.implementation = "xf:f32_panels_avx2";
+  } else {
+    make_onednn_slices(weights);
   }
   record_implementation(s.implementation, !int8_by_xf && !s.f32_panels);
 
@@ -314,30 +279,96 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
     s.scales_offset = offset;
     offset += align_up(static_cast<size_t>(m) * sizeof(float));  // its row scales
   }
-  s.scratchpad_offset = offset;
-  // xf's kernel needs no scratchpad (the oneDNN primitive above is made all the same, unused).
-  s.scratchpad_bytes =
-      int8_by_xf || s.f32_panels ? 0 : pd.scratchpad_desc().get_size();
-  s.workspace_bytes = offset + align_up(s.scratchpad_bytes);
+  for (OnednnSlice& slice : s.slices) {  // xf's kernels need no scratchpad
+    slice.scratchpad_offset = offset;
+    offset += align_up(slice.scratchpad_bytes);
+  }
+  s.workspace_bytes = offset;
+}
 
-  // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.
-  s.source = dnnl::memory(source_desc, eng, DNNL_MEMORY_NONE);
-  s.destination = dnnl::memory(destination_desc, eng, DNNL_MEMORY_NONE);
-  s.args = {
-      {DNNL_ARG_SRC, s.source}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, s.destination}};
-  if (with_bias && !s.int8) {
-    s.bias = dnnl::memory(bias_desc, eng, DNNL_MEMORY_NONE);
-    s.args[DNNL_ARG_BIAS] = s.bias;
+// oneDNN's product: one primitive per slice of the weight rows, kOnednnSlices slices of a
+// multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each); the worker
+// pool's threads take them in turn, so at most kOnednnSlices threads share one product.
+// int8: y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]: oneDNN applies W's
+// scales as output scales, one per column (runtime scales, pointed at the file's row scales
+// once); the per-row input scales and the bias are our epilogue in run() (oneDNN 2.6 has
+// per-column output scales only, and a per-row binary post-op falls back to its reference
+// kernel, 1000x slower, measured). The stored int8 layout is read in place (measured: as fast
+// as a packed copy, docs/KERNELS_CPU.md), or its 7-bit copy where oneDNN's int8 products
+// saturate. f32: oneDNN's packed layout of each slice (a copy, shared by every row count)
+// unless packing is off.
+void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
+  Impl& s = *impl_;
+  dnnl::engine& eng = s.engine->engine();
+  WeightMatrix read = weights;
+  if (s.int8 && int8_products_saturate()) {
+    s.packed = s.engine->impl_->seven_bit_copy(weights);
+    read.data = s.packed->memory.get_data_handle();
+    read.row_scales = s.packed->row_scales.data();
   }
-  if (s.int8) {
-    const float* w_scales = s.packed && !int8_kernel_reads_panels() ? s.packed->row_scales.data()
-                                                                    : weights.row_scales;
-    s.args[DNNL_ARG_ATTR_OUTPUT_SCALES] =
-        dnnl::memory({{s.n}, DataType::f32, {1}}, eng, const_cast<float*>(w_scales));
-  }
-  if (s.scratchpad_bytes > 0) {
-    s.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
-    s.args[DNNL_ARG_SCRATCHPAD] = s.scratchpad;
+  const DataType weight_type = s.int8 ? DataType::s8 : DataType::f32;
+  const size_t element_bytes = s.int8 ? 1 : sizeof(float);
+  const dnnl::memory::desc source_desc = row_major_desc(s.m, s.k, s.int8 ? DataType::s8 : DataType::f32);
+  // The slices depend on n alone, never on the thread count: oneDNN's sums over k depend on the
+  // primitive's shape (its blocking of k), so slices cut per thread made results differ between
+  // 1 and 2 threads (StaticMatmul.ResultsDoNotDependOnTheThreadCount).
+  const int64_t slice_rows = std::max<int64_t>(
+      kOnednnMinSliceRows, (s.n + kOnednnSlices * 16 - 1) / (kOnednnSlices * 16) * 16);
+  for (int64_t first = 0; first < s.n; first += slice_rows) {
+    OnednnSlice slice;
+    slice.first = first;
+    slice.rows = std::min(slice_rows, s.n - first);
+    WeightMatrix part = read;
+    part.data = static_cast<const char*>(read.data) + first * s.k * element_bytes;
+    part.row_scales = read.row_scales != nullptr ? read.row_scales + first : nullptr;
+    part.rows = slice.rows;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (s.int8) attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
+    const dnnl::memory::desc stored = stored_weights_desc(slice.rows, s.k, weight_type);
+    const dnnl::memory::desc wanted =
+        !s.int8 && s.engine->weight_packing()
+            ? dnnl::memory::desc({s.k, slice.rows}, DataType::f32, dnnl::memory::format_tag::any)
+            : stored;
+    // y's columns [first, first + rows): row stride n.
+    const dnnl::memory::desc destination_desc({s.m, slice.rows}, DataType::f32, {s.n, 1});
+    const dnnl::memory::desc bias_desc = row_major_desc(1, slice.rows, DataType::f32);
+    const bool with_bias = s.with_bias && !s.int8;
+    const dnnl::matmul::primitive_desc pd =
+        with_bias ? dnnl::matmul::primitive_desc(
+                        dnnl::matmul::desc(source_desc, wanted, bias_desc, destination_desc), attr, eng)
+                  : dnnl::matmul::primitive_desc(
+                        dnnl::matmul::desc(source_desc, wanted, destination_desc), attr, eng);
+    dnnl::memory weights_memory;
+    if (pd.weights_desc() == stored) {
+      weights_memory = dnnl::memory(stored, eng, const_cast<void*>(part.data));
+    } else {
+      slice.packed = s.engine->impl_->packed_copy(part, pd.weights_desc());
+      weights_memory = slice.packed->memory;
+      s.packed_slices = true;
+    }
+    slice.primitive = dnnl::matmul(pd);
+    if (first == 0) s.implementation = pd.impl_info_str();
+    // DNNL_MEMORY_NONE handles: run() points them at the caller's buffers.
+    slice.source = dnnl::memory(source_desc, eng, DNNL_MEMORY_NONE);
+    slice.destination = dnnl::memory(destination_desc, eng, DNNL_MEMORY_NONE);
+    slice.args = {{DNNL_ARG_SRC, slice.source},
+                  {DNNL_ARG_WEIGHTS, weights_memory},
+                  {DNNL_ARG_DST, slice.destination}};
+    if (with_bias) {
+      slice.bias = dnnl::memory(bias_desc, eng, DNNL_MEMORY_NONE);
+      slice.args[DNNL_ARG_BIAS] = slice.bias;
+    }
+    if (s.int8) {
+      slice.args[DNNL_ARG_ATTR_OUTPUT_SCALES] = dnnl::memory(
+          {{slice.rows}, DataType::f32, {1}}, eng, const_cast<float*>(part.row_scales));
+    }
+    slice.scratchpad_bytes = pd.scratchpad_desc().get_size();
+    if (slice.scratchpad_bytes > 0) {
+      slice.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
+      slice.args[DNNL_ARG_SCRATCHPAD] = slice.scratchpad;
+    }
+    s.slices.push_back(std::move(slice));
   }
 }
 
@@ -350,7 +381,9 @@ int64_t StaticMatmul::n() const { return impl_->n; }
 int64_t StaticMatmul::k() const { return impl_->k; }
 size_t StaticMatmul::workspace_bytes() const { return impl_->workspace_bytes; }
 const char* StaticMatmul::implementation() const { return impl_->implementation.c_str(); }
-bool StaticMatmul::reads_weights_in_place() const { return impl_->packed == nullptr; }
+bool StaticMatmul::reads_weights_in_place() const {
+  return impl_->packed == nullptr && !impl_->packed_slices;
+}
 
 bool StaticMatmul::holds_f32_weight_rows() const { return impl_->f32_panels; }
 
@@ -404,34 +437,38 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
       }
       return;
     }
-    s.source.set_data_handle(quantized);
-  } else {
-#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
-    if (s.f32_panels) {  // one slice of panels a thread
-      const int threads = s.engine->threads();
-      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);  // as below
-      const int64_t slice =
-          (s.n + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
-      const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
-      detail::parallel_for((s.n + slice - 1) / slice, threads, m * s.n * s.k >= (1 << 18),
-                           [&](int64_t b) {
-        const int64_t first = b * slice, slice_rows = std::min(slice, s.n - first);
-        f32_panel_products_avx2(x, m, panels + first * s.k, s.k, slice_rows,
-                                s.with_bias ? bias + first : nullptr, y + first, s.n);
-      });
-      return;
-    }
-#endif
-    s.source.set_data_handle(const_cast<float*>(x));
-    if (s.with_bias) s.bias.set_data_handle(const_cast<float*>(bias));
   }
-  s.destination.set_data_handle(y);
-  if (s.scratchpad_bytes > 0) s.scratchpad.set_data_handle(bytes + s.scratchpad_offset);
-  // oneDNN sizes its parallel regions by the calling thread's OpenMP setting. Keep it at the
-  // engine's count, which the kernels pass as `threads`: libgomp mallocs a new team whenever
-  // consecutive regions differ in size.
-  if (omp_get_max_threads() != s.engine->threads()) omp_set_num_threads(s.engine->threads());
-  run_primitive(s.primitive, s.engine->stream(), s.args);
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+  if (s.f32_panels) {  // one slice of panels a thread
+    const int threads = s.engine->threads();
+    const int64_t slice =
+        (s.n + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
+    const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
+    detail::parallel_for((s.n + slice - 1) / slice, threads, m * s.n * s.k >= (1 << 18),
+                         [&](int64_t b) {
+      const int64_t first = b * slice, slice_rows = std::min(slice, s.n - first);
+      f32_panel_products_avx2(x, m, panels + first * s.k, s.k, slice_rows,
+                              s.with_bias ? bias + first : nullptr, y + first, s.n);
+    });
+    return;
+  }
+#endif
+  void* source = s.int8 ? static_cast<void*>(bytes) : const_cast<float*>(x);
+  for (OnednnSlice& slice : s.slices) {
+    slice.source.set_data_handle(source);
+    slice.destination.set_data_handle(y + slice.first);
+    if (slice.bias) slice.bias.set_data_handle(const_cast<float*>(bias) + slice.first);
+    if (slice.scratchpad_bytes > 0) slice.scratchpad.set_data_handle(bytes + slice.scratchpad_offset);
+  }
+  // The primitives were made for one OpenMP thread (the constructor): the calling thread runs
+  // slice 0 and must not start a team either.
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  const int slices = static_cast<int>(s.slices.size());
+  run_on_threads(std::min(slices, s.engine->threads()), [&](int thread, int team) {  // team: 1 inline
+    for (int i = thread; i < slices; i += team) {
+      run_primitive(s.slices[i].primitive, s.engine->impl_->stream_for(thread), s.slices[i].args);
+    }
+  });
   if (s.int8) {
     scale_rows_add_bias(y, s.m, s.n, x_scales, s.with_bias ? bias : nullptr, s.engine->threads());
   }

@@ -192,7 +192,9 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::seven_bit_copy(const WeightMatri
   });
 }
 
-CpuEngine::CpuEngine(int threads) : threads_(std::max(1, threads)), impl_(new Impl) {}
+CpuEngine::CpuEngine(int threads) : threads_(std::max(1, threads)), impl_(new Impl) {
+  for (int t = 1; t < threads_; ++t) impl_->worker_streams.emplace_back(impl_->engine);
+}
 CpuEngine::~CpuEngine() = default;
 dnnl::engine& CpuEngine::engine() { return impl_->engine; }
 dnnl::stream& CpuEngine::stream() { return impl_->stream; }

@@ -44,7 +44,11 @@ struct PackedWeights {
 struct CpuEngine::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  std::vector<dnnl::stream> worker_streams;  // one for each thread of the pool after the first
   bool pack_weights = true;
+
+  // The stream a product's slice runs on from thread `thread` of the worker pool.
+  dnnl::stream& stream_for(int thread) { return thread == 0 ? stream : worker_streams[thread - 1]; }
   std::mutex mutex;  // guards packed
   std::vector<std::weak_ptr<PackedWeights>> packed;
 

@@ -127,12 +127,12 @@ class PlannedMatmul {
   size_t workspace_bytes_ = 0;
 };
 
-// oneDNN sizes a primitive's thread partition when the primitive is made, from OpenMP's
-// current thread count: set it before making any, or primitives made for all cores would run
-// teams that oversubscribe a caller that asked for fewer threads (measured: a 2-thread team per
-// matmul at --threads 1 made decoding 9x slower on a busy 2-core machine).
+// The kernels run on xf's worker pool (xf/kernels_cpu/worker_pool.h), oneDNN inside it on one
+// OpenMP thread per slice of a product: OpenMP itself gets one thread, so that no primitive is
+// made for a team (oneDNN sizes a primitive's thread partition from OpenMP's count when it is
+// made) and libgomp never starts spinning workers of its own.
 int use_openmp_threads(int threads) {
-  omp_set_num_threads(threads);
+  omp_set_num_threads(1);
   return threads;
 }
 

@@ -8,8 +8,10 @@
 # then runs, on the first LINES lines of INPUT.txt (one sentence a line):
 #   batch 32, beam 4, 2 threads, f32 and int8      (throughput: tokens/s)
 #   batch 1, greedy, 2 threads, f32 and int8       (latency: p50/p90 per sentence), first LINES_B1
-# xf through `xf-bench --json`, CTranslate2 through `ct2_run.py --bench --json` (the same
-# procedure: tokenized first, requests in file order, one warm-up request, each request timed).
+# xf through `xf-bench --json`, CTranslate2 through `ct2_run.py --bench --json` (at batch 32
+# CTranslate2 gets the whole input in one translate_batch call, max_batch_size=32, and sorts it
+# by length itself, as xf-bench sorts its own; at batch 1 the same procedure as xf-bench's:
+# tokenized first, requests in file order, one warm-up request, each request timed).
 # Each configuration runs ROUNDS times, engines alternating; the table shows the round with the
 # best tokens/s of each engine (the machine is shared; the best round is the least disturbed).
 # Columns: allocs = heap allocations during decoding by xf + by oneDNN (xf-bench only); cpu =
@@ -164,9 +166,11 @@ for (config, engine), r in best.items():
     x = r["result"]
     allocs = ("%d+%d" % (x["allocations_xf"], x["allocations_backend"])
               if "allocations_xf" in x else "-")
-    print("%-22s %-14s %10.1f %9.2f %10.2f %10.2f %8.1f %7d %9s %5.2f %5.1f %7.2f %7.2f" % (
-        config, engine, x["tokens_per_s"], x["sentences_per_s"], x["latency_p50_ms"],
-        x["latency_p90_ms"], x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"],
+    # ct2_run.py times one call for a whole batch-32 input: no per-request latency there.
+    latency = lambda v: "-" if v is None else "%.2f" % v
+    print("%-22s %-14s %10.1f %9.2f %10s %10s %8.1f %7d %9s %5.2f %5.1f %7.2f %7.2f" % (
+        config, engine, x["tokens_per_s"], x["sentences_per_s"], latency(x["latency_p50_ms"]),
+        latency(x["latency_p90_ms"]), x["peak_rss_mb"], x["tokens"], allocs, r["cpu_share"], r["load1"],
         r["wall_s"], r["cpu_s"]))
     if "products" in x:
         print("%-22s %-14s kernels %s; products %s" % ("", "", x.get("kernels_isa", "?"),

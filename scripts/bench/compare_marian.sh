@@ -37,8 +37,8 @@
 #   XF_BIN    directory with xf-run and xf-convert   [REPO/build/bin]
 #   XF_DATA   folder with train.tsv and test.tsv (English TAB French)   (required)
 #   LINES [128]  LINES_B1 [16]  PIECES [8]  FACTOR [2]  THREADS ["1 2"]  ROUNDS [2]
-#   XF_ENV    environment of the xf runs, e.g. OMP_WAIT_POLICY=passive on an oversubscribed
-#             machine, where xf's spinning OpenMP workers otherwise burn CPU while they wait [""]
+#   XF_ENV    environment of the xf runs, e.g. XF_SPIN_MICROSECONDS=0 (xf's workers sleep at
+#             once instead of spinning up to 50 us; runtime/README.md "Threads") [""]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -12,14 +12,21 @@ Benchmark (xf-bench's procedure and JSON keys, those that apply; no allocation c
 
   tokens/s     target tokens of the best hypotheses (EOS excluded) per second
   latency      p50 and p90 of the per-request wall time (one translate_batch call), in ms
+               (--max-batch 1 only: larger batches are one call, see below)
   peak RSS     of the whole Python process
+
+Batches (--max-batch above 1): CTranslate2 gets the whole input in ONE translate_batch call
+with max_batch_size=--max-batch, so that it cuts the batches itself after sorting by length
+(as xf-run and xf-bench sort theirs). Cutting requests of --max-batch lines in input order, as
+this script did before, made CTranslate2 pad more and cost it up to 30% (issue 40).
 
 Decoding follows xf's defaults: no minimum output length (CTranslate2's default is 1), length
 penalty 0.6 (CTranslate2 divides the log-prob by length^penalty, xf by ((5+length)/6)^penalty,
 so beam outputs may differ while greedy outputs must not), and a longest output of (source
 tokens + EOS) + 50 tokens, EOS included. CTranslate2 takes one max_decoding_length per call:
-each request of --max-batch lines (in input order, as xf-bench cuts them) gets the limit of its
-longest sentence.
+the one call gets the limit of the input's longest sentence, and each output is cut to its own
+sentence's limit (greedy outputs do not depend on the limit; a beam hypothesis could, only where
+it runs past its own limit without EOS).
 
 Text mode tokenizes with the SentencePiece model saved beside the CTranslate2 model
 (sentencepiece.model); --ids reads and writes space-separated token ids (the vocabulary order is
@@ -105,9 +112,11 @@ class Ct2Runner:
         return [r.hypotheses[0] for r in results]
 
     def requests(self, sources):
-        """Requests of --max-batch sentences in input order, as xf-bench makes them."""
-        step = self.args.max_batch
-        return [sources[i:i + step] for i in range(0, len(sources), step)]
+        """Batch 1: one request a sentence, in input order, as xf-bench makes them. Larger
+        batches: the whole input as one request; CTranslate2 sorts and cuts it (max_batch_size)."""
+        if self.args.max_batch <= 1:
+            return [[s] for s in sources]
+        return [sources]
 
 
 def read_lines(stream):
@@ -136,16 +145,17 @@ def percentile(values, q):
 
 def run_bench(runner):
     """xf-bench's procedure: tokenize first (untimed), requests of --max-batch lines in file
-    order, one warm-up request, then every request --repeat times, each timed alone."""
+    order (batch 1; above, the whole input as one request), one warm-up request (at most
+    --max-batch sentences), then every request --repeat times, each timed alone."""
     a = runner.args
     with open(a.input, encoding="utf-8") as f:
         lines = read_lines(f)
     if not lines:
         raise SystemExit("ct2_run: %s has no lines" % a.input)
     requests = runner.requests([runner.encode(line) for line in lines])
-    runner.translate_request(requests[0])
+    runner.translate_request(requests[0][:max(1, a.max_batch)])
 
-    latencies = []  # seconds per request
+    latencies = []  # seconds per request (batch 1); one call for the whole input above
     tokens = sentences = 0
     start = time.perf_counter()
     for _ in range(a.repeat):
@@ -161,8 +171,8 @@ def run_bench(runner):
         "engine": "ctranslate2 " + runner.version,
         "tokens_per_s": tokens / seconds,
         "sentences_per_s": sentences / seconds,
-        "latency_p50_ms": 1000.0 * percentile(latencies, 0.5),
-        "latency_p90_ms": 1000.0 * percentile(latencies, 0.9),
+        "latency_p50_ms": 1000.0 * percentile(latencies, 0.5) if a.max_batch <= 1 else None,
+        "latency_p90_ms": 1000.0 * percentile(latencies, 0.9) if a.max_batch <= 1 else None,
         # The whole Python process: interpreter, numpy, sentencepiece and CTranslate2 included.
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "sentences": sentences,

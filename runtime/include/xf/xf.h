@@ -27,7 +27,7 @@
  *
  * Signals: the library installs no handler. An app that installs one (SIGINT, SIGTERM, ...) must
  * block those signals before the first xf call, in main() before any thread starts (xf's
- * OpenMP workers inherit the mask), and take them in a thread of its own with sigwait() or a
+ * worker threads inherit the mask), and take them in a thread of its own with sigwait() or a
  * signalfd: a handler run on a thread inside oneDNN's AVX-512 GEMM corrupts the heap
  * (runtime/README.md, "Signals: what an embedding app must do").
  */

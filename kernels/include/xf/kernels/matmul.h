@@ -100,6 +100,7 @@ class StaticMatmul {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void make_onednn_slices(const WeightMatrix& weights);
 };
 
 // The output layer over a lexical shortlist's rows (the runtime, per batch then per step):

@@ -6,8 +6,9 @@
 //
 // Every kernel is a plain function over raw pointers and sizes, with an explicit workspace: no
 // tensor classes, no knowledge of layers, no allocation inside a call.
-// - CPU: host pointers and the caller's thread count; parallel loops use OpenMP (oneDNN, built
-//   with OpenMP in Debian, shares the same pool). Bad input throws xf::Error where a contract
+// - CPU: host pointers and the caller's thread count; parallel loops run on xf's worker pool
+//   (xf/kernels_cpu/worker_pool.h; oneDNN's products inside it, one OpenMP thread a slice; the
+//   trainer's own loops still use OpenMP). Bad input throws xf::Error where a contract
 //   says so.
 // - CUDA: DEVICE pointers (indices, lengths and offsets too) and a stream; nothing allocates and
 //   nothing synchronizes: a call only enqueues work on `stream`. Launch errors throw xf::Error
