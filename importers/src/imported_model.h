@@ -17,6 +17,11 @@ struct ImportedTensor {
   std::vector<uint64_t> shape;
   std::vector<float> values;
   std::string origin;  // the original tensor(s), for messages
+  // The original's own int8 values of `values` (rows of the xf layout) with one scale per row,
+  // value = q * scale (Marian's intgemm8 matrices): written as they are when the import's dtype
+  // is int8, rather than quantized again from `values`. Empty for an f32 original.
+  std::vector<int8_t> int8_values;
+  std::vector<float> int8_row_scales;
 };
 
 struct ImportedModel {
@@ -31,7 +36,8 @@ struct ImportedModel {
 std::vector<float> transposed(const std::vector<float>& values, uint64_t rows, uint64_t cols);
 
 // The linear block `xf_name` (".weight" and ".bias") from the original's parts stacked along the
-// rows in order (a fused q|k|v or k|v projection; one part for the others).
+// rows in order (a fused q|k|v or k|v projection; one part for the others); their int8 values
+// and row scales too when every part has them.
 void add_linear(ImportedModel& model, const std::string& xf_name, const std::vector<ImportedTensor>& weights,
                 const std::vector<ImportedTensor>& biases);
 

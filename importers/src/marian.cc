@@ -93,8 +93,8 @@ MarianFiles locate(const std::string& input) {
   } else if (!fs::is_directory(given)) {
     files.model = given;
   }
-  if (files.model.empty()) throw Error(input + ": no decoder.yml naming the model (give the .npz)");
-  existing(files.model, "model (.npz)");
+  if (files.model.empty()) throw Error(input + ": no decoder.yml naming the model (give the .npz or .bin)");
+  existing(files.model, "model (.npz or .bin)");
   if (vocabularies.empty()) {
     // The usual names beside the model.
     if (fs::exists(dir / "vocab.src.yml") || fs::exists(dir / "vocab.trg.yml"))
@@ -165,10 +165,11 @@ Vocabulary read_vocabulary(const fs::path& path, const fs::path& spm_path) {
 
 void import_marian(const std::string& input, const std::string& output, const ImportOptions& options) {
   const MarianFiles files = locate(input);
-  const std::string npz = files.model.string();
-  ForeignTensors weights = read_npz(npz);
+  const std::string npz = files.model.string();  // the .npz or Marian's binary .bin
+  ForeignTensors weights = files.model.extension() == ".bin" ? read_marian_bin(npz) : read_npz(npz);
   const auto yml_item = weights.find("special:model.yml");
-  if (yml_item == weights.end()) throw Error(npz + ": no special:model.yml (not a Marian model)");
+  if (yml_item == weights.end() || yml_item->second.bytes.empty())
+    throw Error(npz + ": no special:model.yml (not a Marian model)");
   std::string yml_text = yml_item->second.bytes;
   yml_text.erase(std::find(yml_text.begin(), yml_text.end(), '\0'), yml_text.end());
   const YAML::Node yml = parse_yaml(yml_text, npz + ": special:model.yml");
@@ -272,13 +273,18 @@ void import_marian(const std::string& input, const std::string& output, const Im
   // Weights: [in, out] matrices transposed, [1, n] rows flattened.
   auto take = [&](const std::string& name, bool transpose) -> ImportedTensor {
     const auto it = weights.find(name);
-    if (it == weights.end() || !it->second.bytes.empty()) throw Error(npz + ": no float tensor '" + name + "'");
-    ImportedTensor t{it->second.shape, it->second.values, name};
+    if (it == weights.end() || it->second.values.empty()) throw Error(npz + ": no float tensor '" + name + "'");
+    const ForeignTensor& original = it->second;
+    ImportedTensor t{original.shape, original.values, name, {}, {}};
     if (t.shape.size() == 2 && t.shape[0] == 1) t.shape = {t.shape[1]};
     if (transpose) {
       if (t.shape.size() != 2) throw Error(npz + ": tensor '" + name + "' is not a matrix");
       t.values = transposed(t.values, t.shape[0], t.shape[1]);
       std::swap(t.shape[0], t.shape[1]);
+      if (original.intgemm8_multiplier > 0) {  // its bytes are already the transposed rows
+        t.int8_values.assign(original.bytes.begin(), original.bytes.end());
+        t.int8_row_scales.assign(t.shape[0], 1.0f / original.intgemm8_multiplier);
+      }
     }
     return t;
   };
