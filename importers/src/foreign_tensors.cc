@@ -235,8 +235,11 @@ ForeignTensors read_npz(const std::string& path) {
 
 namespace {
 
-// Marian's Type values (src/common/types.h): a size in bytes plus class bits.
-constexpr uint64_t kMarianInt8 = 0x0101, kMarianFloat32 = 0x0404, kMarianIntgemm8 = 0x10001;
+// Marian's Type values (src/common/types.h): a size in bytes plus class bits. The intgemm8 of
+// marian-nmt/marian-dev (pymarian's marian-conv) is 0x10001; browsermt/marian-dev's, which Firefox
+// Translations' models carry, is 0x4101: the same bytes (Marian's code came from there).
+constexpr uint64_t kMarianInt8 = 0x0101, kMarianFloat32 = 0x0404, kMarianIntgemm8 = 0x10001,
+                   kBrowsermtIntgemm8 = 0x4101;
 
 std::string marian_type_name(uint64_t type) {
   switch (type) {
@@ -247,6 +250,7 @@ std::string marian_type_name(uint64_t type) {
     case 0x1801: return "packed8avx2";
     case 0x2801: return "packed8avx512";
     case 0x10001: return "intgemm8";
+    case 0x4101: return "intgemm8";
     case 0x18001: return "intgemm8ssse3";
     case 0x11001: return "intgemm8avx2";
     case 0x12001: return "intgemm8avx512";
@@ -322,10 +326,9 @@ ForeignTensors read_marian_bin(const std::string& path) {
     } catch (const Error&) {
       fail("item '" + names[i] + "': shape too large");
     }
-    const uint64_t needed = h.type == kMarianFloat32 ? elements * 4
-                            : h.type == kMarianIntgemm8 ? elements + 4
-                                                        : elements;
-    if (h.type != kMarianFloat32 && h.type != kMarianInt8 && h.type != kMarianIntgemm8)
+    const bool intgemm8 = h.type == kMarianIntgemm8 || h.type == kBrowsermtIntgemm8;
+    const uint64_t needed = h.type == kMarianFloat32 ? elements * 4 : intgemm8 ? elements + 4 : elements;
+    if (h.type != kMarianFloat32 && h.type != kMarianInt8 && !intgemm8)
       fail("item '" + names[i] + "' is " + marian_type_name(h.type) +
            ", not supported (float32, or intgemm8: marian-conv --gemm-type float32 or intgemm8)");
     if (h.data_length < needed) fail("item '" + names[i] + "' holds fewer bytes than its shape needs");

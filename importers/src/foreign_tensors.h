@@ -14,7 +14,8 @@ struct ForeignTensor {
   std::string bytes;          // the raw bytes instead, for 1-byte element types (Marian's text items)
   // Marian's intgemm8 matrices (read_marian_bin): `bytes` holds the int8 values of the matrix
   // transposed ([out, in] rows of Marian's [in, out] shape), each value q standing for
-  // q / intgemm8_multiplier; `values` holds those f32 values. 0: not an intgemm8 matrix.
+  // q * (1 / intgemm8_multiplier); `values` holds those f32 values. 0: not an intgemm8 matrix
+  // (an intgemm8 embedding is not one: Marian widens it to f32 at load time, so `values` only).
   float intgemm8_multiplier = 0;
 };
 
@@ -31,8 +32,10 @@ ForeignTensors read_npz(const std::string& path);
 // Marian's binary model (a .bin from marian-conv, or saved by Marian under a .bin name): version
 // 1, the item headers, names, shapes, then each item's bytes from a 256-byte boundary. Items of
 // type float32, int8 (special:model.yml) and intgemm8 (the hardware-independent layout that
-// `marian-conv --gemm-type intgemm8` writes: see ForeignTensor); any other type (float16, the
-// packed or ISA-prepared types such as intgemm8avx2) is refused naming the item and the type.
+// `marian-conv --gemm-type intgemm8` writes and Firefox Translations ships: see ForeignTensor;
+// the precomputed activation multipliers of its *.alphas.bin, float32 items "..._QuantMultA",
+// are read like any item and left unused by the importer); any other type (float16, the packed
+// or ISA-prepared types such as intgemm8avx2) is refused naming the item and the type.
 ForeignTensors read_marian_bin(const std::string& path);
 
 // A pytorch_model.bin (torch.save's zip: <prefix>/data.pkl, a pickle of a dict of tensors, and

@@ -97,6 +97,7 @@ void write_imported_model(const ImportedModel& model, const std::string& output,
   writer.set_source_tokenizer(model.source_tokenizer);
   if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
     writer.set_target_tokenizer(model.target_tokenizer);
+  if (model.shortlist) writer.set_shortlist(*model.shortlist);
   writer.set_source_vocabulary(model.source_vocabulary);
   if (model.target_vocabulary != model.source_vocabulary) writer.set_target_vocabulary(model.target_vocabulary);
   std::map<std::string, std::string> metadata = model.metadata;

@@ -5,10 +5,12 @@
 // writer_of_parameters() (format/model_writer.h: matrices in the asked dtype, 1-D tensors f32).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/shortlist.h"
 #include "xf/importers/importers.h"
 
 namespace xf::importers {
@@ -30,6 +32,7 @@ struct ImportedModel {
   std::string source_tokenizer, target_tokenizer;  // SentencePiece protos; target empty: the source one
   std::vector<std::string> source_vocabulary, target_vocabulary;  // empty: the tokenizer's ids
   std::map<std::string, std::string> metadata;
+  std::optional<LexicalShortlist> shortlist;  // stored in the model when there is one
 };
 
 // Rows [r, c] <-> [c, r]: Marian stores linear maps as x W ([in, out]), xf as W x ([out, in]).

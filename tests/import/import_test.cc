@@ -27,6 +27,7 @@
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
+#include "xf/format/shortlist.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/translator.h"
@@ -343,20 +344,31 @@ TEST(ImportRefusals, TruncatedNpz) {
   EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/model.npz: not a complete .npz (zip) file: Not a zip archive");
 }
 
-TEST(ImportRefusals, SsruDecoderAndOtherKeysAreNamed) {
-  const std::string dir = copy_fixture("marian-tiny");
-  const std::string npz = dir + "/model.npz", original = model_yml_of(npz);
-  ASSERT_NE(original.find("transformer-decoder-autoreg: self-attention"), std::string::npos);
-  auto with = [&](const std::string& from, const std::string& to) {
+// A copy of `fixture` whose .npz's special:model.yml is edited: with(from, to) replaces the first
+// `from` of the original yml by `to` and returns xf-convert's one error line.
+struct EditedModelYml {
+  std::string dir, npz, original;
+  explicit EditedModelYml(const std::string& fixture)
+      : dir(copy_fixture(fixture)), npz(dir + "/model.npz"), original(model_yml_of(npz)) {}
+  std::string with(const std::string& from, const std::string& to) const {
     std::string yml = original;
-    yml.replace(yml.find(from), from.size(), to);
+    const size_t at = yml.find(from);
+    if (at == std::string::npos) throw std::runtime_error("the fixture's model.yml has no '" + from + "'");
+    yml.replace(at, from.size(), to);
     rewrite_model_yml(npz, yml);
     SCOPED_TRACE(to);
     return refusal("marian", dir);
-  };
-  const std::string prefix = "xf-convert: " + npz + ": special:model.yml: ";
+  }
+  std::string prefix() const { return "xf-convert: " + npz + ": special:model.yml: "; }
+};
+
+TEST(ImportRefusals, RnnDecoderAndOtherKeysAreNamed) {
+  const EditedModelYml model("marian-tiny");
+  const std::string &dir = model.dir, &npz = model.npz, &original = model.original, prefix = model.prefix();
+  auto with = [&](const std::string& from, const std::string& to) { return model.with(from, to); };
+  // An rnn decoder of the fixture's dec-cell (Marian's default gru): only SSRU cells are computed.
   EXPECT_EQ(with("transformer-decoder-autoreg: self-attention", "transformer-decoder-autoreg: rnn"),
-            prefix + "transformer-decoder-autoreg: rnn is not supported (self-attention only, not SSRU/AAN/RNN decoders)");
+            prefix + "dec-cell: gru is not supported (ssru with transformer-decoder-autoreg rnn)");
   EXPECT_EQ(with("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
             prefix + "transformer-ffn-activation: gelu is not supported (swish or relu)");
   EXPECT_EQ(with("transformer-preprocess: \"\"", "transformer-preprocess: nd"),
@@ -621,3 +633,164 @@ TEST(ImportPytorchBin, HalfStoragesAreWidened) {
 
 }  // namespace
 }  // namespace xf
+
+// ---- Firefox Translations (Bergamot) students: SSRU decoders, shortlists, Marian's .bin ----------
+
+// marian-student: a joint vocabulary, tied embeddings, model.npz and Marian's own intgemm8
+// conversion (model.intgemm8.bin); marian-student-separate: separate vocabularies, Marian's
+// float32 binary model.bin. Both name their text shortlist lex.s2t (16 8) in decoder.yml, and
+// hold Marian's binary conversion of it (lex.s2t.bin, made with 16 8).
+
+LexicalShortlist stored_shortlist(const std::string& xfm) {
+  const auto file = ModelFile::open(xfm);
+  EXPECT_TRUE(file->shortlist().has_value());
+  return file->shortlist().value_or(LexicalShortlist{});
+}
+
+class ImportMarianStudent : public ::testing::TestWithParam<const char*> {};
+
+// The text shortlist pruned as Marian prunes it (best 8 per source piece) is the one Marian's
+// own converter wrote from it, id for id; the binary one imports to the same.
+TEST_P(ImportMarianStudent, TextShortlistPrunedAsMariansBinary) {
+  const std::string dir = copy_fixture(GetParam());
+  const std::string from_text = dir + "/from-text.xfm", from_binary = dir + "/from-binary.xfm";
+  importers::import_marian(dir, from_text, {});
+  const LexicalShortlist text = stored_shortlist(from_text);
+  const LexicalShortlist binary = read_binary_shortlist(dir + "/lex.s2t.bin");
+  EXPECT_EQ(text.first_num, 16u);
+  EXPECT_EQ(text.best_num, 8u);
+  EXPECT_EQ(text.first_num, binary.first_num);
+  EXPECT_EQ(text.best_num, binary.best_num);
+  EXPECT_EQ(text.targets, binary.targets);
+  // Marian's offsets run over the source ids its lexicon names; xf's may stop earlier (ids past
+  // the end have no candidates): the same lists either way.
+  const uint64_t sources = std::max(text.source_ids(), binary.source_ids());
+  for (uint64_t s = 0; s < sources; ++s) {
+    auto range = [](const LexicalShortlist& l, uint64_t s) {
+      return s < l.source_ids() ? std::pair{l.offsets[s], l.offsets[s + 1]} : std::pair{l.targets.size(), l.targets.size()};
+    };
+    EXPECT_EQ(range(text, s), range(binary, s)) << "source id " << s;
+  }
+  EXPECT_GT(text.targets.size(), 100u);
+  std::string yml = test::read_file(dir + "/decoder.yml");
+  yml.replace(yml.find("lex.s2t\n"), 8, "lex.s2t.bin\n");
+  std::ofstream(dir + "/decoder.yml") << yml;
+  importers::import_marian(dir, from_binary, {});
+  const LexicalShortlist stored = stored_shortlist(from_binary);
+  EXPECT_EQ(stored.targets, binary.targets);
+  EXPECT_EQ(stored.offsets, binary.offsets);
+}
+
+TEST_P(ImportMarianStudent, ConfigIsTheStudents) {
+  const std::string path = temp_file("student.xfm");
+  importers::import_marian(data(GetParam()), path, {});
+  const auto file = ModelFile::open(path);
+  EXPECT_EQ(file->config().decoder_layer_kind, DecoderLayerKind::ssru);
+  EXPECT_EQ(file->config().decoder_layers, 2u);
+  EXPECT_EQ(file->config().activation, Activation::relu);
+  const bool joint = std::string(GetParam()) == "marian-student";
+  EXPECT_EQ(file->config().shared_embeddings, joint);
+  EXPECT_TRUE(file->config().tied_output);
+  EXPECT_EQ(file->target_tokenizer() == file->source_tokenizer(), joint);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ImportMarianStudent, ::testing::Values("marian-student", "marian-student-separate"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+// Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
+// Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
+// and round(w * 127 / max |w|) for values, w the .npz's (imported f32 from model.npz).
+TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
+  const std::string dir = data("marian-student");
+  const std::string f32 = temp_file("student-f32.xfm"), int8 = temp_file("student-int8.xfm");
+  importers::import_marian(dir, f32, {});
+  importers::ImportOptions options;
+  options.dtype = DType::int8;
+  importers::import_marian(dir + "/model.intgemm8.bin", int8, options);
+  const auto exact = ModelFile::open(f32), quantized = ModelFile::open(int8);
+  const uint64_t d = exact->config().d_model;
+  int checked = 0;
+  for (const TensorView& q : quantized->tensors()) {
+    if (q.dtype != DType::int8 || q.name.find("embedding") != std::string_view::npos) continue;
+    const TensorView& w = exact->tensor(q.name);
+    const auto* values = static_cast<const int8_t*>(q.data);
+    const auto* weights = static_cast<const float*>(w.data);
+    // Marian's parts: blocks of d rows in the fused q|k|v, k|v and SSRU products, else the whole.
+    const uint64_t part_rows = q.rows() > d && q.rows() % d == 0 && q.name.find("ffn") == std::string_view::npos ? d : q.rows();
+    for (uint64_t first = 0; first < q.rows(); first += part_rows) {
+      float max_abs = 0;
+      for (uint64_t i = first * q.cols(); i < (first + part_rows) * q.cols(); ++i) max_abs = std::max(max_abs, std::abs(weights[i]));
+      const float multiplier = 127.0f / max_abs;
+      for (uint64_t r = first; r < first + part_rows; ++r) {
+        ASSERT_EQ(q.row_scales[r], 1.0f / multiplier) << q.name << " row " << r;
+        for (uint64_t c = 0; c < q.cols(); ++c)
+          ASSERT_EQ(values[r * q.cols() + c], static_cast<int8_t>(std::nearbyint(weights[r * q.cols() + c] * multiplier)))
+              << q.name << " row " << r << " column " << c;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 2 * 4 + 2 * 6);  // every encoder and decoder layer's matrices
+}
+
+// ---- Refusals of Marian's binary files ---------------------------------------------------------
+
+// Sets the type of the binary model's item `name` (its header's second u64) to `type`.
+void set_bin_item_type(const std::string& bin, const std::string& name, uint64_t type) {
+  std::string bytes = test::read_file(bin);
+  uint64_t count;
+  std::memcpy(&count, bytes.data() + 8, 8);
+  size_t name_at = 16 + 32 * count;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t length;
+    std::memcpy(&length, bytes.data() + 16 + 32 * i, 8);
+    if (bytes.compare(name_at, length - 1, name) == 0 && length - 1 == name.size()) {
+      std::memcpy(bytes.data() + 16 + 32 * i + 8, &type, 8);
+      std::ofstream(bin, std::ios::binary) << bytes;
+      return;
+    }
+    name_at += length;
+  }
+  FAIL() << "no item " << name;
+}
+
+TEST(ImportRefusals, MarianBinaryItemTypesAndTruncation) {
+  const std::string dir = copy_fixture("marian-student-separate");
+  const std::string bin = dir + "/model.bin", original = test::read_file(bin);
+  set_bin_item_type(bin, "decoder_l1_rnn_Wf", 0x11001);
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + bin + ": item 'decoder_l1_rnn_Wf' is intgemm8avx2, not supported "
+                                    "(float32, or intgemm8: marian-conv --gemm-type float32 or intgemm8)");
+  set_bin_item_type(bin, "decoder_l1_rnn_Wf", 0x0402);
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + bin + ": item 'decoder_l1_rnn_Wf' is float16, not supported "
+                                    "(float32, or intgemm8: marian-conv --gemm-type float32 or intgemm8)");
+  std::ofstream(bin, std::ios::binary) << original.substr(0, original.size() / 2);
+  const std::string line = refusal("marian", dir);
+  EXPECT_EQ(line.rfind("xf-convert: " + bin + ": truncated Marian binary model (item '", 0), 0u) << line;
+  std::ofstream(bin, std::ios::binary) << original;
+  const test::CommandRun run = convert("marian", dir, dir + "/out.xfm");
+  EXPECT_EQ(run.status, 0) << run.err;
+}
+
+TEST(ImportRefusals, StudentKeysAreNamed) {
+  const EditedModelYml model("marian-student");
+  const std::string &dir = model.dir, &npz = model.npz, &original = model.original, prefix = model.prefix();
+  auto with = [&](const std::string& from, const std::string& to) { return model.with(from, to); };
+  EXPECT_EQ(with("dec-cell: ssru", "dec-cell: lstm"),
+            prefix + "dec-cell: lstm is not supported (ssru with transformer-decoder-autoreg rnn)");
+  EXPECT_EQ(with("transformer-decoder-autoreg: rnn", "transformer-decoder-autoreg: average-attention"),
+            prefix + "transformer-decoder-autoreg: average-attention is not supported (self-attention, or rnn with dec-cell ssru)");
+  EXPECT_EQ(with("layer-normalization: false", "layer-normalization: true"),
+            prefix + "layer-normalization: true is not supported (false with an SSRU decoder)");
+  rewrite_model_yml(npz, original);
+  std::string yml = test::read_file(dir + "/decoder.yml");
+  yml.replace(yml.find("  - 16\n"), 7, "  - many\n");
+  std::ofstream(dir + "/decoder.yml") << yml;
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/decoder.yml: key 'shortlist': 'many' is not a non-negative number");
+  fs::remove(dir + "/lex.s2t");
+  EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/lex.s2t: missing shortlist (" + dir + "/decoder.yml: key 'shortlist')");
+}
