@@ -1,5 +1,6 @@
 #include "xf/format/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iterator>
@@ -21,6 +22,7 @@ std::string field_text(NormPosition value) { return value == NormPosition::pre ?
 std::string field_text(bool value) { return value ? "1" : "0"; }
 constexpr const char* kActivationNames[] = {"relu", "swish", "gelu"};
 constexpr const char* kPositionEncodingNames[] = {"interleaved", "sin_then_cos", "marian_sin_then_cos"};
+constexpr const char* kDecoderLayerKindNames[] = {"self_attention", "ssru"};
 // An enum's name, or its number when it is out of range (validate_config refuses it then).
 template <typename Enum, size_t N>
 std::string enum_text(Enum value, const char* const (&names)[N]) {
@@ -29,6 +31,7 @@ std::string enum_text(Enum value, const char* const (&names)[N]) {
 }
 std::string field_text(Activation value) { return enum_text(value, kActivationNames); }
 std::string field_text(PositionEncoding value) { return enum_text(value, kPositionEncodingNames); }
+std::string field_text(DecoderLayerKind value) { return enum_text(value, kDecoderLayerKindNames); }
 std::string field_text(float value) {
   char buffer[32];
   const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
@@ -61,6 +64,9 @@ void parse_field(const std::string& name, const std::string& text, Activation& v
 }
 void parse_field(const std::string& name, const std::string& text, PositionEncoding& value) {
   parse_enum(name, text, kPositionEncodingNames, value);
+}
+void parse_field(const std::string& name, const std::string& text, DecoderLayerKind& value) {
+  parse_enum(name, text, kDecoderLayerKindNames, value);
 }
 void parse_field(const std::string& name, const std::string& text, bool& value) {
   if (text != "0" && text != "1") throw Error(name + " must be 0 or 1");
@@ -98,7 +104,7 @@ ModelConfig config_from_text(
     const std::optional<std::string> text = text_of(name);
     if (text) {
       parse_field(name, *text, value);
-    } else if (!is_version_2_field(name)) {
+    } else if (field_format_version(name) < 2) {
       throw Error("missing key '" + std::string(name) + "'");
     }
   });
@@ -107,25 +113,31 @@ ModelConfig config_from_text(
 }
 
 namespace {
-constexpr size_t kVersion1Fields = 17;  // source_vocab_size .. eos_id; `activation` on came with version 2
+// The fields in the schema's order: source_vocab_size .. eos_id came with version 1,
+// `activation` .. zero_start_embedding with version 2, decoder_layer_kind with version 3.
+constexpr size_t kVersion1Fields = 17, kVersion2Fields = 21;
+uint32_t version_of_index(size_t index) {
+  return index < kVersion1Fields ? 1 : index < kVersion2Fields ? 2 : 3;
 }
+}  // namespace
 
-bool is_version_2_field(const std::string& name) {
+uint32_t field_format_version(const std::string& name) {
   size_t index = 0;
-  bool found = false;
+  uint32_t version = 0;
   const ModelConfig defaults;
   for_each_config_field(defaults, [&](const char* field, const auto&) {
-    if (name == field) found = index >= kVersion1Fields;
+    if (name == field) version = version_of_index(index);
     ++index;
   });
-  return found;
+  return version;
 }
 
-bool config_needs_version_2(const ModelConfig& c) {
+uint32_t config_format_version(const ModelConfig& c) {
   const auto text = config_to_text(c), defaults = config_to_text(ModelConfig{});
+  uint32_t version = 1;
   for (size_t i = kVersion1Fields; i < text.size(); ++i)
-    if (text[i].second != defaults[i].second) return true;
-  return false;
+    if (text[i].second != defaults[i].second) version = std::max(version, version_of_index(i));
+  return version;
 }
 
 void validate_config(const ModelConfig& c) {
@@ -171,6 +183,8 @@ void validate_config(const ModelConfig& c) {
           "position_encoding " + field_text(c.position_encoding) + " needs an even d_model");
   require(c.position_encoding != PositionEncoding::marian_sin_then_cos || c.d_model >= 4,
           "position_encoding marian_sin_then_cos needs d_model >= 4");
+  require(static_cast<size_t>(c.decoder_layer_kind) < std::size(kDecoderLayerKindNames),
+          "unknown decoder_layer_kind " + std::to_string(static_cast<int>(c.decoder_layer_kind)));
 }
 
 }  // namespace xf

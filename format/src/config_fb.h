@@ -18,6 +18,9 @@ inline fb::Activation to_fb_value(Activation value) { return static_cast<fb::Act
 inline fb::PositionEncoding to_fb_value(PositionEncoding value) {
   return static_cast<fb::PositionEncoding>(value);
 }
+inline fb::DecoderLayerKind to_fb_value(DecoderLayerKind value) {
+  return static_cast<fb::DecoderLayerKind>(value);
+}
 }  // namespace detail
 
 // The arguments of fb::CreateModelConfig are the table's fields in schema order, as is the list.

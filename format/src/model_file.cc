@@ -270,6 +270,21 @@ void ModelFile::parse_and_validate() {
   if (source_vocabulary_.empty() && !target_vocabulary_.empty())
     fail("target vocabulary without a source vocabulary");
 
+  shortlist_.reset();
+  if (const fb::Shortlist* stored = model->shortlist()) {
+    LexicalShortlist shortlist;
+    shortlist.first_num = stored->first_num();
+    shortlist.best_num = stored->best_num();
+    shortlist.offsets.assign(stored->offsets()->begin(), stored->offsets()->end());
+    shortlist.targets.assign(stored->targets()->begin(), stored->targets()->end());
+    try {
+      check_shortlist(shortlist, config_.source_vocab_size, config_.target_vocab_size);
+    } catch (const Error& e) {
+      fail(std::string("invalid ") + e.what());
+    }
+    shortlist_ = std::move(shortlist);
+  }
+
   metadata_.clear();
   if (model->metadata()) {
     for (const fb::KeyValue* kv : *model->metadata()) {

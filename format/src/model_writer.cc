@@ -83,13 +83,13 @@ void ModelWriter::set_source_vocabulary(std::vector<std::string> pieces) {
 void ModelWriter::set_target_vocabulary(std::vector<std::string> pieces) {
   target_vocabulary_ = std::move(pieces);
 }
+void ModelWriter::set_shortlist(LexicalShortlist shortlist) { shortlist_ = std::move(shortlist); }
 uint32_t ModelWriter::format_version() const {
   if (format_version_) return *format_version_;
   // The lowest version that holds the file: version 1 readers take a file without version 2's
   // fields (format/README.md, version rules).
-  const bool needs_version_2 = config_needs_version_2(config_) || !source_vocabulary_.empty() ||
-                               !target_vocabulary_.empty();
-  return needs_version_2 ? 2 : 1;
+  const uint32_t vocabularies = source_vocabulary_.empty() && target_vocabulary_.empty() ? 1 : 2;
+  return std::max(config_format_version(config_), vocabularies);
 }
 
 void ModelWriter::set_metadata(const std::string& key, const std::string& value) {
@@ -210,11 +210,21 @@ std::vector<uint8_t> ModelWriter::serialize() const {
   };
   const auto source_vocabulary = strings_vector(source_vocabulary_);
   const auto target_vocabulary = strings_vector(target_vocabulary_);
+  flatbuffers::Offset<fb::Shortlist> shortlist = 0;
+  if (shortlist_) {
+    try {
+      check_shortlist(*shortlist_, config_.source_vocab_size, config_.target_vocab_size);
+    } catch (const Error& e) {
+      throw Error(std::string("invalid ") + e.what());
+    }
+    shortlist = fb::CreateShortlist(fbb, shortlist_->first_num, shortlist_->best_num,
+                                    fbb.CreateVector(shortlist_->offsets), fbb.CreateVector(shortlist_->targets));
+  }
   const auto model = fb::CreateModel(
       fbb, format_version(), config, source_tokenizer, target_tokenizer,
       fbb.CreateVectorOfSortedTables(&metadata_offsets),
       fbb.CreateVectorOfSortedTables(&tensor_offsets), blob.size(), source_vocabulary,
-      target_vocabulary);
+      target_vocabulary, shortlist);
   fbb.Finish(model, fb::ModelIdentifier());
   return assemble_model_file(fbb.GetBufferPointer(), fbb.GetSize(), blob.data(), blob.size());
 }

@@ -56,7 +56,11 @@ std::vector<ParameterSpec> transformer_parameters(const ModelConfig& c) {
   }
   if (c.norm_position == NormPosition::pre) add_block("", schema::kEncoderFinalNorm);
   for (uint32_t i = 0; i < c.decoder_layers; ++i) {
-    for (const schema::Block& block : schema::kDecoderLayer) add_block(param::decoder_layer(i), block);
+    if (c.decoder_layer_kind == DecoderLayerKind::ssru) {
+      for (const schema::Block& block : schema::kSsruDecoderLayer) add_block(param::decoder_layer(i), block);
+    } else {
+      for (const schema::Block& block : schema::kDecoderLayer) add_block(param::decoder_layer(i), block);
+    }
   }
   if (c.norm_position == NormPosition::pre) add_block("", schema::kDecoderFinalNorm);
   if (!c.tied_output) add(schema::kOutputWeight, {c.target_vocab_size, c.d_model});

@@ -118,9 +118,11 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
   config.position_encoding = options.position_encoding;
   config.scale_embeddings = options.scale_embeddings;
   config.zero_start_embedding = options.zero_start_embedding;
+  config.decoder_layer_kind = options.decoder_layer_kind;
 
   ModelWriter writer(config);
   if (options.with_tokenizer) writer.set_source_tokenizer(tiny_sentencepiece_model());
+  if (options.shortlist) writer.set_shortlist(*options.shortlist);
   for (const auto& [key, value] : options.metadata) writer.set_metadata(key, value);
   std::mt19937 rng(options.seed);
   for (const ParameterSpec& spec : transformer_parameters(config)) {
@@ -142,6 +144,8 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
       std::uniform_real_distribution<float> uniform(-0.1f, 0.1f);
       for (float& v : values) v = uniform(rng);
     }
+    if (name.size() > 22 && name.compare(name.size() - 22, 22, "ssru.input_forget.bias") == 0)
+      std::fill(values.begin(), values.begin() + config.d_model, 0.0f);  // Marian's x W has no bias
     if (name == param::kOutputBias) {
       values[config.eos_id] += options.eos_bias;
       values[config.unk_id] += options.unk_bias;

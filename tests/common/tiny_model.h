@@ -2,12 +2,14 @@
 // Tiny models for tests: a tiny config, random weights written with ModelWriter, and a tiny
 // SentencePiece model trained in the test process on generated lines.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "temp_dir.h"  // make_temp_dir, which the tests of tiny models use
 #include "xf/format/config.h"
+#include "xf/format/shortlist.h"
 
 namespace xf::test {
 
@@ -53,6 +55,11 @@ struct TinyModelOptions {
   PositionEncoding position_encoding = PositionEncoding::interleaved;
   bool scale_embeddings = true;
   bool zero_start_embedding = false;
+  // Marian's SSRU decoder layers (format version 3): their candidate rows get a zero bias, as
+  // Marian's have none.
+  DecoderLayerKind decoder_layer_kind = DecoderLayerKind::self_attention;
+  // A lexical shortlist stored in the file.
+  std::optional<LexicalShortlist> shortlist;
 };
 
 // The tiny SentencePiece model proto (trained once per process; pad 0, unk 1, bos 2, eos 3).

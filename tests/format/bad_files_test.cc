@@ -136,7 +136,7 @@ std::vector<BadFileCase> bad_file_cases() {
     ModelWriter writer(tiny_config());
     add_parameters(writer, random_parameters(tiny_config(), DType::f32, 1));
     writer.set_format_version_for_testing(kFormatVersion + 1);
-    return BadFile{writer.serialize(), "format version 3 is newer than this reader supports (2); "
+    return BadFile{writer.serialize(), "format version 4 is newer than this reader supports (3); "
                                        "upgrade xf"};
   });
   add("version_zero", [] {

@@ -50,6 +50,7 @@ ModelConfig unusual_config() {
   c.scale_embeddings = false;
   c.position_encoding = PositionEncoding::marian_sin_then_cos;
   c.zero_start_embedding = true;
+  c.decoder_layer_kind = DecoderLayerKind::ssru;
   return c;
 }
 
@@ -77,11 +78,20 @@ TEST(FormatConfigText, EveryFieldRoundTrips) {
   EXPECT_FALSE(back.scale_embeddings);
   EXPECT_EQ(back.position_encoding, PositionEncoding::marian_sin_then_cos);
   EXPECT_TRUE(back.zero_start_embedding);
-  EXPECT_TRUE(config_needs_version_2(back));
+  EXPECT_EQ(values.at("decoder_layer_kind"), "ssru");
+  EXPECT_EQ(back.decoder_layer_kind, DecoderLayerKind::ssru);
+  EXPECT_EQ(config_format_version(back), 3u);
+  ModelConfig version_2 = back;
+  version_2.decoder_layer_kind = DecoderLayerKind::self_attention;
+  EXPECT_EQ(config_format_version(version_2), 2u);
+  EXPECT_EQ(field_format_version("eos_id"), 1u);
+  EXPECT_EQ(field_format_version("activation"), 2u);
+  EXPECT_EQ(field_format_version("decoder_layer_kind"), 3u);
+  EXPECT_EQ(field_format_version("no_such_field"), 0u);
   // The names are the schema's, in its order.
   EXPECT_EQ(text.front().first, "source_vocab_size");
-  EXPECT_EQ(text.back().first, "zero_start_embedding");
-  EXPECT_EQ(text.size(), 21u);
+  EXPECT_EQ(text.back().first, "decoder_layer_kind");
+  EXPECT_EQ(text.size(), 22u);
 }
 
 // config.txt as checkpoints wrote it before the field table (epsilon printed with %.9g): the
@@ -106,7 +116,7 @@ TEST(FormatConfigText, ReadsTheFormWrittenBefore) {
   EXPECT_TRUE(c.scale_embeddings);
   EXPECT_EQ(c.position_encoding, PositionEncoding::interleaved);
   EXPECT_FALSE(c.zero_start_embedding);
-  EXPECT_FALSE(config_needs_version_2(c));
+  EXPECT_EQ(config_format_version(c), 1u);
   // A field of version 1 stays required.
   auto without_d_ff = old_form;
   without_d_ff.erase("d_ff");

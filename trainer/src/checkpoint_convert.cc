@@ -294,10 +294,10 @@ Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& enc
 std::vector<float> parameters_from_model_file(const ModelFile& model) {
   // The trainer's graph is the paper's (ReLU, scaled embeddings, interleaved sinusoid, start
   // token) over the tokenizer's own ids: an imported model's version 2 features it cannot keep.
-  if (config_needs_version_2(model.config()) || !model.source_vocabulary().empty())
-    throw Error(model.path() + ": an imported model (format version 2: its activation, embeddings, "
-                "positions or vocabulary list) cannot be trained or rewritten; convert it again from "
-                "the original with xf-convert --from");
+  if (config_format_version(model.config()) >= 2 || !model.source_vocabulary().empty())
+    throw Error(model.path() + ": an imported model (format version 2 or 3: its activation, embeddings, "
+                "positions, SSRU decoder or vocabulary list) cannot be trained or rewritten; convert it "
+                "again from the original with xf-convert --from");
   std::vector<float> parameters;
   for (const auto& spec : transformer_parameters(model.config())) {
     // ModelFile::open already checked every tensor's presence and shape against the config.

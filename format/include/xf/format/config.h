@@ -14,6 +14,8 @@
 namespace xf {
 
 enum class NormPosition : uint8_t { post = 0, pre = 1 };
+// The decoder layers' first sub-layer: self-attention (the paper) or Marian's SSRU.
+enum class DecoderLayerKind : uint8_t { self_attention = 0, ssru = 1 };
 
 // Every field of ModelConfig, in the schema's order (ModelConfig in format/xf_model.fbs), with
 // the paper's base model as defaults: X(type, name, default). This is the one list of the
@@ -40,7 +42,8 @@ enum class NormPosition : uint8_t { post = 0, pre = 1 };
   X(Activation, activation, Activation::relu)    \
   X(bool, scale_embeddings, true)                \
   X(PositionEncoding, position_encoding, PositionEncoding::interleaved) \
-  X(bool, zero_start_embedding, false)
+  X(bool, zero_start_embedding, false)            \
+  X(DecoderLayerKind, decoder_layer_kind, DecoderLayerKind::self_attention)
 
 // Every field is stored in the file.
 struct ModelConfig {
@@ -51,12 +54,14 @@ struct ModelConfig {
   uint32_t head_dim() const { return d_model / num_heads; }
 };
 
-// Whether the config uses a field of format version 2 (a value other than its default there):
-// a file that does not is written as version 1, which older readers take.
-bool config_needs_version_2(const ModelConfig& config);
-// Whether `name` is a field that came with format version 2 (from `activation` on): text and
-// references written before it take its default.
-bool is_version_2_field(const std::string& name);
+// The lowest format version that holds the config: 3 when it uses a field of version 3, 2 when
+// one of version 2 (a value other than the field's default there), else 1, which every reader
+// takes.
+uint32_t config_format_version(const ModelConfig& config);
+// The format version a field came with (1 for source_vocab_size .. eos_id, 2 from `activation`,
+// 3 from `decoder_layer_kind`), 0 for an unknown name: text and references written before a
+// field existed take its default.
+uint32_t field_format_version(const std::string& name);
 
 // Calls visit(name, field) for every field of `config` in the schema's order; `field` is a
 // reference to the member (const when `config` is).

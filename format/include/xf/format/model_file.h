@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,12 +13,13 @@
 
 #include "xf/format/config.h"
 #include "xf/format/file_access.h"  // how ModelFile::open gets the bytes
+#include "xf/format/shortlist.h"
 
 namespace xf {
 
-// The newest version this code reads and writes; it writes version 1 where a file needs nothing
-// of version 2 (format/README.md, version rules).
-inline constexpr uint32_t kFormatVersion = 2;
+// The newest version this code reads and writes; it writes the lowest version that holds a file
+// (format/README.md, version rules).
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr size_t kBlobAlignment = 256;       // tensor offsets are multiples of this
 inline constexpr size_t kMaxTensorRank = 4;
 inline constexpr const char* kFileIdentifier = "XFM1";
@@ -72,6 +74,9 @@ class ModelFile {
     return target_vocabulary_.empty() ? source_vocabulary_ : target_vocabulary_;
   }
 
+  // The lexical shortlist stored in the file (a copy, checked against the vocabularies), if any.
+  const std::optional<LexicalShortlist>& shortlist() const { return shortlist_; }
+
   const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key, const std::string& fallback = "") const;
 
@@ -106,6 +111,7 @@ class ModelFile {
   ModelConfig config_;
   std::string_view source_tokenizer_, target_tokenizer_;
   std::vector<std::string_view> source_vocabulary_, target_vocabulary_;
+  std::optional<LexicalShortlist> shortlist_;
   std::vector<std::pair<std::string, std::string>> metadata_;
   std::vector<TensorView> tensors_;
 };

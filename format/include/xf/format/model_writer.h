@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "xf/format/config.h"
+#include "xf/format/shortlist.h"
 
 namespace xf {
 
@@ -23,6 +24,9 @@ class ModelWriter {
   // differs from the source one.
   void set_source_vocabulary(std::vector<std::string> pieces);
   void set_target_vocabulary(std::vector<std::string> pieces);
+  // A lexical shortlist stored in the model (checked against the config's vocabularies when the
+  // file is written); the runtime uses it unless told otherwise (--shortlist none).
+  void set_shortlist(LexicalShortlist shortlist);
 
   // Raw bytes in the given dtype; for INT8 also one f32 scale per row (shape[0] of them).
   void add_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
@@ -53,6 +57,7 @@ class ModelWriter {
   std::optional<uint32_t> format_version_;  // unset: the lowest that holds the file
   std::string source_tokenizer_, target_tokenizer_;
   std::vector<std::string> source_vocabulary_, target_vocabulary_;
+  std::optional<LexicalShortlist> shortlist_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, PendingTensor> tensors_;
 };

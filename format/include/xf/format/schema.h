@@ -54,6 +54,12 @@ inline constexpr Block kCrossAttentionNorm = norm("cross_attention_norm");
 inline constexpr Block kFfnInner = linear("ffn.inner", kDFf, kDModel);
 inline constexpr Block kFfnOuter = linear("ffn.outer", kDModel, kDFf);
 inline constexpr Block kFfnNorm = norm("ffn_norm");
+// A decoder layer of kind ssru (Marian's SSRU) in place of the self-attention blocks: one fused
+// product of the step's input, the candidate rows [0, d) (Marian's `_rnn_W`, whose bias is 0)
+// then the forget gate's [d, 2d) (`_rnn_Wf`, `_rnn_bf`), and the norm around the cell (Marian's
+// `_rnn_ffn_ln_scale` / `_ln_bias`).
+inline constexpr Block kSsruInputForget = linear("ssru.input_forget", {2, 0}, kDModel);
+inline constexpr Block kSsruNorm = norm("ssru_norm");
 
 // The blocks of one layer, in parameter order (the trainer's buffer and checkpoints use it).
 inline constexpr Block kEncoderLayer[] = {kSelfAttentionQkv, kSelfAttentionOutput,
@@ -64,6 +70,10 @@ inline constexpr Block kDecoderLayer[] = {
     kCrossAttentionQuery, kCrossAttentionKeyValue, kCrossAttentionOutput,
     kCrossAttentionNorm,  kFfnInner,               kFfnOuter,
     kFfnNorm};
+inline constexpr Block kSsruDecoderLayer[] = {
+    kSsruInputForget,        kSsruNorm,         kCrossAttentionQuery, kCrossAttentionKeyValue,
+    kCrossAttentionOutput,   kCrossAttentionNorm, kFfnInner,          kFfnOuter,
+    kFfnNorm};
 
 // A layer's blocks as members, for any binding of them (a runtime device's weights, the
 // trainer's parameter offsets): one member per entry of kEncoderLayer / kDecoderLayer.
@@ -72,10 +82,13 @@ struct EncoderLayer {
   Linear qkv, self_output, ffn_inner, ffn_outer;
   Norm self_norm, ffn_norm;
 };
+// A decoder layer binds the self-attention members or (an SSRU layer) the ssru ones.
 template <typename Linear, typename Norm>
 struct DecoderLayer {
   Linear qkv, self_output, cross_query, cross_key_value, cross_output, ffn_inner, ffn_outer;
   Norm self_norm, cross_norm, ffn_norm;
+  Linear ssru_input_forget{};
+  Norm ssru_norm{};
 };
 
 // Layer i of a stack is named by this prefix, then i, then ".": "encoder.layers.3.".
