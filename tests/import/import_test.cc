@@ -631,8 +631,6 @@ TEST(ImportPytorchBin, HalfStoragesAreWidened) {
   EXPECT_GT(compared, 10000u);
 }
 
-}  // namespace
-}  // namespace xf
 
 // ---- Firefox Translations (Bergamot) students: SSRU decoders, shortlists, Marian's .bin ----------
 
@@ -650,7 +648,10 @@ LexicalShortlist stored_shortlist(const std::string& xfm) {
 class ImportMarianStudent : public ::testing::TestWithParam<const char*> {};
 
 // The text shortlist pruned as Marian prunes it (best 8 per source piece) is the one Marian's
-// own converter wrote from it, id for id; the binary one imports to the same.
+// own converter wrote from it, id for id; the binary one imports to the same. One exception,
+// Marian's own: several source words of lex.s2t unknown to the vocabulary all become <unk>, and
+// where two give one target, Marian's decoder keeps the later probability (what xf reads) and
+// its converter the larger: <unk>'s lists are left out of the comparison.
 TEST_P(ImportMarianStudent, TextShortlistPrunedAsMariansBinary) {
   const std::string dir = copy_fixture(GetParam());
   const std::string from_text = dir + "/from-text.xfm", from_binary = dir + "/from-binary.xfm";
@@ -661,17 +662,20 @@ TEST_P(ImportMarianStudent, TextShortlistPrunedAsMariansBinary) {
   EXPECT_EQ(text.best_num, 8u);
   EXPECT_EQ(text.first_num, binary.first_num);
   EXPECT_EQ(text.best_num, binary.best_num);
-  EXPECT_EQ(text.targets, binary.targets);
   // Marian's offsets run over the source ids its lexicon names; xf's may stop earlier (ids past
   // the end have no candidates): the same lists either way.
-  const uint64_t sources = std::max(text.source_ids(), binary.source_ids());
-  for (uint64_t s = 0; s < sources; ++s) {
-    auto range = [](const LexicalShortlist& l, uint64_t s) {
-      return s < l.source_ids() ? std::pair{l.offsets[s], l.offsets[s + 1]} : std::pair{l.targets.size(), l.targets.size()};
-    };
-    EXPECT_EQ(range(text, s), range(binary, s)) << "source id " << s;
-  }
-  EXPECT_GT(text.targets.size(), 100u);
+  auto targets_of = [](const LexicalShortlist& l, uint64_t s) {
+    return s < l.source_ids() ? std::vector<uint32_t>(l.targets.begin() + l.offsets[s], l.targets.begin() + l.offsets[s + 1])
+                              : std::vector<uint32_t>{};
+  };
+  const uint32_t unk = static_cast<uint32_t>(ModelFile::open(from_text)->config().unk_id);
+  uint64_t compared = 0;
+  for (uint64_t s = 0; s < std::max(text.source_ids(), binary.source_ids()); ++s)
+    if (s != unk) {
+      EXPECT_EQ(targets_of(text, s), targets_of(binary, s)) << "source id " << s;
+      compared += targets_of(text, s).size();
+    }
+  EXPECT_GT(compared, 100u);
   std::string yml = test::read_file(dir + "/decoder.yml");
   yml.replace(yml.find("lex.s2t\n"), 8, "lex.s2t.bin\n");
   std::ofstream(dir + "/decoder.yml") << yml;
@@ -794,3 +798,6 @@ TEST(ImportRefusals, StudentKeysAreNamed) {
   fs::remove(dir + "/lex.s2t");
   EXPECT_EQ(refusal("marian", dir), "xf-convert: " + dir + "/lex.s2t: missing shortlist (" + dir + "/decoder.yml: key 'shortlist')");
 }
+
+}  // namespace
+}  // namespace xf
