@@ -27,20 +27,22 @@
 #   PYTHON    a Python with pymarian, sentencepiece  [python3]
 #   XF_BIN    directory with xf-run and xf-convert   [REPO/build/bin]
 #   XF_DATA   folder with train.tsv and test.tsv (English TAB French)   (required)
-#   LINES [128]  LINES_B1 [32]  PIECES [14]  FACTOR [1.5]  ROUNDS [2]  UPDATES [1]
+#   LINES [96]  LINES_B1 [32]  PIECES [10]  FACTOR [1.5]  ROUNDS [2]  UPDATES [1]
 #   ISAS ["AVX2 native"]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=timed_run.sh
+source "$here/timed_run.sh"
 repo=$(cd "$here/../.." && pwd)
 [[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
 work=${1:-$(mktemp -d /tmp/xf-marian-student-XXXXXX)}
 python=${PYTHON:-python3}
 xf_bin=${XF_BIN:-$repo/build/bin}
 data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
-lines=${LINES:-128}
+lines=${LINES:-96}
 lines_b1=${LINES_B1:-32}
-pieces=${PIECES:-14}
+pieces=${PIECES:-10}
 factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
 updates=${UPDATES:-1}
@@ -77,22 +79,11 @@ EOF
   "$xf_bin/xf-convert" --from marian "$student/model.intgemm8.bin" -o "$work/xf_int8.xfm" --dtype int8 2>> "$work/convert.log"
 
 results=$work/results.tsv
-printf 'config\tisa\tengine\tround\tload1\twall_s\tcpu_s\trss_mb\tlines\toutput\n' > "$results"
+printf 'config\tisa\tengine\tround\tlines\tload1\twall_s\tcpu_s\trss_mb\toutput\n' > "$results"
 
-# run LABEL ISA ENGINE ROUND LINES OUTPUT COMMAND...: one timed process, its stdout the output.
-run() {
-  local label=$1 isa=$2 engine=$3 round=$4 count=$5 out=$6
-  shift 6
-  local load
-  load=$(cut -d' ' -f1 /proc/loadavg)
-  echo "== $label $isa $engine round $round: $*" >> "$work/stderr.log"
-  /usr/bin/time -f '%e %U %S %M' -o "$work/time.txt" "$@" > "$out" 2>> "$work/stderr.log" ||
-    { tail -5 "$work/stderr.log" >&2; exit 1; }
-  read -r wall user sys rss_kb < "$work/time.txt"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$isa" "$engine" "$round" "$load" "$wall" \
-    "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" \
-    "$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k / 1024 }')" "$count" "$out" >> "$results"
-}
+# run LABEL ISA ENGINE ROUND LINES OUTPUT COMMAND...: one timed process (timed_run.sh), its
+# stdout the output.
+run() { timed_run "$work" "$6" "$1" "$2" "$3" "$4" "$5" -- "${@:7}"; }
 
 # config LABEL BATCH INPUT_NAME ISA
 config() {

@@ -18,38 +18,29 @@ piece; Bergamot's come from fast_align, not on PyPI). An existing complete folde
 Needs pymarian, sentencepiece (a virtual environment outside the repository). Nothing of it is
 committed: the model is made on demand.
 """
-import argparse
 import os
-import random
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
+from make_base_marian import arguments, kept, read_pairs  # noqa: E402
 from make_marian_fixtures import ibm1_lexicon  # noqa: E402 (one IBM model 1 for fixtures and benchmarks)
 
 FILES = ("model.npz", "model.intgemm8.bin", "vocab.enfr.spm", "lex.s2t", "lex.50.50.s2t.bin", "decoder.yml")
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", required=True, help="folder with train.tsv")
-    p.add_argument("--out", required=True, help="output folder (outside the repository)")
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--lines", type=int, default=300000, help="sentences the SentencePiece model learns from")
+    p = arguments(__doc__.split("\n")[0])
     p.add_argument("--updates", type=int, default=1, help="1: random weights (learning rate 0)")
     a = p.parse_args()
-    if all(os.path.exists(os.path.join(a.out, f)) for f in FILES):
-        print("make_student_marian: %s exists, kept" % a.out)
+    if kept(a.out, FILES, "make_student_marian"):
         return
     import pymarian
     import sentencepiece as spm
 
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.data, "train.tsv"), encoding="utf-8") as f:
-        pairs = [line.rstrip("\n").split("\t")[:2] for line in f]
-    pairs = [p for p in pairs if len(p) == 2 and p[0] and p[1]]
-    random.Random(38).shuffle(pairs)
+    pairs = read_pairs(os.path.join(a.data, "train.tsv"), len(open(os.path.join(a.data, "train.tsv")).readlines()))
     text = os.path.join(a.out, "spm_train.txt")
     with open(text, "w", encoding="utf-8") as f:
         for source, target in pairs[: a.lines]:
