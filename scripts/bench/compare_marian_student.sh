@@ -11,23 +11,24 @@
 # 2. xf imports Marian's intgemm8 file with its shortlist (decoder.yml names it): `xf-convert
 #    --from marian RUN_DIR/student/model.intgemm8.bin --dtype int8`, Marian's own int8 values.
 # 3. The input: the first LINES distinct English sentences of XF_DATA/test.tsv that are exactly
-#    PIECES pieces long (LINES_B1 for batch 1), as text: each engine tokenizes with the same .spm.
-#    Random weights never choose EOS, so every output runs to the length limit, set equal:
-#    Marian's --max-length-factor FACTOR (FACTOR x (pieces + EOS) tokens, rounded down), xf-run
-#    --max-decoding-length the same number. Greedy (Bergamot's students decode with beam 1).
+#    PIECES pieces long (LINES_B1 for batch 1), each REPEAT times, as text: each engine tokenizes
+#    with the same .spm. Greedy (Bergamot's students decode with beam 1). The outputs' length
+#    limit is set equal: Marian's --max-length-factor FACTOR, xf-run --max-len-a FACTOR
+#    --max-len-b 0. The engines' int8 products differ, so their outputs do (the table counts the
+#    lines that agree and the output tokens of each).
 # 4. Each configuration (ISA: AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 for xf; INTGEMM_CPUID=AVX2 and
 #    MKL_ENABLE_INSTRUCTIONS=AVX2 for Marian) and the CPU's own (AVX-512 here); batch 32 and
 #    batch 1; one thread) runs both engines as one process over the whole input, alternating,
 #    ROUNDS times; the table keeps each engine's round with the least CPU time. Figures are of
 #    the whole process (model loading and, for Marian, Python's start included; the "start-up +
 #    1 sentence" rows are the same processes on one sentence): cpu s = user + sys, wall s, peak
-#    RSS, and sentences per second of CPU time.
+#    RSS, sentences per second of CPU time, and the same net of the start-up row's CPU time.
 #
 # Environment (defaults in brackets):
 #   PYTHON    a Python with pymarian, sentencepiece  [python3]
 #   XF_BIN    directory with xf-run and xf-convert   [REPO/build/bin]
 #   XF_DATA   folder with train.tsv and test.tsv (English TAB French)   (required)
-#   LINES [96]  LINES_B1 [32]  PIECES [10]  FACTOR [1.5]  ROUNDS [2]  UPDATES [1]
+#   LINES [96]  LINES_B1 [32]  REPEAT [4]  PIECES [10]  FACTOR [1.5]  ROUNDS [2]  UPDATES [1]
 #   ISAS ["AVX2 native"]
 set -euo pipefail
 
@@ -42,6 +43,7 @@ xf_bin=${XF_BIN:-$repo/build/bin}
 data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
 lines=${LINES:-96}
 lines_b1=${LINES_B1:-32}
+repeat=${REPEAT:-4}
 pieces=${PIECES:-10}
 factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
@@ -54,14 +56,13 @@ case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; 
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 student=$work/student
-max_len=$(awk -v f="$factor" -v p="$pieces" 'BEGIN { printf "%d", f * (p + 1) }')
 
 "$python" "$here/make_student_marian.py" --data "$data" --out "$student" --updates "$updates"
 
-"$python" - "$student/vocab.enfr.spm" "$data/test.tsv" "$pieces" "$lines" "$lines_b1" "$work" <<'EOF'
+"$python" - "$student/vocab.enfr.spm" "$data/test.tsv" "$pieces" "$lines" "$lines_b1" "$repeat" "$work" <<'EOF'
 import sys
 import sentencepiece as spm
-spm_path, test, pieces, lines, lines_b1, work = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6]
+spm_path, test, pieces, lines, lines_b1, repeat, work = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
 sp = spm.SentencePieceProcessor(model_file=spm_path)
 chosen = []
 for line in open(test, encoding="utf-8"):
@@ -70,9 +71,9 @@ for line in open(test, encoding="utf-8"):
         chosen.append(source)
 if len(chosen) < max(lines, lines_b1):
     sys.exit("compare_marian_student: only %d distinct sentences of %d pieces in %s" % (len(chosen), pieces, test))
-for name, count in (("input", lines), ("input_b1", lines_b1), ("one", 1)):
+for name, count, times in (("input", lines, repeat), ("input_b1", lines_b1, repeat), ("one", 1, 1)):
     with open("%s/%s.txt" % (work, name), "w", encoding="utf-8") as f:
-        f.writelines(s + "\n" for s in chosen[:count])
+        f.writelines(s + "\n" for _ in range(times) for s in chosen[:count])
 EOF
 
 [[ -f $work/xf_int8.xfm ]] ||
@@ -98,7 +99,7 @@ config() {
     local tag="${label// /_}.$isa.r$round"
     run "$label" "$isa" xf "$round" "$count" "$work/out.xf.$tag" \
       env "${xf_env[@]}" "$xf_bin/xf-run" --model "$work/xf_int8.xfm" --input "$work/$in.txt" --beam 1 \
-      --max-batch "$batch" --threads 1 --length-penalty 0 --max-decoding-length "$max_len"
+      --max-batch "$batch" --threads 1 --length-penalty 0 --max-len-a "$factor" --max-len-b 0
     run "$label" "$isa" marian "$round" "$count" "$work/out.marian.$tag" \
       env "${marian_env[@]}" "$python" -m pymarian decode -m "$student/model.intgemm8.bin" \
       -v "$student/vocab.enfr.spm" "$student/vocab.enfr.spm" --shortlist "$student/lex.50.50.s2t.bin" false \
@@ -112,7 +113,7 @@ config() {
        "$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_vnni|avx512_bf16)$' | tr '\n' ' ')"
   echo "uptime before: $(uptime)"
   echo "software: $("$python" -c 'import pymarian; print("pymarian", pymarian.__version__)'), xf $("$xf_bin/xf-run" --version 2>&1 | head -1)"
-  echo "student: $([[ $updates == 1 ]] && echo 'random weights' || echo "$updates updates"); input: $lines sentences (batch 1: $lines_b1) of $pieces pieces; outputs up to $max_len tokens; int8 with the 50/50 shortlist"
+  echo "student: $([[ $updates == 1 ]] && echo 'random weights' || echo "$updates updates"); input: $lines sentences (batch 1: $lines_b1) of $pieces pieces, each $repeat times; outputs up to $factor x the source; greedy, int8 with the 50/50 shortlist, one thread"
 } > "$work/machine.txt"
 
 for isa in $isas; do
@@ -132,16 +133,30 @@ for r in rows:
         best[key] = r
 print(open(sys.argv[2]).read().rstrip())
 print()
-print("| ISA | configuration | engine | cpu s | wall s | peak RSS MB | sentences / cpu s | same output as xf | xf cpu ÷ Marian cpu | load |")
-print("|---|---|---|---:|---:|---:|---:|---|---:|---:|")
+print("| ISA | configuration | engine | lines | output tokens | cpu s | wall s | peak RSS MB | sentences / cpu s "
+      "| the same net of start-up | same output as xf | xf cpu ÷ Marian cpu (net of start-up) | load |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
 for key, r in best.items():
     config, isa, engine = key
     xf = best[(config, isa, "xf")]
     out, xf_out = open(r["output"]).read().splitlines(), open(xf["output"]).read().splitlines()
+    tokens = sum(len(line.split()) for line in out)
     same = "-" if engine == "xf" else "%d of %d lines" % (sum(a == b for a, b in zip(out, xf_out)), len(xf_out))
-    ratio = "%.2f" % (float(xf["cpu_s"]) / float(r["cpu_s"])) if engine != "xf" else ""
-    print("| %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s |" % (
-        isa, config, engine, r["cpu_s"], r["wall_s"], r["rss_mb"], int(r["lines"]) / max(float(r["cpu_s"]), 1e-3),
-        same, ratio, r["load1"]))
+    cpu = float(r["cpu_s"])
+    def net_of(row):
+        start = best.get(("start-up + 1 sentence", isa, row["engine"]))
+        if config.startswith("start-up") or not start:
+            return None
+        net = float(row["cpu_s"]) - float(start["cpu_s"])
+        return net if net > 0 else None
+    net = net_of(r)
+    ratio = ""
+    if engine != "xf":
+        ratio = "%.2f" % (float(xf["cpu_s"]) / cpu)
+        if net and net_of(xf):
+            ratio += " (%.2f)" % (net_of(xf) / net)
+    print("| %s | %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %s |" % (
+        isa, config, engine, r["lines"], tokens, r["cpu_s"], r["wall_s"], r["rss_mb"],
+        int(r["lines"]) / max(cpu, 1e-3), "%.1f" % (int(r["lines"]) / net) if net else "-", same, ratio, r["load1"]))
 EOF
 echo "all runs: $results; outputs and stderr.log in $work"
