@@ -27,6 +27,8 @@
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/format/model_file.h"
+#include "xf/format/parameters.h"
+#include "xf/format/schema.h"
 #include "xf/format/shortlist.h"
 #include "xf/importers/importers.h"
 #include "xf/model.h"
@@ -705,6 +707,24 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ImportMarianStudent, ::testing::Values("maria
                              if (c == '-') c = '_';
                            return name;
                          });
+
+// Firefox Translations' layout: a decoder config of another name, given itself, naming the
+// intgemm8 model, the vocabulary and the binary shortlist (with Marian's "check" flag).
+TEST(ImportMarianInput, TheConfigGivenNamesModelVocabularyAndShortlist) {
+  const std::string dir = copy_fixture("marian-student", {"decoder.yml", "model.npz"});
+  std::ofstream(dir + "/config.intgemm8bit.yml") << "models:\n  - model.intgemm8.bin\nvocabs:\n  - vocab.enfr.spm\n"
+                                                     "  - vocab.enfr.spm\nbeam-size: 1\nshortlist:\n  - lex.s2t.bin\n  - false\n";
+  const test::CommandRun run = test::run_command(std::string(XF_CONVERT) + " --from marian '" + dir +
+                                                     "/config.intgemm8bit.yml' -o '" + dir + "/out.xfm' --dtype int8",
+                                                 dir);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto file = ModelFile::open(dir + "/out.xfm");
+  EXPECT_EQ(file->config().decoder_layer_kind, DecoderLayerKind::ssru);
+  EXPECT_EQ(file->tensor(param::decoder_layer(0) + schema::kSsruInputForget.name + schema::kWeight).dtype, DType::int8);
+  ASSERT_TRUE(file->shortlist().has_value());
+  EXPECT_EQ(file->shortlist()->targets, read_binary_shortlist(dir + "/lex.s2t.bin").targets);
+  EXPECT_EQ(file->metadata_value("decoding.beam"), "1");
+}
 
 // Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
 // Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
