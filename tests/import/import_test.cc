@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -764,23 +765,45 @@ TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
 
 // ---- Refusals of Marian's binary files ---------------------------------------------------------
 
-// Sets the type of the binary model's item `name` (its header's second u64) to `type`.
-void set_bin_item_type(const std::string& bin, const std::string& name, uint64_t type) {
+// Sets to `type` the type (its header's second u64) of the binary model's items that `which`
+// (name, type) picks; returns how many.
+int set_bin_item_types(const std::string& bin, const std::function<bool(const std::string&, uint64_t)>& which,
+                       uint64_t type) {
   std::string bytes = test::read_file(bin);
   uint64_t count;
   std::memcpy(&count, bytes.data() + 8, 8);
   size_t name_at = 16 + 32 * count;
+  int changed = 0;
   for (uint64_t i = 0; i < count; ++i) {
-    uint64_t length;
+    uint64_t length, old_type;
     std::memcpy(&length, bytes.data() + 16 + 32 * i, 8);
-    if (bytes.compare(name_at, length - 1, name) == 0 && length - 1 == name.size()) {
+    std::memcpy(&old_type, bytes.data() + 16 + 32 * i + 8, 8);
+    if (which(bytes.substr(name_at, length - 1), old_type)) {
       std::memcpy(bytes.data() + 16 + 32 * i + 8, &type, 8);
-      std::ofstream(bin, std::ios::binary) << bytes;
-      return;
+      ++changed;
     }
     name_at += length;
   }
-  FAIL() << "no item " << name;
+  std::ofstream(bin, std::ios::binary) << bytes;
+  return changed;
+}
+
+void set_bin_item_type(const std::string& bin, const std::string& name, uint64_t type) {
+  ASSERT_EQ(set_bin_item_types(bin, [&](const std::string& n, uint64_t) { return n == name; }, type), 1) << name;
+}
+
+// Firefox Translations' files come from browsermt/marian-dev, whose intgemm8 is type 0x4101
+// (marian-nmt's, pymarian's, is 0x10001): the same bytes, the same import.
+TEST(ImportMarianIntgemm8, BrowsermtTypeNumberImportsTheSame) {
+  const std::string dir = copy_fixture("marian-student");
+  importers::ImportOptions options;
+  options.dtype = DType::int8;
+  options.metadata["imported_from.path"] = "student";
+  importers::import_marian(dir + "/model.intgemm8.bin", dir + "/marian-nmt.xfm", options);
+  EXPECT_GE(set_bin_item_types(dir + "/model.intgemm8.bin", [](const std::string&, uint64_t t) { return t == 0x10001; }, 0x4101),
+            2 * 6 + 2 * 8);
+  importers::import_marian(dir + "/model.intgemm8.bin", dir + "/browsermt.xfm", options);
+  EXPECT_TRUE(test::read_file(dir + "/marian-nmt.xfm") == test::read_file(dir + "/browsermt.xfm"));
 }
 
 TEST(ImportRefusals, MarianBinaryItemTypesAndTruncation) {
