@@ -437,4 +437,46 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   }
 }
 
+// ---- the output layer over a shortlist's rows ---------------------------------------------------
+
+namespace {
+XF_VECTORIZED_BODY float dot_body(const float* a, const float* b, int64_t k) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < k; ++c) sum += a[c] * b[c];
+  return sum;
+}
+XF_DISPATCH_BY_ISA(dot)
+}  // namespace
+
+void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, float* out, int threads) {
+  if (w.dtype != DType::f32 && w.dtype != DType::int8)
+    throw Error(std::string("gather_weight_rows: ") + dtype_name(w.dtype) + " weights are not read on the CPU");
+  const int64_t cols = w.cols;
+  detail::parallel_for(count, threads, count * cols > detail::kMinSharedWork, [&](int64_t i) {
+    const int64_t row = ids[i];
+    float* to = out + i * cols;
+    if (w.dtype == DType::f32) {
+      std::memcpy(to, static_cast<const float*>(w.data) + row * cols, sizeof(float) * cols);
+    } else {
+      const int8_t* q = static_cast<const int8_t*>(w.data) + row * cols;
+      const float scale = w.row_scales[row];
+      for (int64_t c = 0; c < cols; ++c) to[c] = static_cast<float>(q[c]) * scale;
+    }
+  });
+}
+
+void rows_product(const float* x, const float* w, const float* bias, int64_t rows, int64_t n, int64_t k, float* y,
+                  int threads) {
+  // Columns of y in blocks, every row of x against a block's weight rows while they are in cache.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  detail::parallel_for(blocks, threads, rows * n * k > detail::kMinSharedWork, [&](int64_t b) {
+    const int64_t first = b * kBlock, last = std::min(n, first + kBlock);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = first; i < last; ++i)
+        y[r * n + i] = dot(x + r * k, w + i * k, k) + (bias != nullptr ? bias[i] : 0.0f);
+  });
+}
+
 }  // namespace xf::cpu

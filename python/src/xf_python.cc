@@ -121,7 +121,8 @@ class PyTranslator {
  public:
   PyTranslator(const std::string& model_path, const std::string& device, int max_batch, int max_beam,
                int threads, int max_source_len, std::optional<std::string> weight_dtype, float max_len_a,
-               int max_len_b) {
+               int max_len_b, const std::string& shortlist, int shortlist_first, int shortlist_best,
+               float shortlist_threshold) {
     xf::TranslatorOptions options;
     options.device = xf::parse_device(device);
     options.max_batch = max_batch;
@@ -131,6 +132,10 @@ class PyTranslator {
     if (weight_dtype) options.weight_dtype = xf::parse_dtype(*weight_dtype);
     options.max_len_a = max_len_a;
     options.max_len_b = max_len_b;
+    options.shortlist = shortlist;
+    options.shortlist_first = shortlist_first;
+    options.shortlist_best = shortlist_best;
+    options.shortlist_threshold = shortlist_threshold;
     nb::gil_scoped_release released;  // loading and packing the weights takes a while
     AsynchronousSignalsBlocked blocked;
     model_ = xf::Model::open(model_path);
@@ -349,9 +354,11 @@ NB_MODULE(_xf, m) {
       .def_rw("no_repeat_ngram_size", &xf::TranslateOptions::no_repeat_ngram_size);
 
   nb::class_<PyTranslator>(m, "Translator")
-      .def(nb::init<const std::string&, const std::string&, int, int, int, int, std::optional<std::string>, float, int>(),
+      .def(nb::init<const std::string&, const std::string&, int, int, int, int, std::optional<std::string>, float, int,
+                    const std::string&, int, int, float>(),
            nb::arg("model_path"), nb::arg("device"), nb::arg("max_batch"), nb::arg("max_beam"), nb::arg("threads"),
-           nb::arg("max_source_len"), nb::arg("weight_dtype").none(), nb::arg("max_len_a"), nb::arg("max_len_b"))
+           nb::arg("max_source_len"), nb::arg("weight_dtype").none(), nb::arg("max_len_a"), nb::arg("max_len_b"),
+           nb::arg("shortlist"), nb::arg("shortlist_first"), nb::arg("shortlist_best"), nb::arg("shortlist_threshold"))
       .def("translate", &PyTranslator::translate, nb::arg("source"), nb::arg("target_prefix").none(),
            nb::arg("options"), nb::arg("max_input_length"), nb::arg("callback").none())
       .def("score", &PyTranslator::score, nb::arg("source"), nb::arg("target"), nb::arg("options"),

@@ -38,6 +38,17 @@ def _int(name: str, value: Any, minimum: int, maximum: int = _INT_MAX) -> int:
     return value
 
 
+def _shortlist_path(value: Any) -> str:
+    if value is None:
+        return ""  # the model's own
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"shortlist must be None, \"none\" or a path, got {type(value).__name__}")
+    path = os.fspath(value)
+    if path == "":
+        raise ValueError("shortlist must be None, \"none\" or a path, got an empty string")
+    return path
+
+
 def _float(name: str, value: Any, minimum: float = -math.inf, maximum: float = math.inf,
            above_minimum: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -130,6 +141,10 @@ class Translator:
     "int8" (CPU) or "f16" (CUDA); compute_type takes CTranslate2's names for the same
     ("default", "float32", "int8", "float16"). max_len_a, max_len_b: the longest output is
     max_len_a * source tokens + max_len_b (the plan's limit; per call too).
+    shortlist: a lexical shortlist (Marian's): None (the model file's own, if it has one), "none",
+    or a file, Marian's binary lex.*.s2t.bin or its text lex.s2t pruned to shortlist_best
+    candidates per source piece, ids below shortlist_first always in, each with a probability
+    above shortlist_threshold (Marian's --shortlist FILE FIRST BEST THRESHOLD). CPU only.
     Raises xf.Error with the runtime's message (missing or invalid file, bad option); TypeError
     or ValueError naming an option of the wrong type or out of range.
     """
@@ -142,7 +157,9 @@ class Translator:
                  max_beam: Optional[int] = None, threads: Optional[int] = None, max_source_len: int = 256,
                  weight_dtype: Optional[str] = None, max_len_a: float = 1.0, max_len_b: int = 50,
                  compute_type: str = "default", intra_threads: Optional[int] = None,
-                 inter_threads: int = 1, device_index: int = 0):
+                 inter_threads: int = 1, device_index: int = 0,
+                 shortlist: Union[None, str, "os.PathLike[str]"] = None, shortlist_first: int = 100,
+                 shortlist_best: int = 100, shortlist_threshold: float = 0.0):
         if not isinstance(model_path, (str, os.PathLike)):  # str(None) would open "None"
             raise TypeError(f"model_path must be a str or os.PathLike, got {type(model_path).__name__}")
         if not isinstance(device, str):  # the name itself is checked by the runtime
@@ -169,7 +186,9 @@ class Translator:
             os.fspath(model_path), device, _int("max_batch", max_batch, 1),
             0 if max_beam is None else _int("max_beam", max_beam, 1, 1024), threads,
             _int("max_source_len", max_source_len, 1), weight_dtype,
-            _float("max_len_a", max_len_a, 0.0), _int("max_len_b", max_len_b, 0))
+            _float("max_len_a", max_len_a, 0.0), _int("max_len_b", max_len_b, 0),
+            _shortlist_path(shortlist), _int("shortlist_first", shortlist_first, 0),
+            _int("shortlist_best", shortlist_best, 1), _float("shortlist_threshold", shortlist_threshold))
 
     @property
     def device(self) -> str:

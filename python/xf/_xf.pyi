@@ -31,7 +31,8 @@ class TranslateOptions:
 class Translator:
     def __init__(self, model_path: str, device: str, max_batch: int, max_beam: int, threads: int,
                  max_source_len: int, weight_dtype: Optional[str], max_len_a: float,
-                 max_len_b: int) -> None: ...
+                 max_len_b: int, shortlist: str, shortlist_first: int, shortlist_best: int,
+                 shortlist_threshold: float) -> None: ...
     # ([(is_text, texts, pieces, ids, scores, log_probs) per source], indices truncated)
     # callback(index, sentence, token_id, piece or None at the end, length)
     def translate(self, source: Sequence[_Source], target_prefix: Optional[Sequence[_Source]],

@@ -51,6 +51,16 @@ class Backend {
   // them before top_k() (repetition penalty, n-gram bans) and reads them for sampling and forced
   // target prefixes. Null when the logits stay on the device: those options are then refused.
   virtual float* host_logits() { return nullptr; }
+  // Whether host_logits() gives the logits (without computing anything).
+  virtual bool logits_on_host() const { return false; }
+
+  // A lexical shortlist for the batch last encoded (output_shortlist.h): the steps that follow
+  // compute the output layer over these target ids alone (ascending, `count` of them; count 0:
+  // the whole vocabulary again; encode() resets it), softmax and top_k() over them, and top_k()
+  // gives token ids.
+  // host_logits() then spreads them over whole rows, the other ids at -inf. ids must stay valid
+  // until the next encode(). Needs a plan with output_shortlist; a device without it throws.
+  virtual void restrict_output(const int32_t* ids, int64_t count);
 
   // Reorders the self-attention caches after a beam step: row i continues from row parents[i]
   // (positions 0..step). parents: [rows].

@@ -32,6 +32,12 @@ class ModuleBackend final : public Backend {
   float* host_logits() override {
     return modules::call_module([&] { return inner_->host_logits(); });
   }
+  bool logits_on_host() const override {
+    return modules::call_module([&] { return inner_->logits_on_host(); });
+  }
+  void restrict_output(const int32_t* ids, int64_t count) override {
+    modules::call_module([&] { inner_->restrict_output(ids, count); });
+  }
   void reorder_cache(const int32_t* parents, int64_t step) override {
     modules::call_module([&] { inner_->reorder_cache(parents, step); });
   }

@@ -120,6 +120,10 @@ xf_translator_options translator_defaults() {
   c.threads = cpp.threads;
   c.max_len_a = cpp.max_len_a;
   c.max_len_b = cpp.max_len_b;
+  c.shortlist = nullptr;
+  c.shortlist_first = cpp.shortlist_first;
+  c.shortlist_best = cpp.shortlist_best;
+  c.shortlist_threshold = cpp.shortlist_threshold;
   return c;
 }
 
@@ -256,6 +260,10 @@ xf_status xf_translator_create(const xf_model* model, const xf_translator_option
     cpp.threads = options->threads;
     cpp.max_len_a = options->max_len_a;
     cpp.max_len_b = options->max_len_b;
+    if (options->shortlist != nullptr) cpp.shortlist = options->shortlist;
+    cpp.shortlist_first = options->shortlist_first;
+    cpp.shortlist_best = options->shortlist_best;
+    cpp.shortlist_threshold = options->shortlist_threshold;
     *translator = new xf_translator{std::make_unique<xf::Translator>(model->model, cpp)};
   });
 }

@@ -31,6 +31,7 @@
 #include "xf/kernels/gather.h"
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
 #include "xf/model.h"
 
@@ -143,7 +144,11 @@ class CpuOps {
     std::unique_ptr<PlannedMatmul> product;  // adds the bias when bound with bias_in_product
     const float* bias = nullptr;
   };
-  using Logits = Linear;
+  // The output layer: its products, and its weights as stored or converted (a shortlist's rows
+  // are gathered from them).
+  struct Logits : Linear {
+    WeightMatrix weights{};
+  };
   // An embedding table: its rows as stored (or converted), or, for a table tied to an output
   // layer that reads xf's own f32 copy of it, that copy (the stored rows are then released).
   struct Table {
@@ -177,8 +182,9 @@ class CpuOps {
     return {vector(prefix + schema::kGamma), vector(prefix + schema::kBeta)};
   }
   Logits output_projection(int64_t max_rows) {
-    Linear l;
+    Logits l;
     l.bias = config_.output_bias ? vector(param::kOutputBias) : nullptr;
+    l.weights = matrix(param::output_projection(config_));
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
     if (l.product->any_product().holds_f32_weight_rows()) tied_copy_ = &l.product->any_product();
     return l;
@@ -222,6 +228,14 @@ class CpuOps {
   // ---- kernels
   void project(const Linear& l, const float* x, float* y, int64_t rows) { l.product->run(rows, x, y, workspace_); }
   void logits(const Logits& l, const float* x, float* y, int64_t rows) { project(l, x, y, rows); }
+  // A shortlist's rows of the output layer, f32 (once a batch), and the step's product over them.
+  void gather_output_rows(const Logits& l, const int32_t* ids, int64_t count, float* weights, float* bias) {
+    cpu::gather_weight_rows(l.weights, ids, count, weights, threads_);
+    for (int64_t i = 0; i < count; ++i) bias[i] = l.bias != nullptr ? l.bias[ids[i]] : 0.0f;
+  }
+  void rows_product(const float* x, const float* weights, const float* bias, int64_t rows, int64_t count, float* y) {
+    cpu::rows_product(x, weights, bias, rows, count, config_.d_model, y, threads_);
+  }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,
              float* out) {
     if (table.copy != nullptr) {
@@ -262,6 +276,9 @@ class CpuOps {
     const AttentionShape shape{rows, config_.num_heads, 1, step + 1, config_.head_dim()};
     cpu::attention(qkv, step_qkv_strides, k_cache, cache_strides, v_cache, cache_strides, context, row_strides,
                    shape, nullptr, -1, nullptr, attention_scratch_, threads_);
+  }
+  void ssru_step(const float* in, float* cell, const int32_t* state_rows, bool first, int64_t rows, float* out) {
+    cpu::ssru_step(in, cell, state_rows, first, rows, config_.d_model, out, threads_);
   }
   void top_k(const float* logits, const float* row_offsets, int64_t rows, int64_t vocab, int64_t k, float* values,
              int32_t* ids) {

@@ -41,6 +41,7 @@
 #include "xf/kernels/gather.h"
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
 #include "xf/kernels_cuda/memory.h"
 #include "xf/model.h"
@@ -236,6 +237,9 @@ class CudaOps {
   }
   void bias_activation(T* x, const T* bias, int64_t rows, int64_t dim) {
     cuda::bias_activation(x, bias, rows, dim, config_.activation, stream());
+  }
+  void ssru_step(const T* in, T* cell, const int32_t* state_rows, bool first, int64_t rows, T* out) {
+    cuda::ssru_step(in, cell, state_rows, first, rows, config_.d_model, out, stream());
   }
   void attention(const T* q, HeadStrides qs, const T* k, HeadStrides ks, const T* v, HeadStrides vs, T* out,
                  HeadStrides os, const AttentionShape& shape, const int32_t* key_lengths) {

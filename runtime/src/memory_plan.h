@@ -20,7 +20,9 @@ struct MemoryPlan {
   // The encoder runs over groups of sentences of at most this many rows (sentences x padded
   // length), so its working buffers do not grow with max_batch x max_source_len.
   int64_t encoder_group_rows = 0;
-
+  // A lexical shortlist may restrict the output layer (Backend::restrict_output): the host
+  // backends then plan its gathered weights and logits (the Translator sets it).
+  bool output_shortlist = false;
 };
 
 // Throws xf::Error naming the option when a limit is out of range for the model.

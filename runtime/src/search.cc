@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "memory_plan.h"
+#include "output_shortlist.h"
 #include "xf/error.h"
 #include "xf/kernels/softmax.h"
 #include "xf/model.h"
@@ -16,6 +17,10 @@ namespace xf::runtime {
 
 void Backend::keep_sentences(const int32_t*, int64_t) {
   throw Error("internal: this backend cannot drop sentences from a batch");
+}
+
+void Backend::restrict_output(const int32_t*, int64_t count) {
+  if (count != 0) throw Error("internal: this backend cannot restrict its output layer to a shortlist");
 }
 
 namespace {
@@ -65,6 +70,10 @@ void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, 
   // The Translator gives every option a value; a test driving the search directly may not.
   const TranslateOptions options = given_options.with_defaults(DecodingDefaults{});
   backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
+  if (shortlist != nullptr) {
+    const std::vector<int32_t>& ids = shortlist->select(source_ids_.data(), source_lengths_.data(), sentences, source_len);
+    backend.restrict_output(ids.data(), static_cast<int64_t>(ids.size()));
+  }
   for (int64_t s = 0; s < sentences; ++s) {
     max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);
     rng_[s] = sentence_stream(options.seed, sentence_indices_[s]);
@@ -220,9 +229,14 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
   const int64_t vocab = config_.target_vocab_size;
   int64_t slots = sentences;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
+  bool forced = false;
+  for (int64_t s = 0; s < sentences; ++s) forced |= prefixes_[s] != nullptr;
+  const bool needs_logits = adjust || sampling || forced;
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), 1, step);
-    float* logits = backend.host_logits();  // null unless an option needs it (checked before)
+    // Null unless an option needs it (checked before); not asked for otherwise, since a
+    // shortlist's logits are spread over whole rows for it.
+    float* logits = needs_logits ? backend.host_logits() : nullptr;
     if (adjust)
       for (int64_t slot = 0; slot < slots; ++slot)
         if (!done_[slot]) adjust_logits(logits + slot * vocab, history + slot * stride, step, options);
@@ -273,6 +287,7 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
 
 void Search::score(Backend& backend, int64_t sentences, int64_t source_len, ScoringResult* const* results) {
   backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
+  if (shortlist != nullptr) backend.restrict_output(nullptr, 0);
   const int64_t vocab = config_.target_vocab_size;
   int64_t longest = 0;
   for (int64_t s = 0; s < sentences; ++s) {
@@ -342,7 +357,8 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), beam, step, live_rows);
-    float* logits = backend.host_logits();  // null unless an option needs it (checked before)
+    // Null unless an option needs it (checked before); see greedy().
+    float* logits = adjust || forced ? backend.host_logits() : nullptr;
     if (adjust)
       for (int64_t slot = 0; slot < slots; ++slot)
         for (int64_t j = 0; !done_[slot] && j < live_[slot]; ++j) {

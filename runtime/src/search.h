@@ -12,6 +12,8 @@ namespace xf::runtime {
 class Backend;
 struct MemoryPlan;
 
+class OutputShortlist;
+
 class Search {
  public:
   Search(const MemoryPlan& plan, const ModelConfig& config);
@@ -34,6 +36,10 @@ class Search {
   // teacher forcing: results[i] receives sentence i's target ids then EOS and each one's
   // log-probability. Needs the backend's host logits.
   void score(Backend& backend, int64_t sentences, int64_t source_len, ScoringResult* const* results);
+
+  // The lexical shortlist whose selection each translated batch's output layer is restricted to
+  // (null: none; not owned). Scoring always uses the whole vocabulary.
+  OutputShortlist* shortlist = nullptr;
 
   // A beam of one runs the simpler greedy loop; tests turn this off to compare the two.
   bool use_greedy_for_beam_one = true;

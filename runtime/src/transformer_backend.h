@@ -17,12 +17,14 @@
 //   kernels   project, logits, embed (with the config's position encoding), layer_norm,
 //             add_bias_residual, bias_activation (the config's activation), attention,
 //             self_attention_step (the cache write and the cached attention, fused or not),
+//             ssru_step (an SSRU decoder layer's cell, xf/kernels/recurrent.h),
 //             top_k, copy_blocks, download (tests), and the beam reorder of the caches: either
 //             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
-//             a second copy
+//             a second copy (the SSRU cell states are reordered the same way)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +52,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
       : config_(model.config()), plan_(plan), ops_(model, plan, std::forward<OpsArgs>(ops_args)...),
         d_(config_.d_model), heads_(config_.num_heads), head_dim_(config_.head_dim()), d_ff_(config_.d_ff),
         vocab_(config_.target_vocab_size), pre_norm_(config_.norm_position == NormPosition::pre),
+        ssru_(config_.decoder_layer_kind == DecoderLayerKind::ssru),
         embedding_scale_(config_.scale_embeddings ? std::sqrt(static_cast<float>(d_)) : 1.0f),
         host_lengths_(plan.max_sentences),
         host_positions_(plan.max_rows),
@@ -68,7 +71,9 @@ class TransformerBackend final : public Backend, public BackendProbe {
               int64_t source_len) override;
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
-  float* host_logits() override { return Ops::kLogitsOnHost ? logits_ : nullptr; }
+  float* host_logits() override;
+  bool logits_on_host() const override { return Ops::kLogitsOnHost; }
+  void restrict_output(const int32_t* ids, int64_t count) override;
   void reorder_cache(const int32_t* parents, int64_t step) override;
   bool can_drop_sentences() const override { return true; }
   void keep_sentences(const int32_t* kept, int64_t count) override;
@@ -78,7 +83,10 @@ class TransformerBackend final : public Backend, public BackendProbe {
   void copy_encoder_output(float* out) const override {
     ops_.download(memory_, sentences_ * source_len_ * d_, out);
   }
-  void copy_logits(float* out) const override { ops_.download(logits_, computed_rows_ * vocab_, out); }
+  void copy_logits(float* out) const override {
+    if (output_count_ == 0) return ops_.download(logits_, computed_rows_ * vocab_, out);
+    spread_short_logits(out);
+  }
   std::vector<const TensorView*> released_weights() const override { return ops_.released_weights(); }
 
  private:
@@ -115,12 +123,16 @@ class TransformerBackend final : public Backend, public BackendProbe {
     layer_norm(x, nullptr, nullptr, n, rows, normed);
     return normed;
   }
-  // x = LayerNorm(x + sublayer + bias) (post-norm) or x += sublayer + bias (pre-norm).
-  void residual(T* x, const T* sublayer, const Linear& from, const Norm& n, int64_t rows) {
+  // x = LayerNorm(x + sublayer + bias) (post-norm) or x += sublayer + bias (pre-norm); bias
+  // null: none (an SSRU cell's output).
+  void residual(T* x, const T* sublayer, const T* bias, const Norm& n, int64_t rows) {
     if (pre_norm_)
-      ops_.add_bias_residual(x, from.bias, sublayer, rows, d_);
+      ops_.add_bias_residual(x, bias, sublayer, rows, d_);
     else
-      layer_norm(sublayer, from.bias, x, n, rows, x);
+      layer_norm(sublayer, bias, x, n, rows, x);
+  }
+  void residual(T* x, const T* sublayer, const Linear& from, const Norm& n, int64_t rows) {
+    residual(x, sublayer, from.bias, n, rows);
   }
   // x = FFN(x) with its residual and norm.
   template <typename Layer>
@@ -131,6 +143,13 @@ class TransformerBackend final : public Backend, public BackendProbe {
     ops_.project(layer.ffn_outer, hidden, sublayer, rows);
     residual(x, sublayer, layer.ffn_outer, layer.ffn_norm, rows);
   }
+  // The shortlisted logits [computed rows, output_count_] as whole rows [.., vocab] at out, the
+  // other ids at -inf (host backends).
+  void spread_short_logits(float* out) const {
+    std::fill(out, out + computed_rows_ * vocab_, -std::numeric_limits<float>::infinity());
+    for (int64_t r = 0; r < computed_rows_; ++r)
+      for (int64_t i = 0; i < output_count_; ++i) out[r * vocab_ + output_ids_[i]] = short_logits_[r * output_count_ + i];
+  }
   const int32_t* upload_lengths() {
     return ops_.upload(lengths_input_, host_lengths_.data(), sentences_);
   }
@@ -140,6 +159,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   Ops ops_;
   int64_t d_, heads_, head_dim_, d_ff_, vocab_;
   bool pre_norm_;
+  bool ssru_;  // the decoder layers are SSRU ones: cell states in place of self-attention caches
   float embedding_scale_;  // sqrt(d_model), or 1 for a model that does not scale its embeddings
 
   std::vector<EncoderLayer> encoder_;
@@ -160,6 +180,11 @@ class TransformerBackend final : public Backend, public BackendProbe {
   T* self_v_[2] = {nullptr, nullptr};
   int current_cache_ = 0;
   int64_t cache_layer_stride_ = 0, cache_row_stride_ = 0;
+  // SSRU decoder layers: each layer's cell state [layers, max_rows, d], a row's at row * d; one
+  // copy reordered in place or two, as the caches (current_cache_ picks; none in a model of
+  // self-attention layers, which has no SSRU states).
+  T* ssru_state_[2] = {nullptr, nullptr};
+  int64_t ssru_layer_stride_ = 0;
   // Encoder working buffers (live during encode only), rows = encoder group (padded). A group
   // with padding runs its position-wise work on its real tokens alone, in enc_x_ and
   // enc_token_qkv_, and only the attention on the padded rows.
@@ -169,6 +194,14 @@ class TransformerBackend final : public Backend, public BackendProbe {
   T *dec_x_ = nullptr, *dec_normed_ = nullptr, *dec_qkv_ = nullptr, *dec_query_ = nullptr,
     *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
   float* logits_ = nullptr;  // [rows (padded), vocab], f32 on every device
+  // A lexical shortlist (restrict_output, host backends): the batch's target ids (0 of them: the
+  // whole vocabulary); their output weight rows and bias, gathered once a batch, [vocab, d] and
+  // [vocab] at most; the step's logits over them [rows, output_count_]; whether host_logits()
+  // has spread them over logits_ this step (top_k() then reads logits_, as the search adjusted it).
+  const int32_t* output_ids_ = nullptr;
+  int64_t output_count_ = 0;
+  bool spread_ = false;
+  float *short_weights_ = nullptr, *short_bias_ = nullptr, *short_logits_ = nullptr;
 
   // Host inputs and their way to the device.
   typename Ops::Input lengths_input_{}, positions_input_{}, tokens_input_{},
@@ -217,9 +250,14 @@ void TransformerBackend<Ops>::bind_weights() {
   for (uint32_t i = 0; i < config_.decoder_layers; ++i) {
     const std::string p = param::decoder_layer(i);
     DecoderLayer layer;
-    layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, decoder_rows, true);
-    layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, decoder_rows, false);
-    layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    if (ssru_) {
+      layer.ssru_input_forget = ops_.linear(p + schema::kSsruInputForget.name, decoder_rows, true);
+      layer.ssru_norm = ops_.norm(p + schema::kSsruNorm.name);
+    } else {
+      layer.qkv = ops_.linear(p + schema::kSelfAttentionQkv.name, decoder_rows, true);
+      layer.self_output = ops_.linear(p + schema::kSelfAttentionOutput.name, decoder_rows, false);
+      layer.self_norm = ops_.norm(p + schema::kSelfAttentionNorm.name);
+    }
     layer.cross_query = ops_.linear(p + schema::kCrossAttentionQuery.name, decoder_rows, true);
     layer.cross_key_value = ops_.linear(p + schema::kCrossAttentionKeyValue.name, cross_rows, true);
     layer.cross_output = ops_.linear(p + schema::kCrossAttentionOutput.name, decoder_rows, false);
@@ -247,6 +285,7 @@ void TransformerBackend<Ops>::plan_buffers() {
   const int64_t enc_rows = ops_.padded_rows(plan_.encoder_group_rows);
   const int64_t dec_rows = ops_.padded_rows(plan_.max_rows);
   const int64_t layers = std::max<int64_t>(config_.decoder_layers, 1);
+  const int64_t attention_layers = ssru_ ? 0 : layers, ssru_layers = ssru_ ? layers : 0;
 
   ArenaLayout layout(Ops::kAlignment);
   // Persistent buffers.
@@ -259,11 +298,15 @@ void TransformerBackend<Ops>::plan_buffers() {
   // In place: K then V in one block, [2, layers, ...], reordered together.
   size_t caches[4];
   if (Ops::kReorderInPlace) {
-    caches[0] = caches[2] = layout.reserve_array<T>(2 * layers * cache_layer_stride_);
-    caches[1] = caches[3] = caches[0] + sizeof(T) * layers * cache_layer_stride_;
+    caches[0] = caches[2] = layout.reserve_array<T>(2 * attention_layers * cache_layer_stride_);
+    caches[1] = caches[3] = caches[0] + sizeof(T) * attention_layers * cache_layer_stride_;
   } else {
-    for (size_t& c : caches) c = layout.reserve_array<T>(layers * cache_layer_stride_);
+    for (size_t& c : caches) c = layout.reserve_array<T>(attention_layers * cache_layer_stride_);
   }
+  ssru_layer_stride_ = plan_.max_rows * d_;
+  size_t ssru_states[2];
+  ssru_states[0] = ssru_states[1] = layout.reserve_array<T>(ssru_layers * ssru_layer_stride_);
+  if (!Ops::kReorderInPlace) ssru_states[1] = layout.reserve_array<T>(ssru_layers * ssru_layer_stride_);
   ops_.reserve(layout);
   lengths_input_ = ops_.input(layout, sizeof(int32_t) * plan_.max_sentences);
   positions_input_ = ops_.input(layout, sizeof(int32_t) * host_positions_.size());
@@ -294,6 +337,12 @@ void TransformerBackend<Ops>::plan_buffers() {
   const size_t dec_sublayer = layout.reserve_array<T>(dec_rows * d_);
   const size_t dec_hidden = layout.reserve_array<T>(dec_rows * d_ff_);
   const size_t logits = layout.reserve_array<float>(dec_rows * vocab_);
+  // The shortlist's buffers after the step's: its weights live from restrict_output() (after
+  // encode, so they may share the encoder's memory) to the next encode.
+  const bool shortlist = plan_.output_shortlist && Ops::kLogitsOnHost;
+  const size_t short_weights = layout.reserve_array<float>(shortlist ? vocab_ * d_ : 0);
+  const size_t short_bias = layout.reserve_array<float>(shortlist ? vocab_ : 0);
+  const size_t short_logits = layout.reserve_array<float>(shortlist ? dec_rows * vocab_ : 0);
 
   char* base = static_cast<char*>(ops_.allocate(layout));
   auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
@@ -303,6 +352,8 @@ void TransformerBackend<Ops>::plan_buffers() {
   self_v_[0] = at(caches[1]);
   self_k_[1] = at(caches[2]);
   self_v_[1] = at(caches[3]);
+  ssru_state_[0] = at(ssru_states[0]);
+  ssru_state_[1] = at(ssru_states[1]);
   enc_qkv_ = at(enc_qkv);
   enc_context_ = at(enc_context);
   enc_sublayer_ = at(enc_sublayer);
@@ -318,6 +369,11 @@ void TransformerBackend<Ops>::plan_buffers() {
   dec_sublayer_ = at(dec_sublayer);
   dec_hidden_ = at(dec_hidden);
   logits_ = reinterpret_cast<float*>(base + logits);
+  if (shortlist) {
+    short_weights_ = reinterpret_cast<float*>(base + short_weights);
+    short_bias_ = reinterpret_cast<float*>(base + short_bias);
+    short_logits_ = reinterpret_cast<float*>(base + short_logits);
+  }
 }
 
 template <typename Ops>
@@ -331,6 +387,7 @@ void TransformerBackend<Ops>::encode(const int32_t* source_ids, const int32_t* s
   }
   sentences_ = sentences;
   source_len_ = source_len;
+  output_count_ = 0;  // a shortlist is the batch's (restrict_output); its rows may share the encoder's memory
   std::copy(source_lengths, source_lengths + sentences, host_lengths_.begin());
   source_lengths_ = upload_lengths();
 
@@ -467,24 +524,34 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
 
   for (size_t l = 0; l < decoder_.size(); ++l) {
     const DecoderLayer& layer = decoder_[l];
-    T* k_cache = self_k_[current_cache_] + l * cache_layer_stride_;
-    T* v_cache = self_v_[current_cache_] + l * cache_layer_stride_;
-
-    const T* in = sublayer_input(x, layer.self_norm, rows, dec_normed_);
-    if (compacted_) {  // the QKV product too on every row: it is fused with the cache write
-      to_every_row(in, dec_sublayer_);
-      ops_.self_attention_step(layer.qkv, dec_sublayer_, rows_, step, k_cache, v_cache, cache_strides, dec_qkv_,
-                               dec_query_, dec_context_);
-      to_computed_rows(dec_context_, dec_query_);
-      ops_.project(layer.self_output, dec_query_, dec_sublayer_, rows);
+    if (ssru_) {
+      // Marian's SSRU: [candidate | forget] = u W^T + b, the cell c = s c + (1 - s) x, the
+      // sub-layer's output relu(c), then the residual and norm (Marian's "dan" postprocess).
+      // A computed row's state is at its row (live_rows), so a compacted step needs no gather.
+      const T* in = sublayer_input(x, layer.ssru_norm, rows, dec_normed_);
+      ops_.project(layer.ssru_input_forget, in, dec_qkv_, rows);
+      ops_.ssru_step(dec_qkv_, ssru_state_[current_cache_] + l * ssru_layer_stride_, live_rows, step == 0, rows,
+                     dec_sublayer_);
+      residual(x, dec_sublayer_, static_cast<const T*>(nullptr), layer.ssru_norm, rows);
     } else {
-      ops_.self_attention_step(layer.qkv, in, rows, step, k_cache, v_cache, cache_strides, dec_qkv_, dec_query_,
-                               dec_context_);
-      ops_.project(layer.self_output, dec_context_, dec_sublayer_, rows);
+      T* k_cache = self_k_[current_cache_] + l * cache_layer_stride_;
+      T* v_cache = self_v_[current_cache_] + l * cache_layer_stride_;
+      const T* in = sublayer_input(x, layer.self_norm, rows, dec_normed_);
+      if (compacted_) {  // the QKV product too on every row: it is fused with the cache write
+        to_every_row(in, dec_sublayer_);
+        ops_.self_attention_step(layer.qkv, dec_sublayer_, rows_, step, k_cache, v_cache, cache_strides, dec_qkv_,
+                                 dec_query_, dec_context_);
+        to_computed_rows(dec_context_, dec_query_);
+        ops_.project(layer.self_output, dec_query_, dec_sublayer_, rows);
+      } else {
+        ops_.self_attention_step(layer.qkv, in, rows, step, k_cache, v_cache, cache_strides, dec_qkv_, dec_query_,
+                                 dec_context_);
+        ops_.project(layer.self_output, dec_context_, dec_sublayer_, rows);
+      }
+      residual(x, dec_sublayer_, layer.self_output, layer.self_norm, rows);
     }
-    residual(x, dec_sublayer_, layer.self_output, layer.self_norm, rows);
 
-    in = sublayer_input(x, layer.cross_norm, rows, dec_normed_);
+    const T* in = sublayer_input(x, layer.cross_norm, rows, dec_normed_);
     ops_.project(layer.cross_query, in, dec_query_, rows);
     const T* cross_kv = cross_kv_ + l * cross_kv_layer_stride_;
     if (compacted_) {
@@ -502,21 +569,60 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
     feed_forward(layer, x, rows, dec_normed_, dec_hidden_, dec_sublayer_);
   }
   if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
+  spread_ = false;
+  if constexpr (Ops::kLogitsOnHost) {
+    if (output_count_ > 0) return ops_.rows_product(x, short_weights_, short_bias_, rows, output_count_, short_logits_);
+  }
   ops_.logits(output_projection_, x, logits_, rows);
+}
+
+template <typename Ops>
+float* TransformerBackend<Ops>::host_logits() {
+  if constexpr (!Ops::kLogitsOnHost) {
+    return nullptr;
+  } else {
+    if (output_count_ > 0 && !spread_) {
+      spread_short_logits(logits_);
+      spread_ = true;
+    }
+    return logits_;
+  }
+}
+
+template <typename Ops>
+void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count) {
+  if (count < 0 || count > vocab_) throw Error("internal: restrict_output() outside the vocabulary");
+  if (count > 0 && short_weights_ == nullptr) throw Error("internal: restrict_output() without a planned shortlist");
+  output_ids_ = ids;
+  output_count_ = count;
+  spread_ = false;
+  if constexpr (Ops::kLogitsOnHost) {
+    if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_weights_, short_bias_);
+  }
 }
 
 template <typename Ops>
 void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) {
   if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
+  // Over the shortlist's logits unless the search spread them (host_logits) to adjust them.
+  const bool shortlisted = output_count_ > 0 && !spread_;
+  const float* logits = shortlisted ? short_logits_ : logits_;
+  const int64_t columns = shortlisted ? output_count_ : vocab_;
+  auto to_token_ids = [&](int32_t* column_ids, int64_t count) {
+    if (shortlisted)
+      for (int64_t i = 0; i < count; ++i) column_ids[i] = output_ids_[column_ids[i]];
+  };
   if (!compacted_) {
-    ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
+    ops_.top_k(logits, row_offsets, rows_, columns, k, values, ids);
+    to_token_ids(ids, rows_ * k);
     return;
   }
   const int64_t rows = computed_rows_;
   if (row_offsets != nullptr)
     for (int64_t i = 0; i < rows; ++i) host_live_offsets_[i] = row_offsets[host_live_rows_[i]];
-  ops_.top_k(logits_, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, vocab_, k,
+  ops_.top_k(logits, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, columns, k,
              host_live_values_.data(), host_live_ids_.data());
+  to_token_ids(host_live_ids_.data(), rows * k);
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(host_live_values_.data() + i * k, k, values + host_live_rows_[i] * k);
     std::copy_n(host_live_ids_.data() + i * k, k, ids + host_live_rows_[i] * k);
@@ -527,6 +633,19 @@ template <typename Ops>
 void TransformerBackend<Ops>::reorder_cache(const int32_t* parents, int64_t step) {
   if (step < 0 || step >= plan_.max_target_len || rows_ < 1) throw Error("internal: reorder_cache() outside the plan");
   const int32_t* device_parents = ops_.upload(parents_input_, parents, rows_);
+  const int64_t layers = static_cast<int64_t>(decoder_.size());
+  if (ssru_) {  // each row's cell state, [layers, max_rows, d]
+    if constexpr (Ops::kReorderInPlace) {
+      ops_.reorder_in_place(ssru_state_[0], layers, ssru_layer_stride_, d_, device_parents, rows_, beam_, d_);
+    } else {
+      const int next = 1 - current_cache_;
+      for (int64_t l = 0; l < layers; ++l)
+        ops_.gather_rows(ssru_state_[current_cache_] + l * ssru_layer_stride_, d_, device_parents, rows_, d_,
+                         ssru_state_[next] + l * ssru_layer_stride_, d_);
+      current_cache_ = next;
+    }
+    return;
+  }
   const int64_t prefix = (step + 1) * d_;
   if constexpr (Ops::kReorderInPlace) {
     // Rows in groups of beam_ (a sentence's hypotheses), whose parents lie in one group; K and

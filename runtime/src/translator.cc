@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "memory_plan.h"
+#include "output_shortlist.h"
 #include "search.h"
 #include "xf/error.h"
 #include "xf/sentences.h"
@@ -110,8 +111,22 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
     throw Error("threads must be 0 (every core) or more, got " + std::to_string(options_.threads));
   if (options_.threads == 0) options_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   plan_ = std::make_unique<runtime::MemoryPlan>(runtime::make_memory_plan(model_->config(), options_));
+  if (options_.shortlist_first < 0)
+    throw Error("shortlist_first must be 0 or more, got " + std::to_string(options_.shortlist_first));
+  if (options_.shortlist_best < 1)
+    throw Error("shortlist_best must be 1 or more, got " + std::to_string(options_.shortlist_best));
+  if (!std::isfinite(options_.shortlist_threshold))
+    throw Error("shortlist_threshold must be a finite number");
+  // A model's own shortlist serves the CPU; a shortlist file asked for elsewhere is refused.
+  if (options_.device == Device::cpu || (!options_.shortlist.empty() && options_.shortlist != "none"))
+    shortlist_ = runtime::load_output_shortlist(*model_, options_);
+  if (shortlist_ && options_.device != Device::cpu)
+    throw Error(std::string("shortlist: the ") + device_name(options_.device) +
+                " device computes the whole output layer; a shortlist runs on the CPU (shortlist none)");
+  plan_->output_shortlist = shortlist_ != nullptr;
   backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
+  search_->shortlist = shortlist_.get();
   batch_results_.resize(plan_->max_sentences);
   batch_scores_.resize(plan_->max_sentences);
 }
@@ -139,7 +154,7 @@ void Translator::translate_ids(const std::vector<std::vector<int32_t>>& sources,
                 std::to_string(sources.size()) + " sources");
   const bool has_prefix = std::any_of(target_prefix.begin(), target_prefix.end(),
                                       [](const std::vector<int32_t>& p) { return !p.empty(); });
-  if (backend_->host_logits() == nullptr) {
+  if (!backend_->logits_on_host()) {
     const char* option = options.sampling()                  ? "sampling (sampling_topk != 1)"
                          : *options.repetition_penalty != 1.0f ? "repetition_penalty"
                          : *options.no_repeat_ngram_size > 0   ? "no_repeat_ngram_size"
@@ -260,7 +275,7 @@ void Translator::score_ids(const std::vector<std::vector<int32_t>>& sources,
   if (options.max_batch_size < 0)
     throw Error("max_batch_size must be 0 (the translator's max_batch) or more, got " +
                 std::to_string(options.max_batch_size));
-  if (backend_->host_logits() == nullptr)
+  if (!backend_->logits_on_host())
     throw Error(std::string("device ") + device_name(options_.device) +
                 ": scoring is not implemented on this device (CPU only)");
   check_sources(sources);

@@ -33,6 +33,7 @@
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
 #include "xf/kernels/optimizer.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
 #include "xf/kernels/types.h"
 
@@ -145,6 +146,16 @@ class KernelDevice {
                          Activation activation) {
     cpu::bias_activation(x.data(), get(bias), rows, dim, activation, kCpuThreads);
     return x;
+  }
+
+  // One SSRU step (recurrent.h): in [rows, 2 dim]; `cell` the whole state, updated in place;
+  // state_rows empty: row r's state is row r. Returns out [rows, dim].
+  virtual Floats ssru_step(const Floats& in, Floats& cell, const Ints& state_rows, bool first, int64_t rows,
+                           int64_t dim) {
+    Floats out(rows * dim, std::nanf(""));
+    cpu::ssru_step(in.data(), cell.data(), state_rows.empty() ? nullptr : state_rows.data(), first, rows, dim,
+                   out.data(), kCpuThreads);
+    return out;
   }
 
   virtual AttentionResult attention(const AttentionCall& c) {

@@ -220,6 +220,15 @@ class CudaDevice final : public KernelDevice {
                             vocab, k, values_d.get(), indices_d.get(), nullptr);
     values = values_d.download(), indices = indices_d.download();
   }
+  Floats ssru_step(const Floats& in, Floats& cell, const Ints& state_rows, bool first, int64_t rows,
+                   int64_t dim) override {
+    const Buffer in_d = put(in), cell_d = put(cell), out_d = put(Floats(rows * dim, std::nanf("")));
+    const DeviceBuffer<int32_t> state_rows_d(state_rows);
+    cuda::ssru_step(in_d.get(), cell_d.get(), state_rows.empty() ? nullptr : state_rows_d.get(), first, rows, dim,
+                    out_d.get(), nullptr);
+    cell = host(cell_d);
+    return host(out_d);
+  }
   Floats gather_rows(const Floats& src, int64_t src_stride, const Ints& indices, int64_t row_len,
                      Floats dst, int64_t dst_stride) override {
     const Buffer src_d = put(src), dst_d = put(dst);

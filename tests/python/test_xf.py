@@ -154,6 +154,38 @@ def test_bad_input_raises_with_the_runtime_message(translator):
     assert translator.translate_batch([]) == []
 
 
+def write_marian_binary_shortlist(path, first_num, best_num, offsets, targets):
+    """marian-conv's lex.*.s2t.bin layout, its checksum computed here as Marian's util::hashMem."""
+    import struct
+    body = struct.pack(f"<4Q{len(offsets)}Q{len(targets)}I", first_num, best_num, len(offsets), len(targets),
+                       *offsets, *targets)
+    mask, checksum = (1 << 64) - 1, 0
+    for (word,) in struct.iter_unpack("<Q", body[:len(body) // 8 * 8]):
+        checksum ^= (word + 0x9E3779B9 + ((checksum << 6) & mask) + (checksum >> 2)) & mask
+    path.write_bytes(struct.pack("<2Q", 0xF11A48D5013417F5, checksum) + body)
+
+
+def test_shortlists_reach_the_runtime_and_agree_with_xf_run(tmp_path):
+    every = tmp_path / "every.bin"  # first_num beyond the vocabulary: every target, always
+    write_marian_binary_shortlist(every, 1 << 20, 0, [0], [])
+    narrow = tmp_path / "narrow.bin"  # the 300 most frequent targets, no lists
+    write_marian_binary_shortlist(narrow, 300, 0, [0], [])
+    options = dict(max_batch=8, threads=1, weight_dtype="f32")
+    full = xf.Translator(MODEL, shortlist="none", **options).translate_batch(SENTENCES, beam_size=4)
+    same = xf.Translator(MODEL, shortlist=every, **options).translate_batch(SENTENCES, beam_size=4)
+    assert [r.hypotheses for r in same] == [r.hypotheses for r in full]
+    narrowed = xf.Translator(MODEL, shortlist=narrow, **options).translate_batch(SENTENCES, beam_size=4)
+    assert [r.hypotheses[0] for r in narrowed] == xf_run("--shortlist", str(narrow), "--beam", "4",
+                                                        input_lines=SENTENCES)
+    assert [r.hypotheses for r in narrowed] != [r.hypotheses for r in full], "300 targets changed nothing"
+    with pytest.raises(xf.Error, match="^shortlist .*absent.bin: cannot open"):
+        xf.Translator(MODEL, shortlist=tmp_path / "absent.bin")
+    with pytest.raises(TypeError, match="shortlist must be None"):
+        xf.Translator(MODEL, shortlist=3)
+    with pytest.raises(ValueError, match="shortlist_best must be from 1"):
+        xf.Translator(MODEL, shortlist=every, shortlist_best=0)
+
+
 def test_missing_or_invalid_model_file(tmp_path):
     with pytest.raises(xf.Error, match="nope.xfm"):
         xf.Translator(tmp_path / "nope.xfm")

@@ -3,6 +3,7 @@
 // at the plan's maximum. Allocations inside oneDNN's execute() are counted apart and reported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,10 +16,25 @@
 namespace xf {
 namespace {
 
-std::shared_ptr<const Model> model_with(DType dtype) {
+// ssru: SSRU decoder layers; shortlist: a stored lexical shortlist (every source id lists a few
+// targets), whose selection and gathered rows change with every batch.
+std::shared_ptr<const Model> model_with(DType dtype, bool ssru = false, bool shortlist = false) {
   test::TinyModelOptions options;
   options.matrix_dtype = dtype;
-  return Model::open(test::tiny_model_file(options, dtype_name(dtype)));
+  if (ssru) options.decoder_layer_kind = DecoderLayerKind::ssru;
+  std::string name = std::string(dtype_name(dtype)) + (ssru ? "_ssru" : "") + (shortlist ? "_shortlist" : "");
+  if (shortlist) {
+    const ModelConfig config = test::write_tiny_model(test::make_temp_dir("probe") + "/probe.xfm", options);
+    LexicalShortlist lists;
+    lists.first_num = 8;
+    for (uint32_t s = 0; s < config.source_vocab_size; ++s) {
+      for (uint32_t t = 0; t < 3; ++t) lists.targets.push_back((s * 7 + t * 13) % config.target_vocab_size);
+      std::sort(lists.targets.end() - 3, lists.targets.end());
+      lists.offsets.push_back(lists.targets.size());
+    }
+    options.shortlist = lists;
+  }
+  return Model::open(test::tiny_model_file(options, name));
 }
 
 std::vector<std::vector<int32_t>> sources(size_t count, uint32_t vocab) {
@@ -45,13 +61,15 @@ struct Case {
   int beam;
   int batch;  // 0: the plan's maximum
   int threads;
+  bool ssru = false;       // SSRU decoder layers (their cell states reordered by the beam)
+  bool shortlist = false;  // a stored lexical shortlist
 };
 
 class SteadyState : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   const Case c = GetParam();
-  auto model = model_with(c.dtype);
+  auto model = model_with(c.dtype, c.ssru, c.shortlist);
   TranslatorOptions topts = test::plan_options(8, 4);
   topts.max_source_len = 32;
   topts.threads = c.threads;
@@ -80,9 +98,13 @@ INSTANTIATE_TEST_SUITE_P(
     Runtime, SteadyState,
     ::testing::Values(Case{DType::f32, 1, 1, 1}, Case{DType::f32, 4, 1, 1}, Case{DType::f32, 1, 0, 1},
                       Case{DType::f32, 4, 0, 1}, Case{DType::f32, 4, 0, 2}, Case{DType::int8, 1, 0, 1},
-                      Case{DType::int8, 4, 0, 1}),
+                      Case{DType::int8, 4, 0, 1}, Case{DType::f32, 1, 0, 1, true}, Case{DType::f32, 4, 0, 1, true},
+                      Case{DType::int8, 4, 0, 2, true}, Case{DType::f32, 1, 0, 1, false, true},
+                      Case{DType::int8, 4, 0, 2, true, true}),
     [](const ::testing::TestParamInfo<Case>& info) {
-      return std::string(dtype_name(info.param.dtype)) + "_beam" + std::to_string(info.param.beam) +
+      return std::string(info.param.ssru ? "ssru_" : "") + (info.param.shortlist ? "shortlist_" : "") +
+             dtype_name(info.param.dtype) + "_beam" +
+             std::to_string(info.param.beam) +
              (info.param.batch == 0 ? std::string("_max_batch") : "_batch" + std::to_string(info.param.batch)) +
              "_threads" + std::to_string(info.param.threads);
     });

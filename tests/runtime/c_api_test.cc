@@ -5,7 +5,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "tiny_model.h"
+#include "xf/format/shortlist.h"
 #include "xf/translator.h"
 #include "xf/xf.h"
 
@@ -239,6 +242,60 @@ TEST(CApi, ErrorsBecomeStatusCodes) {
   xf_results_free(nullptr);
   xf_translator_free(nullptr);
   xf_model_free(nullptr);
+}
+
+// The shortlist options reach the C++ API: a file translates as the C++ Translator with the
+// same options does; a bad one is XF_ERROR with the runtime's one line.
+TEST(CApi, ShortlistOptionsMatchTheCppApi) {
+  const std::string dir = xf::test::make_temp_dir("c_api_shortlist");
+  xf::LexicalShortlist lists;
+  lists.first_num = 6;
+  auto cpp_model = xf::Model::open(model_path());
+  const uint32_t vocab = cpp_model->config().target_vocab_size;
+  for (uint32_t s = 0; s < cpp_model->config().source_vocab_size; ++s) {
+    for (uint32_t t : {s % vocab, (s * 5 + 7) % vocab}) lists.targets.push_back(t);
+    std::sort(lists.targets.end() - 2, lists.targets.end());
+    if (lists.targets.end()[-1] == lists.targets.end()[-2]) lists.targets.pop_back();
+    lists.offsets.push_back(lists.targets.size());
+  }
+  const std::string path = dir + "/lex.bin";
+  const std::vector<uint8_t> bytes = xf::binary_shortlist_bytes(lists);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+
+  xf_model* model = nullptr;
+  ASSERT_EQ(xf_model_open(model_path().c_str(), &model), XF_OK) << xf_last_error();
+  xf_translator_options topts;
+  xf_translator_options_init(&topts);
+  EXPECT_EQ(topts.shortlist, nullptr);
+  EXPECT_EQ(topts.shortlist_first, 100);
+  EXPECT_EQ(topts.shortlist_best, 100);
+  EXPECT_EQ(topts.shortlist_threshold, 0.0f);
+  topts.max_batch = 4;
+  topts.shortlist = path.c_str();
+  xf_translator* translator = nullptr;
+  ASSERT_EQ(xf_translator_create(model, &topts, &translator), XF_OK) << xf_last_error();
+  const std::vector<std::string> lines = xf::test::sample_sentences(4, 5);
+  std::vector<const char*> pointers;
+  for (const auto& l : lines) pointers.push_back(l.c_str());
+  xf_results* results = nullptr;
+  ASSERT_EQ(xf_translate(translator, pointers.data(), pointers.size(), nullptr, &results), XF_OK) << xf_last_error();
+  xf::TranslatorOptions cpp_options;
+  cpp_options.max_batch = 4;
+  cpp_options.shortlist = path;
+  const auto expected = xf::Translator(cpp_model, cpp_options).translate(lines);
+  for (size_t i = 0; i < lines.size(); ++i)
+    EXPECT_EQ(std::string(xf_results_text(results, i, 0)), expected[i].hypotheses[0].text);
+  xf_results_free(results);
+  xf_translator_free(translator);
+
+  topts.shortlist = "/nonexistent/lex.bin";
+  EXPECT_EQ(xf_translator_create(model, &topts, &translator), XF_ERROR);
+  EXPECT_STREQ(xf_last_error(), "shortlist /nonexistent/lex.bin: cannot open: No such file or directory");
+  topts.shortlist = "none";
+  topts.shortlist_best = 0;
+  EXPECT_EQ(xf_translator_create(model, &topts, &translator), XF_ERROR);
+  EXPECT_STREQ(xf_last_error(), "shortlist_best must be 1 or more, got 0");
+  xf_model_free(model);
 }
 
 // A source of 20 MB is refused as longer than max_source_len without being copied or tokenized

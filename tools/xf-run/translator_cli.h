@@ -82,6 +82,15 @@ struct TranslatorCli {
       else if (name == "int8") translator.weight_dtype = DType::int8;
       else if (name == "f16") translator.weight_dtype = DType::f16;
       else if (name != "stored") throw UsageError{"--dtype expects stored, f32, f16 or int8, got '" + name + "'"};
+    } else if (arg == "--shortlist") {
+      translator.shortlist = value();
+      if (translator.shortlist.empty()) throw UsageError{"--shortlist expects a file or none, got ''"};
+    } else if (arg == "--shortlist-first") {
+      translator.shortlist_first = static_cast<int>(parse_integer(arg, value(), 0, 1 << 22));
+    } else if (arg == "--shortlist-best") {
+      translator.shortlist_best = static_cast<int>(parse_integer(arg, value(), 1, 1 << 22));
+    } else if (arg == "--shortlist-threshold") {
+      translator.shortlist_threshold = parse_number(arg, value());
     } else if (arg == "--strict") {
       strict = true;
     } else if (arg == "--no-mmap") {
@@ -276,6 +285,15 @@ inline const char* translator_options_help() {
                         weight matrices as stored in the file (default; f16/bf16 are widened to
                         f32 on the CPU, computed in f16 on CUDA), or converted at load: f32, int8
                         with per-row scales (CPU only), or f16 (CUDA only: f16 compute)
+  --shortlist FILE|none a lexical shortlist (Marian's): the output layer of each batch covers
+                        only the target pieces its source can translate to. Default: the
+                        model's own, if its file has one; none: never; FILE: Marian's binary
+                        lex.*.s2t.bin (marian-conv) or text lex.s2t (extract_lex). CPU only
+  --shortlist-first N, --shortlist-best N, --shortlist-threshold P
+                        a text FILE pruned as Marian's --shortlist FILE N N P: target ids below
+                        the first N always in, the best N candidates of each source piece, each
+                        with a probability above P (defaults 100, 100, 0); a binary file keeps
+                        its own
   --length-penalty A    length penalty alpha (default: the model's, else 0.6)
   --length-normalization gnmt|power
                         a hypothesis's score: log-probability / ((5 + length) / 6)^A (gnmt,

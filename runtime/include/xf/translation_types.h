@@ -36,6 +36,17 @@ struct TranslatorOptions {
   // max_len_a * max_source_len + max_len_b, capped by the model's max_positions.
   float max_len_a = 1.0f;
   int max_len_b = 50;
+  // A lexical shortlist (Marian's): the output layer of each batch covers only the target ids
+  // its source can translate to (runtime/src/output_shortlist.h). "": the model file's own, when
+  // it has one; "none": never; else a file beside the model: Marian's binary lex.*.s2t.bin
+  // (marian-conv; its own counts) or text lex.s2t (extract_lex), pruned as Marian's
+  // `--shortlist FILE FIRST BEST THRESHOLD`: ids [0, shortlist_first) always in, at most
+  // shortlist_best candidates per source piece, each with a probability above the threshold.
+  // CPU only; forced scoring (score_ids) always uses the full vocabulary.
+  std::string shortlist;
+  int shortlist_first = 100;
+  int shortlist_best = 100;
+  float shortlist_threshold = 0.0f;
 
   // These options with max_beam given its value when 0: the model's decoding.beam (xf's
   // default when the file sets none). The one place of that rule; the memory plan is the one

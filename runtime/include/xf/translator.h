@@ -35,6 +35,7 @@ namespace runtime {
 class Backend;
 struct MemoryPlan;
 class Search;
+class OutputShortlist;
 }  // namespace runtime
 
 class XF_API Translator {
@@ -99,6 +100,7 @@ class XF_API Translator {
   TranslatorOptions options_;
   std::unique_ptr<runtime::MemoryPlan> plan_;
   std::unique_ptr<runtime::Backend> backend_;
+  std::unique_ptr<runtime::OutputShortlist> shortlist_;  // null: none (declared before the search that uses it)
   std::unique_ptr<runtime::Search> search_;
   std::mutex mutex_;  // one translation at a time: the plan's buffers are shared by all calls
   std::vector<int32_t> order_;  // sentence indices sorted by length; grows on the first call

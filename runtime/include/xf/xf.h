@@ -93,6 +93,15 @@ typedef struct xf_translator_options {
   int threads;
   float max_len_a;
   int max_len_b;
+  /* A lexical shortlist (Marian's; TranslatorOptions::shortlist): NULL or "" (init): the model
+   * file's own, if it has one; "none": never; else a file, Marian's binary lex.*.s2t.bin or its
+   * text lex.s2t pruned to shortlist_best candidates per source piece (init: 100), ids below
+   * shortlist_first always in (init: 100), each with a probability above shortlist_threshold.
+   * The string is read by xf_translator_create only. CPU only. */
+  const char* shortlist;
+  int shortlist_first;
+  int shortlist_best;
+  float shortlist_threshold;
 } xf_translator_options;
 
 typedef enum xf_batch_type { XF_BATCH_EXAMPLES = 0, XF_BATCH_TOKENS = 1 } xf_batch_type;

@@ -36,6 +36,7 @@
 #include "xf/kernels/gather.h"
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
 
 namespace {
@@ -290,6 +291,25 @@ void emulated_bias_activation(T* x, const T* bias, int64_t rows, int64_t dim, Ac
 }
 
 template <typename T>
+void emulated_ssru_step(const T* in, T* cell, const int32_t* state_rows, bool first, int64_t rows, int64_t dim,
+                        T* out) {
+  if (rows == 0) return;
+  check_span(in, sizeof(T) * rows * 2 * dim, "ssru_step in");
+  check_span(out, sizeof(T) * rows * dim, "ssru_step out");
+  if (state_rows != nullptr) check_span(state_rows, sizeof(int32_t) * rows, "ssru_step state_rows");
+  for (int64_t r = 0; r < rows; ++r) {
+    T* c = cell + (state_rows != nullptr ? state_rows[r] : r) * dim;
+    check_span(c, sizeof(T) * dim, "ssru_step cell row");
+    std::vector<float> wide_cell = first ? std::vector<float>(dim, 0.0f) : widen(c, dim);
+    const std::vector<float> wide_in = widen(in + r * 2 * dim, 2 * dim);
+    std::vector<float> wide_out(dim);
+    cpu::ssru_step(wide_in.data(), wide_cell.data(), nullptr, false, 1, dim, wide_out.data(), 1);
+    narrow(wide_cell, c);
+    narrow(wide_out, out + r * dim);
+  }
+}
+
+template <typename T>
 void emulated_split_heads(const T* packed, int64_t packed_stride, const T* bias, int parts, int64_t batch,
                           int64_t len, int64_t heads, int64_t head_dim, const SplitHeadsOutputs<T>& outputs,
                           int64_t position_offset) {
@@ -483,6 +503,15 @@ void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t ro
   check_span(top_values, sizeof(float) * rows * k, "log_softmax_top_k values");
   check_span(top_indices, sizeof(int32_t) * rows * k, "log_softmax_top_k indices");
   cpu::log_softmax_top_k(logits, row_offsets, rows, vocab, k, top_values, top_indices, 1);
+}
+
+void ssru_step(const float* in, float* cell, const int32_t* state_rows, bool first, int64_t rows, int64_t dim,
+               float* out, cudaStream_t) {
+  emulated_ssru_step(in, cell, state_rows, first, rows, dim, out);
+}
+void ssru_step(const half* in, half* cell, const int32_t* state_rows, bool first, int64_t rows, int64_t dim,
+               half* out, cudaStream_t) {
+  emulated_ssru_step(in, cell, state_rows, first, rows, dim, out);
 }
 
 void gather_rows(const float* src, int64_t src_stride, const int32_t* indices, int64_t count, int64_t row_len,

@@ -329,7 +329,8 @@ INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden_search, ::testing::Value
 // ---- fresh random models: long caches, top-k and the beam reorder ----------------------------
 
 // imported: "" (xf's own graph), "marian" (swish, Marian's sinusoid, zero start embedding) or
-// "hf" (gelu, sines then cosines, unscaled embeddings): the version 2 features on both backends.
+// "hf" (gelu, sines then cosines, unscaled embeddings): the version 2 features on both backends;
+// "marian_ssru" and "ssru": with SSRU decoder layers (their cell states, the beam's gather of them).
 struct RandomCase {
   NormPosition norm;
   DType dtype;
@@ -363,7 +364,8 @@ TEST_P(cuda_runtime_random, StepsTopKAndBeamReorderMatchCpu) {
   model_options.norm_position = c.norm;
   model_options.matrix_dtype = c.dtype;
   model_options.round_to_f16 = !f32;
-  if (c.imported == "marian") {
+  if (c.imported == "ssru" || c.imported == "marian_ssru") model_options.decoder_layer_kind = DecoderLayerKind::ssru;
+  if (c.imported == "marian" || c.imported == "marian_ssru") {
     model_options.activation = Activation::swish;
     model_options.position_encoding = PositionEncoding::marian_sin_then_cos;
     model_options.zero_start_embedding = true;
@@ -452,7 +454,9 @@ INSTANTIATE_TEST_SUITE_P(Models, cuda_runtime_random,
                                            RandomCase{NormPosition::post, DType::f16},
                                            RandomCase{NormPosition::pre, DType::f16},
                                            RandomCase{NormPosition::post, DType::f32, "marian"},
-                                           RandomCase{NormPosition::post, DType::f16, "hf"}),
+                                           RandomCase{NormPosition::post, DType::f16, "hf"},
+                                           RandomCase{NormPosition::post, DType::f32, "marian_ssru"},
+                                           RandomCase{NormPosition::pre, DType::f16, "ssru"}),
                          [](const ::testing::TestParamInfo<RandomCase>& info) {
                            return random_case_label(info.param);
                          });

@@ -102,6 +102,15 @@ class StaticMatmul {
   std::unique_ptr<Impl> impl_;
 };
 
+// The output layer over a lexical shortlist's rows (the runtime, per batch then per step):
+// gather_weight_rows copies rows ids[0..count) of W (f32, or int8 times its row scales) into
+// out [count, cols] as f32; rows_product computes y[rows, n] = x[rows, k] w[n, k]^T (+ bias[n],
+// may be null) for any n, f32 accumulation, without allocating (the shortlist's size changes
+// with every batch, which static oneDNN primitives cannot follow).
+void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, float* out, int threads);
+void rows_product(const float* x, const float* w, const float* bias, int64_t rows, int64_t n, int64_t k, float* y,
+                  int threads);
+
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
 // For the trainer (dnnl_sgemm; allocates inside oneDNN, so never on the runtime's hot path).
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

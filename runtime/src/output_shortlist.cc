@@ -1,0 +1,113 @@
+#include "output_shortlist.h"
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include "xf/error.h"
+#include "xf/format/model_file.h"
+#include "xf/model.h"
+
+namespace xf::runtime {
+
+OutputShortlist::OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
+                                 bool shared_vocabulary)
+    : lists_(std::move(lists)), target_vocab_size_(target_vocab_size), shared_(shared_vocabulary),
+      chosen_(target_vocab_size), source_seen_(source_vocab_size) {
+  ids_.reserve(target_vocab_size);
+}
+
+const std::vector<int32_t>& OutputShortlist::select(const int32_t* source_ids, const int32_t* source_lengths,
+                                                    int64_t sentences, int64_t stride) {
+  std::fill(chosen_.begin(), chosen_.end(), 0);
+  std::fill(source_seen_.begin(), source_seen_.end(), 0);
+  const uint64_t first = std::min<uint64_t>(lists_.first_num, target_vocab_size_);
+  std::fill(chosen_.begin(), chosen_.begin() + first, 1);
+  const uint64_t listed = lists_.source_ids();
+  for (int64_t s = 0; s < sentences; ++s)
+    for (int32_t t = 0; t < source_lengths[s]; ++t) {
+      const int32_t id = source_ids[s * stride + t];
+      if (shared_) chosen_[id] = 1;
+      if (source_seen_[id]) continue;
+      source_seen_[id] = 1;
+      if (static_cast<uint64_t>(id) >= listed) continue;
+      for (uint64_t j = lists_.offsets[id]; j < lists_.offsets[id + 1]; ++j) chosen_[lists_.targets[j]] = 1;
+    }
+  size_t count = 0;
+  for (uint8_t c : chosen_) count += c;
+  for (uint64_t i = lists_.first_num; i < target_vocab_size_ && count % 8 != 0; ++i)
+    if (!chosen_[i]) {
+      chosen_[i] = 1;
+      ++count;
+    }
+  ids_.clear();
+  for (uint32_t i = 0; i < target_vocab_size_; ++i)
+    if (chosen_[i]) ids_.push_back(static_cast<int32_t>(i));
+  return ids_;
+}
+
+namespace {
+// Piece -> id over every id of one side, the unknown id for a piece the vocabulary lacks.
+std::unordered_map<std::string, uint32_t> piece_ids(std::vector<std::string> pieces) {
+  std::unordered_map<std::string, uint32_t> ids;
+  for (uint32_t i = 0; i < pieces.size(); ++i) ids.emplace(std::move(pieces[i]), i);
+  return ids;
+}
+}  // namespace
+
+std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const TranslatorOptions& options) {
+  const ModelConfig& c = model.config();
+  const ModelFile& file = model.file();
+  // One vocabulary for both sides: a shared table, or one vocabulary list or tokenizer serving both.
+  const bool shared = c.shared_embeddings ||
+                      (c.source_vocab_size == c.target_vocab_size && file.target_tokenizer() == file.source_tokenizer() &&
+                       file.target_vocabulary().size() == file.source_vocabulary().size() &&
+                       (file.source_vocabulary().empty() ||
+                        file.target_vocabulary().data() == file.source_vocabulary().data()));
+  if (options.shortlist == "none") return nullptr;
+  if (options.shortlist.empty()) {
+    if (!file.shortlist()) return nullptr;
+    return std::make_unique<OutputShortlist>(*file.shortlist(), c.source_vocab_size, c.target_vocab_size, shared);
+  }
+  const std::string& path = options.shortlist;
+  LexicalShortlist lists;
+  try {
+    if (is_binary_shortlist(path)) {
+      lists = read_binary_shortlist(path);
+    } else {
+      if (!model.has_tokenizer())
+        throw Error(path + ": a text shortlist needs the model's vocabularies (the model has no tokenizer)");
+      auto all_ids = [](uint32_t size) {
+        std::vector<int32_t> ids(size);
+        for (uint32_t i = 0; i < size; ++i) ids[i] = static_cast<int32_t>(i);
+        return ids;
+      };
+      const std::vector<int32_t> source_all = all_ids(c.source_vocab_size), target_all = all_ids(c.target_vocab_size);
+      const auto source = piece_ids(model.source_pieces(source_all.data(), source_all.size()));
+      const auto target = piece_ids(model.target_pieces(target_all.data(), target_all.size()));
+      const uint32_t unk = static_cast<uint32_t>(c.unk_id);
+      auto lookup = [unk](const std::unordered_map<std::string, uint32_t>& ids) {
+        return [&ids, unk](std::string_view piece) {
+          const auto it = ids.find(std::string(piece));
+          return it == ids.end() ? unk : it->second;
+        };
+      };
+      TextShortlistOptions text;
+      text.first_num = static_cast<uint32_t>(options.shortlist_first);
+      text.best_num = static_cast<uint32_t>(options.shortlist_best);
+      text.threshold = options.shortlist_threshold;
+      lists = read_text_shortlist(path, lookup(source), lookup(target), c.source_vocab_size, text);
+    }
+    try {
+      check_shortlist(lists, c.source_vocab_size, c.target_vocab_size);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what() + " (does it belong to this model?)");
+    }
+  } catch (const Error& e) {
+    throw Error(std::string("shortlist ") + e.what());
+  }
+  return std::make_unique<OutputShortlist>(std::move(lists), c.source_vocab_size, c.target_vocab_size, shared);
+}
+
+}  // namespace xf::runtime

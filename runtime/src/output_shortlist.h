@@ -1,0 +1,51 @@
+#pragma once
+// A lexical shortlist at decoding time: which target ids a batch's output layer covers
+// (TransformerBackend then computes the output products, the softmax and the top-k over those
+// rows alone, and maps the ids back). The lists come from the model file or from Marian's files
+// beside it (xf/format/shortlist.h reads them).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "xf/format/shortlist.h"
+#include "xf/translation_types.h"
+
+namespace xf {
+class Model;
+}
+
+namespace xf::runtime {
+
+class OutputShortlist {
+ public:
+  // lists: checked against the vocabularies (check_shortlist) by whoever loaded them.
+  // shared_vocabulary: one vocabulary serves both sides (Marian then adds the source ids too).
+  OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
+                  bool shared_vocabulary);
+
+  // The target ids of a batch, ascending, as Marian's BinaryShortlistGenerator::generate picks
+  // them: [0, first_num), the candidates of every source id of the batch (its real tokens, EOS
+  // included), the source ids themselves with a shared vocabulary, then the ids from first_num on
+  // that are not in yet until the count is a multiple of 8 (Marian pads for its int8 products;
+  // kept so that outputs are Marian's). source_ids: [sentences, stride]. Allocates nothing.
+  const std::vector<int32_t>& select(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
+                                     int64_t stride);
+  const LexicalShortlist& lists() const { return lists_; }
+
+ private:
+  LexicalShortlist lists_;
+  uint32_t target_vocab_size_;
+  bool shared_;
+  std::vector<uint8_t> chosen_;       // [target vocab]
+  std::vector<uint8_t> source_seen_;  // [source vocab]
+  std::vector<int32_t> ids_;          // capacity: the target vocabulary
+};
+
+// The shortlist a Translator uses (TranslatorOptions::shortlist): the model file's own unless
+// "none" or a file is given; a file is Marian's binary lex.*.s2t.bin (its own counts) or its text
+// lex.s2t (pieces looked up in the model's vocabularies, pruned with shortlist_best,
+// shortlist_first and shortlist_threshold). Null: none. Throws xf::Error("shortlist <path>:
+// ...") for a file that does not load or does not fit the model's vocabularies.
+std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const TranslatorOptions& options);
+
+}  // namespace xf::runtime
