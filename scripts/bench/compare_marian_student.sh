@@ -14,7 +14,8 @@
 #    PIECES pieces long (LINES_B1 for batch 1), each REPEAT times, as text: each engine tokenizes
 #    with the same .spm. Greedy (Bergamot's students decode with beam 1). The outputs' length
 #    limit is set equal: Marian's --max-length-factor FACTOR, xf-run --max-len-a FACTOR
-#    --max-len-b 0. The engines' int8 products differ, so their outputs do (the table counts the
+#    --max-len-b 0, and xf's loop guard off (Marian has none; random weights repeat a token to
+#    the limit). The engines' int8 products differ, so their outputs do (the table counts the
 #    lines that agree and the output tokens of each).
 # 4. Each configuration (ISA: AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 for xf; INTGEMM_CPUID=AVX2 and
 #    MKL_ENABLE_INSTRUCTIONS=AVX2 for Marian) and the CPU's own (AVX-512 here); batch 32 and
@@ -99,7 +100,7 @@ config() {
     local tag="${label// /_}.$isa.r$round"
     run "$label" "$isa" xf "$round" "$count" "$work/out.xf.$tag" \
       env "${xf_env[@]}" "$xf_bin/xf-run" --model "$work/xf_int8.xfm" --input "$work/$in.txt" --beam 1 \
-      --max-batch "$batch" --threads 1 --length-penalty 0 --max-len-a "$factor" --max-len-b 0
+      --max-batch "$batch" --threads 1 --length-penalty 0 --max-len-a "$factor" --max-len-b 0 --disable-loop-guard
     run "$label" "$isa" marian "$round" "$count" "$work/out.marian.$tag" \
       env "${marian_env[@]}" "$python" -m pymarian decode -m "$student/model.intgemm8.bin" \
       -v "$student/vocab.enfr.spm" "$student/vocab.enfr.spm" --shortlist "$student/lex.50.50.s2t.bin" false \
