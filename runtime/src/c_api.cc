@@ -23,11 +23,7 @@ struct xf_results {
   std::vector<xf::TranslationResult> results;
 };
 struct xf_pending {
-  std::future<void> done;
-  xf_status status = XF_OK;
-  std::string error;
-  xf_results* results = nullptr;
-  bool claimed = false;
+  std::future<std::vector<xf::TranslationResult>> done;  // from Translator::translate_async
 };
 
 namespace {
@@ -330,42 +326,32 @@ xf_status xf_translate_async(xf_translator* translator, const char* const* sourc
   *pending = nullptr;
   return guarded([&] {
     auto handle = std::make_unique<xf_pending>();
-    xf_pending* p = handle.get();
-    handle->done = std::async(std::launch::async, [p, translator,
-                                                   call = read_text_call(translator, sources, count, options,
-                                                                         "xf_translate_async")] {
-      p->status = guarded([&] {
-        auto out = std::make_unique<xf_results>();
-        out->results = translator->translator->translate(call.lines, call.options, call.prefixes);
-        p->results = out.release();
-      });
-      p->error = last_error;  // this thread's message, for the waiting one
-    });
+    TextCall call = read_text_call(translator, sources, count, options, "xf_translate_async");
+    handle->done = translator->translator->translate_async(std::move(call.lines), std::move(call.options),
+                                                           std::move(call.prefixes));
     *pending = handle.release();
   });
 }
 
 int xf_pending_ready(const xf_pending* pending) {
-  return pending != nullptr && pending->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return pending != nullptr &&
+         (!pending->done.valid() || pending->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
 xf_status xf_pending_wait(xf_pending* pending, xf_results** results) {
   if (pending == nullptr || results == nullptr) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_pending_wait: null argument");
   *results = nullptr;
-  pending->done.wait();
-  if (pending->claimed) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_pending_wait: its results were already taken");
-  pending->claimed = true;
-  if (pending->status != XF_OK) return fail(pending->status, pending->error);
-  *results = pending->results;
-  pending->results = nullptr;
-  last_error.clear();
-  return XF_OK;
+  if (!pending->done.valid()) return fail(XF_ERROR_INVALID_ARGUMENT, "xf_pending_wait: its results were already taken");
+  return guarded([&] {  // the translation's xf::Error, if any, is thrown here: this thread's message
+    auto out = std::make_unique<xf_results>();
+    out->results = pending->done.get();
+    *results = out.release();
+  });
 }
 
 void xf_pending_free(xf_pending* pending) {
   if (pending == nullptr) return;
-  pending->done.wait();
-  delete pending->results;
+  if (pending->done.valid()) pending->done.wait();  // the call runs to its end either way
   delete pending;
 }
 

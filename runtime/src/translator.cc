@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "async_queue.h"
 #include "backend.h"
 #include "memory_plan.h"
 #include "output_shortlist.h"
@@ -131,7 +132,9 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
   batch_scores_.resize(plan_->max_sentences);
 }
 
-Translator::~Translator() = default;
+Translator::~Translator() {
+  async_.reset();  // first: queued calls still use the plan, backend and search
+}
 
 int64_t Translator::max_target_len() const { return plan_->max_target_len; }
 size_t Translator::arena_bytes() const { return backend_->arena_bytes(); }
@@ -371,10 +374,14 @@ std::vector<TranslationResult> Translator::translate(const std::vector<std::stri
 std::future<std::vector<TranslationResult>> Translator::translate_async(std::vector<std::string> sources,
                                                                         TranslateOptions options,
                                                                         std::vector<std::string> target_prefix) {
-  return std::async(std::launch::async, [this, sources = std::move(sources), options = std::move(options),
-                                         target_prefix = std::move(target_prefix)] {
-    return translate(sources, options, target_prefix);
-  });
+  auto task = std::make_shared<std::packaged_task<std::vector<TranslationResult>()>>(
+      [this, sources = std::move(sources), options = std::move(options), target_prefix = std::move(target_prefix)] {
+        return translate(sources, options, target_prefix);
+      });
+  auto result = task->get_future();
+  std::call_once(async_started_, [this] { async_ = std::make_unique<runtime::AsyncQueue>(); });
+  async_->push([task] { (*task)(); });
+  return result;
 }
 
 std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,

@@ -158,6 +158,25 @@ TEST_F(ImportHuggingFace, FirstStepLogProbabilitiesWithin1e4) {
   EXPECT_GT(worst, 0.0) << "suspiciously exact: is the reference the model's own output?";
 }
 
+// transformers' own length penalty (its default 1.0, which the import stores as power
+// normalization): beam 4 as generate() gives it, every line.
+TEST_F(ImportHuggingFace, Beam4WithTransformersOwnLengthPenalty) {
+  const json expected = expected_of("hf-tiny");
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  const json& own = expected["beam4_own_penalty"];
+  ASSERT_EQ(own["length_penalty"].get<double>(), 1.0);
+  EXPECT_EQ(Model::open(*path_)->decoding_defaults().length_penalty, 1.0f);
+  const auto results = translate(*path_, sentences, 4, 0.0f, 40, 40);
+  int changed_by_penalty = 0;
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    EXPECT_EQ(results[i].hypotheses[0].ids, own["ids"][i].get<std::vector<int32_t>>()) << "sentence " << i;
+    EXPECT_EQ(results[i].hypotheses[0].text, own["text"][i].get<std::string>()) << "sentence " << i;
+    changed_by_penalty += own["ids"][i] != expected["beam4"]["ids"][i];
+  }
+  // Else the fixture could not tell a length penalty from none.
+  EXPECT_GT(changed_by_penalty, 0) << "no line of the fixture changes with the length penalty";
+}
+
 TEST_F(ImportHuggingFace, MissingVocabularyIsOneLine) {
   const std::string dir = test::make_temp_dir("hf-broken");
   for (const auto& entry : fs::directory_iterator(data("hf-tiny")))
@@ -205,6 +224,33 @@ TEST_P(ImportMarian, GreedyAndBeam4EqualPymarian) {
       EXPECT_NEAR(best.log_prob, score, 1e-4 + 5e-6 * std::abs(score)) << name << " sentence " << i;
     }
   }
+}
+
+// Marian's --normalize 1.0 (OPUS-MT's and Bergamot's decoder setting): the best hypothesis and
+// its score, the sum of log-probabilities over the length (EOS counted), as pymarian gives them.
+TEST_P(ImportMarian, Beam4WithNormalize1EqualsPymarian) {
+  const json expected = expected_of(GetParam());
+  const json& own = expected["beam4_own_penalty"];
+  ASSERT_EQ(own["normalize"].get<double>(), 1.0);
+  const std::string path = temp_file("marian.xfm");
+  importers::import_marian(data(GetParam()), path, {});
+  const auto model = Model::open(path);
+  ASSERT_EQ(model->decoding_defaults().length_normalization, LengthNormalization::power);
+  const auto sentences = expected["sentences"].get<std::vector<std::string>>();
+  const auto results = translate(path, sentences, 4, 3.0f, 0, 0, 1.0f);
+  int changed_by_penalty = 0;
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    const Hypothesis& best = results[i].hypotheses[0];
+    std::string pieces;
+    for (const std::string& piece : model->target_pieces(best.ids.data(), best.ids.size()))
+      pieces += (pieces.empty() ? "" : " ") + piece;
+    EXPECT_EQ(pieces, own["pieces"][i].get<std::string>()) << "sentence " << i;
+    EXPECT_EQ(best.text, own["text"][i].get<std::string>()) << "sentence " << i;
+    const double score = own["score"][i].get<double>();
+    EXPECT_NEAR(best.score, score, 1e-4 + 5e-6 * std::abs(score)) << "sentence " << i;
+    changed_by_penalty += own["pieces"][i] != expected["beam4"]["pieces"][i];
+  }
+  EXPECT_GT(changed_by_penalty, 0) << "no line of the fixture changes with the length penalty";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ImportMarian, ::testing::Values("marian-tiny", "marian-tiny-untied"),

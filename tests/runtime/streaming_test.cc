@@ -3,7 +3,12 @@
 // by step while the batch decodes; asynchronous results equal synchronous ones.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <future>
 #include <map>
+#include <numeric>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,6 +125,51 @@ TEST(Streaming, AsyncResultsEqualSyncOnes) {
   bad.beam = 99;
   auto failing = translator.translate_async(texts, bad);
   EXPECT_THROW(failing.get(), Error);
+}
+
+int threads_of_this_process() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (const dirent* entry = readdir(dir)) count += entry->d_name[0] != '.';
+    closedir(dir);
+  }
+  return count;
+}
+
+// Many calls at once: they queue for one worker thread (not a thread each, waiting on the
+// Translator's lock), run in the order they were made, and a Translator destroyed with calls
+// still queued finishes them before it goes.
+TEST(Streaming, AsyncCallsQueueInOrderOnOneThread) {
+  auto model = Model::open(test::tiny_model_file());
+  const auto texts = test::sample_sentences(4, 33);
+  const int calls = 40;
+  std::vector<std::future<std::vector<TranslationResult>>> pending;
+  std::mutex mutex;
+  std::vector<int> started;  // each call's number, when its first token streams
+  int added_threads = 0;
+  {
+    Translator translator(model, test::plan_options(8, 4));
+    const int before = threads_of_this_process();
+    for (int call = 0; call < calls; ++call) {
+      TranslateOptions options;
+      options.callback = [&, call](const StreamStep&) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (started.empty() || started.back() != call) started.push_back(call);
+      };
+      pending.push_back(translator.translate_async(texts, options));
+    }
+    added_threads = threads_of_this_process() - before;
+  }  // destroyed with calls still queued
+  EXPECT_LE(added_threads, 1) << "a thread per call";
+  const auto sync = Translator(model, test::plan_options(8, 4)).translate(texts);
+  for (auto& future : pending) {
+    const auto got = future.get();
+    ASSERT_EQ(got.size(), sync.size());
+    for (size_t i = 0; i < sync.size(); ++i) EXPECT_EQ(got[i].hypotheses[0].text, sync[i].hypotheses[0].text);
+  }
+  std::vector<int> in_order(calls);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_EQ(started, in_order);
 }
 
 }  // namespace

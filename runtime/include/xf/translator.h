@@ -32,6 +32,7 @@ namespace xf {
 XF_API const char* version();
 
 namespace runtime {
+class AsyncQueue;
 class Backend;
 struct MemoryPlan;
 class Search;
@@ -55,10 +56,10 @@ class XF_API Translator {
                                            const TranslateOptions& options = {},
                                            const std::vector<std::string>& target_prefix = {});
 
-  // translate() on a thread of its own: returns at once, the future holds the results (or the
-  // xf::Error). Calls still run one at a time (each async call waits for the ones before);
-  // the Translator must outlive the future's completion. With options.callback set, tokens
-  // stream from that thread while the caller's goes on.
+  // translate() on the Translator's one worker thread (started by the first call): returns at
+  // once, the future holds the results (or the xf::Error). Calls queue and run one at a time in
+  // the order they were made; destroying the Translator first finishes the queued ones. With
+  // options.callback set, tokens stream from that thread while the caller's goes on.
   std::future<std::vector<TranslationResult>> translate_async(std::vector<std::string> sources,
                                                               TranslateOptions options = {},
                                                               std::vector<std::string> target_prefix = {});
@@ -122,6 +123,8 @@ class XF_API Translator {
   std::vector<TokenTranslation*> batch_results_;  // [max_batch] where a batch's results go
   std::vector<ScoringResult*> batch_scores_;      // [max_batch] where a batch's scores go
   int64_t last_call_batches_ = 0;
+  std::once_flag async_started_;
+  std::unique_ptr<runtime::AsyncQueue> async_;  // translate_async's worker and queue
 };
 
 // Each text's results from its sentences' (translate_ids over paragraphs.sentences()'s ids):

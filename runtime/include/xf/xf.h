@@ -197,8 +197,9 @@ XF_API xf_status xf_translate_ids(xf_translator* translator, const int32_t* cons
                                   const xf_translate_options* options, xf_results** results);
 
 /* xf_translate without waiting: the sources, target prefixes and options are read (and copied)
- * here, the translation runs on a thread of its own; *pending is its handle. Calls to one
- * translator still run one at a time. */
+ * here, the translation is queued for the translator's one worker thread (Translator::
+ * translate_async); *pending is its handle. Calls to one translator run one at a time, in the
+ * order they were made. */
 XF_API xf_status xf_translate_async(xf_translator* translator, const char* const* sources,
                                     size_t count, const xf_translate_options* options,
                                     xf_pending** pending);
