@@ -34,14 +34,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=timed_run.sh
-source "$here/timed_run.sh"
-repo=$(cd "$here/../.." && pwd)
-[[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
-work=${1:-$(mktemp -d /tmp/xf-marian-student-XXXXXX)}
-python=${PYTHON:-python3}
-xf_bin=${XF_BIN:-$repo/build/bin}
-data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
+# shellcheck source=comparison_common.sh
+source "$here/comparison_common.sh"
+comparison_setup xf-marian-student "$@"
 lines=${LINES:-96}
 lines_b1=${LINES_B1:-32}
 repeat=${REPEAT:-4}
@@ -50,8 +45,6 @@ factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
 updates=${UPDATES:-1}
 isas=${ISAS:-AVX2 native}
-case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
-[[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
 "$python" -c "import pymarian, sentencepiece" 2>/dev/null ||
   { echo "$0: $python lacks pymarian/sentencepiece (set PYTHON)" >&2; exit 1; }
 mkdir -p "$work"
@@ -83,7 +76,7 @@ EOF
 results=$work/results.tsv
 printf 'config\tisa\tengine\tround\tlines\tload1\twall_s\tcpu_s\trss_mb\toutput\n' > "$results"
 
-# run LABEL ISA ENGINE ROUND LINES OUTPUT COMMAND...: one timed process (timed_run.sh), its
+# run LABEL ISA ENGINE ROUND LINES OUTPUT COMMAND...: one timed process (comparison_common.sh), its
 # stdout the output.
 run() { timed_run "$work" "$6" "$1" "$2" "$3" "$4" "$5" -- "${@:7}"; }
 

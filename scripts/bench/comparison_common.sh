@@ -1,4 +1,21 @@
-# Sourced by the engine comparisons (compare_marian.sh, compare_marian_student.sh).
+# Sourced by the engine comparisons (compare_marian.sh, compare_marian_student.sh), after they
+# set `here` (their folder).
+#
+# comparison_setup PREFIX ARGS...: their common start: repo; work, the run folder (ARGS' one
+# argument, else a new /tmp/PREFIX-XXXXXX; never inside the repository); python, xf_bin and data
+# from PYTHON, XF_BIN and XF_DATA; and a check that xf-run and xf-convert are in xf_bin.
+comparison_setup() {
+  local prefix=$1
+  shift
+  repo=$(cd "$here/../.." && pwd)
+  [[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
+  work=${1:-$(mktemp -d "/tmp/$prefix-XXXXXX")}
+  python=${PYTHON:-python3}
+  xf_bin=${XF_BIN:-$repo/build/bin}
+  data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
+  case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
+  [[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
+}
 #
 # timed_run WORK OUT FIELD... -- COMMAND...: runs COMMAND once under /usr/bin/time, its stdout to
 # OUT, its stderr appended to WORK/stderr.log, and appends to WORK/results.tsv one line: the
