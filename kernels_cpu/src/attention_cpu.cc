@@ -16,12 +16,7 @@ namespace {
 
 // The helpers are inline, not XF_VECTORIZED: they are inlined into attend_one_query's clones,
 // where a call per key through the clone dispatcher would cost as much as the 64-term dot.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
+using detail::dot;
 
 // In place: scores[j] <- exp(scores[j] - max), returns the sum.
 inline float exp_shifted(float* scores, int64_t n, float max) {

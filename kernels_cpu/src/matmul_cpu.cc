@@ -440,13 +440,14 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
 // ---- the output layer over a shortlist's rows ---------------------------------------------------
 
 namespace {
-XF_VECTORIZED_BODY float dot_body(const float* a, const float* b, int64_t k) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < k; ++c) sum += a[c] * b[c];
-  return sum;
+// Columns [first, last) of y for every row of x (their weight rows stay in cache meanwhile).
+XF_VECTORIZED_BODY void rows_product_block_body(const float* x, const float* w, const float* bias, int64_t rows,
+                                                int64_t n, int64_t k, int64_t first, int64_t last, float* y) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = first; i < last; ++i)
+      y[r * n + i] = detail::dot(x + r * k, w + i * k, k) + (bias != nullptr ? bias[i] : 0.0f);
 }
-XF_DISPATCH_BY_ISA(dot)
+XF_DISPATCH_BY_ISA(rows_product_block)
 }  // namespace
 
 void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, float* out, int threads) {
@@ -468,14 +469,10 @@ void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count
 
 void rows_product(const float* x, const float* w, const float* bias, int64_t rows, int64_t n, int64_t k, float* y,
                   int threads) {
-  // Columns of y in blocks, every row of x against a block's weight rows while they are in cache.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   detail::parallel_for(blocks, threads, rows * n * k > detail::kMinSharedWork, [&](int64_t b) {
-    const int64_t first = b * kBlock, last = std::min(n, first + kBlock);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = first; i < last; ++i)
-        y[r * n + i] = dot(x + r * k, w + i * k, k) + (bias != nullptr ? bias[i] : 0.0f);
+    rows_product_block(x, w, bias, rows, n, k, b * kBlock, std::min(n, b * kBlock + kBlock), y);
   });
 }
 

@@ -63,6 +63,15 @@ struct ByIsa<Body> {
 
 namespace xf::cpu::detail {
 
+// sum of a[i] * b[i]. Inline, not XF_VECTORIZED: it is inlined into the callers' clones, where a
+// call per dot product through the clone dispatcher would cost as much as a 64-term dot.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 // Rounds to the nearest integer, ties to even (the default rounding mode), for |x| < 2^22.
 // Adding and subtracting 1.5 * 2^23 does it in two vectorizable instructions where
 // std::nearbyint would be a libm call on baseline x86-64.

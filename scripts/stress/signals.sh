@@ -46,9 +46,9 @@ for ((run = 1; run <= runs; ++run)); do
   # second SIGTERM ends xf-train at once); a run still there after 300 s is killed.
   "$train_bin" "${options[@]}" --out "$out" --max-steps 1000000 2> "$log" &
   pid=$!
-  (sleep 300 && kill -KILL "$pid" 2>/dev/null) &
+  (sleep 300 && kill -KILL "$pid" 2>/dev/null) 2>/dev/null &  # quiet: no "Terminated" when ended
   bound=$!
-  for ((wait = 0; wait < 6000; ++wait)); do grep -q '^step ' "$log" && break; sleep 0.01; done
+  for ((wait = 0; wait < 6000; ++wait)); do grep -qs '^step ' "$log" && break; sleep 0.01; done
   sleep "$(awk -v seed="$RANDOM" -v max="$delay_ms" 'BEGIN { srand(seed); printf "%.3f", rand() * max / 1000 }')"
   kill -s "$signal" "$pid"
   wait "$pid"

@@ -191,9 +191,20 @@ TEST(FormatMutation, CorruptedFilesGiveAnErrorOrAValidModel) {
   separate.tied_output = false;
   separate.output_bias = true;
   separate.norm_position = NormPosition::pre;
+  // Format version 3: SSRU decoder layers, and a stored shortlist for the reader to check.
+  ModelConfig ssru = tiny_config();
+  ssru.decoder_layer_kind = DecoderLayerKind::ssru;
+  ModelWriter ssru_writer(ssru);
+  add_parameters(ssru_writer, random_parameters(ssru, DType::f32, 4));
+  LexicalShortlist lists;
+  lists.first_num = 3;
+  lists.offsets = {0, 2, 2, 5};
+  lists.targets = {1, 7, 0, 4, 11};
+  ssru_writer.set_shortlist(lists);
   const std::vector<Bytes> valid_files = {valid_model_bytes(tiny_config(), DType::f32, 1),
                                           valid_model_bytes(separate, DType::int8, 2),
-                                          valid_model_bytes(tiny_config(), DType::f16, 3)};
+                                          valid_model_bytes(tiny_config(), DType::f16, 3),
+                                          ssru_writer.serialize()};
   constexpr int kMutations = 4000, kKinds = 7;
   std::mt19937_64 rng(20240601);
   std::map<std::string, int> errors_by_check;

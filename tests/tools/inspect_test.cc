@@ -127,6 +127,29 @@ TEST(XfInspect, SharedAndMissingTokenizers) {
   }
 }
 
+// An SSRU decoder (format version 3) and a stored shortlist are shown.
+TEST(XfInspect, SsruDecoderAndShortlist) {
+  TempDir dir;
+  ModelConfig config = tiny_config();
+  config.decoder_layer_kind = DecoderLayerKind::ssru;
+  ModelWriter writer(config);
+  add_parameters(writer, random_parameters(config, DType::f32, 2));
+  LexicalShortlist lists;
+  lists.first_num = 5;
+  lists.best_num = 2;
+  lists.offsets = {0, 2, 3};
+  lists.targets = {4, 9, 7};
+  writer.set_shortlist(lists);
+  writer.write(dir.file("model.xfm"));
+  const CommandRun r = run_inspect("'" + dir.file("model.xfm") + "'", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto lines = token_lines(r.out);
+  EXPECT_TRUE(has_line(lines, {"format", "version", "3"})) << r.out;
+  EXPECT_TRUE(has_line(lines, {"decoder_layer_kind", "ssru"})) << r.out;
+  EXPECT_TRUE(has_line(lines, {"first", "5,", "best", "2,", "2", "source", "ids,", "3", "candidates"})) << r.out;
+  EXPECT_NE(r.out.find("decoder.layers.0.ssru.input_forget.weight"), std::string::npos) << r.out;
+}
+
 TEST(XfInspect, BadFilesGiveOneLineAndExitOne) {
   TempDir dir;
   std::vector<uint8_t> valid = valid_model_bytes(tiny_config(), DType::f32, 3);

@@ -125,6 +125,22 @@ TEST_F(ModelFiles, XfConvertRewritesAPrunedModelFileInAnotherDtype) {
   }
 }
 
+// A model with a stored shortlist is not rewritten without it: xf-convert refuses it by name.
+TEST_F(ModelFiles, XfConvertRefusesToDropAStoredShortlist) {
+  xf::test::TinyModelOptions options;
+  xf::LexicalShortlist lists;
+  lists.first_num = 4;
+  options.shortlist = lists;
+  const std::string with_shortlist = dir_ + "/shortlisted.xfm";
+  xf::test::write_tiny_model(with_shortlist, options);
+  const Result r = run(std::string(XF_CONVERT) + " " + with_shortlist + " -o " + dir_ + "/out.xfm --dtype f32");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find(with_shortlist + ": a model with a stored lexical shortlist cannot be trained or rewritten"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.xfm"));
+}
+
 // README's own example, where the checkout has the bundled (pruned) model.
 TEST_F(ModelFiles, XfConvertRewritesTheBundledModelInF32) {
   const std::string bundled = std::string(XF_SOURCE_DIR) + "/models/enfr.xfm";

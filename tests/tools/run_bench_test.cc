@@ -148,6 +148,13 @@ TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
   const ProgramRun ids = run(XF_RUN, "--model " + model_path() + " --ids --strict", bad_ids);
   EXPECT_EQ(ids.status, 1);
   EXPECT_NE(ids.err.find("'x' is not a token id"), std::string::npos) << ids.err;
+
+  // Shortlists: a bad count is a bad command line naming the flag, a bad file bad input.
+  const ProgramRun best = run(XF_RUN, "--model " + model_path() + " --shortlist-best 0");
+  xf::test::expect_one_line_error(best, 2, "--shortlist-best");
+  const std::string lex = write_lines("lex.s2t", {"a b 0.5", "a b half"});
+  const ProgramRun bad_lex = run(XF_RUN, "--model " + model_path() + " --shortlist " + lex);
+  xf::test::expect_one_line_error(bad_lex, 1, "shortlist " + lex + ":2: expected 'target source probability'");
 }
 
 // Without --strict no line is lost: an over-long line is truncated, an unreadable one gives an

@@ -80,6 +80,12 @@ void print_model(const xf::Model& checked) {
       std::printf("  target %zu pieces\n", model.target_vocabulary().size());
   }
 
+  if (const auto& shortlist = model.shortlist()) {
+    std::printf("lexical shortlist\n");
+    std::printf("  first %u, best %u, %llu source ids, %zu candidates\n", shortlist->first_num, shortlist->best_num,
+                static_cast<unsigned long long>(shortlist->source_ids()), shortlist->targets.size());
+  }
+
   const auto& tensors = model.tensors();
   size_t name_width = 4;
   for (const auto& t : tensors) name_width = std::max(name_width, t.name.size());

@@ -298,6 +298,9 @@ std::vector<float> parameters_from_model_file(const ModelFile& model) {
     throw Error(model.path() + ": an imported model (format version 2 or 3: its activation, embeddings, "
                 "positions, SSRU decoder or vocabulary list) cannot be trained or rewritten; convert it "
                 "again from the original with xf-convert --from");
+  if (model.shortlist())
+    throw Error(model.path() + ": a model with a stored lexical shortlist cannot be trained or rewritten (the "
+                "shortlist would be lost); convert it again from the original with xf-convert --from");
   std::vector<float> parameters;
   for (const auto& spec : transformer_parameters(model.config())) {
     // ModelFile::open already checked every tensor's presence and shape against the config.
