@@ -3,6 +3,8 @@
 #include <zip.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -227,6 +229,132 @@ ForeignTensors read_npz(const std::string& path) {
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }
+  }
+  return tensors;
+}
+
+namespace {
+
+// Marian's Type values (src/common/types.h): a size in bytes plus class bits. The intgemm8 of
+// marian-nmt/marian-dev (pymarian's marian-conv) is 0x10001; browsermt/marian-dev's, which Firefox
+// Translations' models carry, is 0x4101: the same bytes (Marian's code came from there).
+constexpr uint64_t kMarianInt8 = 0x0101, kMarianFloat32 = 0x0404, kMarianIntgemm8 = 0x10001,
+                   kBrowsermtIntgemm8 = 0x4101;
+
+std::string marian_type_name(uint64_t type) {
+  switch (type) {
+    case 0x0101: return "int8";
+    case 0x0402: return "float16";
+    case 0x0404: return "float32";
+    case 0x0802: return "packed16";
+    case 0x1801: return "packed8avx2";
+    case 0x2801: return "packed8avx512";
+    case 0x10001: return "intgemm8";
+    case 0x4101: return "intgemm8";
+    case 0x18001: return "intgemm8ssse3";
+    case 0x11001: return "intgemm8avx2";
+    case 0x12001: return "intgemm8avx512";
+    case 0x16001: return "intgemm8avx512vnni";
+    case 0x10002: return "intgemm16";
+    case 0x14002: return "intgemm16sse2";
+    case 0x11002: return "intgemm16avx2";
+    case 0x12002: return "intgemm16avx512";
+    default: {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(type));
+      return std::string("type ") + hex;
+    }
+  }
+}
+
+}  // namespace
+
+ForeignTensors read_marian_bin(const std::string& path) {
+  const std::string file = read_whole_file(path, "the Marian binary model");
+  auto fail = [&](const std::string& problem) -> void { throw Error(path + ": " + problem); };
+  size_t at = 0;
+  auto take = [&](size_t bytes, const char* what) -> const char* {
+    if (bytes > file.size() - at) fail(std::string("truncated Marian binary model (") + what + ")");
+    const char* p = file.data() + at;
+    at += bytes;
+    return p;
+  };
+  auto take_u64 = [&](const char* what) {
+    uint64_t value;
+    std::memcpy(&value, take(8, what), 8);
+    return value;
+  };
+  const uint64_t version = take_u64("version");
+  if (version != 1) fail("binary model version " + std::to_string(version) + " (Marian's version 1 only)");
+  const uint64_t count = take_u64("item count");
+  if (count > file.size() / 32) fail("truncated Marian binary model (item headers)");
+  struct Header {
+    uint64_t name_length, type, rank, data_length;
+  };
+  std::vector<Header> headers(count);
+  for (Header& h : headers) {
+    h.name_length = take_u64("item headers");
+    h.type = take_u64("item headers");
+    h.rank = take_u64("item headers");
+    h.data_length = take_u64("item headers");
+    if (h.name_length == 0 || h.rank > 8) fail("malformed item header");
+  }
+  std::vector<std::string> names(count);
+  for (size_t i = 0; i < count; ++i) {
+    const char* name = take(headers[i].name_length, "item names");
+    if (name[headers[i].name_length - 1] != '\0') fail("malformed item name");
+    names[i] = name;
+  }
+  std::vector<std::vector<uint64_t>> shapes(count);
+  for (size_t i = 0; i < count; ++i)
+    for (uint64_t d = 0; d < headers[i].rank; ++d) {
+      int32_t dim;
+      std::memcpy(&dim, take(4, "item shapes"), 4);
+      if (dim < 0) fail("item '" + names[i] + "' has a negative dimension");
+      shapes[i].push_back(static_cast<uint64_t>(dim));
+    }
+  take(take_u64("padding"), "padding");
+  ForeignTensors tensors;
+  for (size_t i = 0; i < count; ++i) {
+    const Header& h = headers[i];
+    const char* data = take(h.data_length, ("item '" + names[i] + "'").c_str());
+    ForeignTensor t;
+    t.shape = shapes[i];
+    uint64_t elements;
+    try {
+      elements = element_count(t.shape);
+    } catch (const Error&) {
+      fail("item '" + names[i] + "': shape too large");
+    }
+    const bool intgemm8 = h.type == kMarianIntgemm8 || h.type == kBrowsermtIntgemm8;
+    const uint64_t needed = h.type == kMarianFloat32 ? elements * 4 : intgemm8 ? elements + 4 : elements;
+    if (h.type != kMarianFloat32 && h.type != kMarianInt8 && !intgemm8)
+      fail("item '" + names[i] + "' is " + marian_type_name(h.type) +
+           ", not supported (float32, or intgemm8: marian-conv --gemm-type float32 or intgemm8)");
+    if (h.data_length < needed) fail("item '" + names[i] + "' holds fewer bytes than its shape needs");
+    if (h.type == kMarianFloat32) {
+      t.values = widen(reinterpret_cast<const uint8_t*>(data), elements, "f32");
+    } else if (h.type == kMarianInt8) {
+      t.bytes.assign(data, elements);
+    } else {
+      if (t.shape.size() != 2) fail("intgemm8 item '" + names[i] + "' is not a matrix");
+      t.bytes.assign(data, elements);
+      std::memcpy(&t.intgemm8_multiplier, data + elements, 4);
+      if (!(t.intgemm8_multiplier > 0) || !std::isfinite(t.intgemm8_multiplier))
+        fail("intgemm8 item '" + names[i] + "' has no positive quantization multiplier");
+      t.values.resize(elements);
+      // marian-conv quantizes the transposed matrix, but an embedding ("Wemb") as it is, which
+      // Marian widens back to f32 at load time, q * (1 / multiplier), as here.
+      const bool transposed = names[i].find("Wemb") == std::string::npos;
+      const uint64_t rows = t.shape[0], cols = t.shape[1];
+      for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t c = 0; c < cols; ++c)
+          t.values[r * cols + c] = static_cast<int8_t>(t.bytes[transposed ? c * rows + r : r * cols + c]) *
+                                   (1.0f / t.intgemm8_multiplier);
+      if (!transposed) t.intgemm8_multiplier = 0;  // an f32 table to Marian
+      if (!transposed) t.bytes.clear();
+    }
+    if (!tensors.emplace(names[i], std::move(t)).second) fail("item '" + names[i] + "' appears twice");
   }
   return tensors;
 }

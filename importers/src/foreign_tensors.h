@@ -12,6 +12,11 @@ struct ForeignTensor {
   std::vector<uint64_t> shape;
   std::vector<float> values;  // row-major
   std::string bytes;          // the raw bytes instead, for 1-byte element types (Marian's text items)
+  // Marian's intgemm8 matrices (read_marian_bin): `bytes` holds the int8 values of the matrix
+  // transposed ([out, in] rows of Marian's [in, out] shape), each value q standing for
+  // q * (1 / intgemm8_multiplier); `values` holds those f32 values. 0: not an intgemm8 matrix
+  // (an intgemm8 embedding is not one: Marian widens it to f32 at load time, so `values` only).
+  float intgemm8_multiplier = 0;
 };
 
 using ForeignTensors = std::map<std::string, ForeignTensor>;
@@ -23,6 +28,15 @@ ForeignTensors read_safetensors(const std::string& path);
 // A .npz file (a zip of .npy arrays, stored or deflated): float32/float16 arrays, and 1-byte
 // arrays (int8, uint8, S1) as raw bytes. The ".npy" of each name is dropped.
 ForeignTensors read_npz(const std::string& path);
+
+// Marian's binary model (a .bin from marian-conv, or saved by Marian under a .bin name): version
+// 1, the item headers, names, shapes, then each item's bytes from a 256-byte boundary. Items of
+// type float32, int8 (special:model.yml) and intgemm8 (the hardware-independent layout that
+// `marian-conv --gemm-type intgemm8` writes and Firefox Translations ships: see ForeignTensor;
+// the precomputed activation multipliers of its *.alphas.bin, float32 items "..._QuantMultA",
+// are read like any item and left unused by the importer); any other type (float16, the packed
+// or ISA-prepared types such as intgemm8avx2) is refused naming the item and the type.
+ForeignTensors read_marian_bin(const std::string& path);
 
 // A pytorch_model.bin (torch.save's zip: <prefix>/data.pkl, a pickle of a dict of tensors, and
 // <prefix>/data/<key>, each storage's little-endian bytes), read without PyTorch: the pickle is

@@ -133,7 +133,7 @@ void import_hugging_face(const std::string& directory, const std::string& output
   auto take = [&](const std::string& name) -> ImportedTensor {
     const auto it = weights.find(name);
     if (it == weights.end()) throw Error(weights_path.string() + ": no tensor '" + name + "'");
-    return {it->second.shape, it->second.values, name};
+    return {it->second.shape, it->second.values, name, {}, {}};
   };
   auto take_first = [&](const std::vector<std::string>& names) -> ImportedTensor {
     for (const std::string& name : names)

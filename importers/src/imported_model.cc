@@ -22,11 +22,18 @@ void add_linear(ImportedModel& model, const std::string& xf_name, const std::vec
   auto stacked = [](const std::vector<ImportedTensor>& parts) {
     ImportedTensor out;
     uint64_t rows = 0;
+    bool all_int8 = true;
     for (const ImportedTensor& part : parts) {
       rows += part.shape[0];
       out.values.insert(out.values.end(), part.values.begin(), part.values.end());
       out.origin += (out.origin.empty() ? "" : " + ") + part.origin;
+      all_int8 = all_int8 && !part.int8_values.empty();
     }
+    for (const ImportedTensor& part : parts)
+      if (all_int8) {
+        out.int8_values.insert(out.int8_values.end(), part.int8_values.begin(), part.int8_values.end());
+        out.int8_row_scales.insert(out.int8_row_scales.end(), part.int8_row_scales.begin(), part.int8_row_scales.end());
+      }
     out.shape = parts.front().shape;
     out.shape[0] = rows;
     return out;
@@ -79,9 +86,18 @@ void write_imported_model(const ImportedModel& model, const std::string& output,
     parameters.insert(parameters.end(), t.values.begin(), t.values.end());
   }
   ModelWriter writer = writer_of_parameters(model.config, parameters.data(), parameters.size(), options.dtype);
+  if (options.dtype == DType::int8)
+    for (const auto& [name, t] : model.tensors)
+      if (!t.int8_values.empty()) {
+        if (t.int8_values.size() != t.values.size() || t.int8_row_scales.size() != t.shape[0])
+          throw Error("internal: " + t.origin + ": int8 values or row scales of the wrong size");
+        writer.add_tensor(name, DType::int8, t.shape, t.int8_values.data(), t.int8_values.size(),
+                          t.int8_row_scales.data());
+      }
   writer.set_source_tokenizer(model.source_tokenizer);
   if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
     writer.set_target_tokenizer(model.target_tokenizer);
+  if (model.shortlist) writer.set_shortlist(*model.shortlist);
   writer.set_source_vocabulary(model.source_vocabulary);
   if (model.target_vocabulary != model.source_vocabulary) writer.set_target_vocabulary(model.target_vocabulary);
   std::map<std::string, std::string> metadata = model.metadata;

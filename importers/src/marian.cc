@@ -8,7 +8,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <sentencepiece_processor.h>
 
 #include "foreign_tensors.h"
@@ -16,6 +20,7 @@
 #include "xf/error.h"
 #include "xf/format/parameters.h"
 #include "xf/format/schema.h"
+#include "xf/format/shortlist.h"
 #include "xf/importers/importers.h"
 
 namespace xf::importers {
@@ -43,6 +48,9 @@ struct MarianFiles {
   // decoder.yml's normalize: marian-decoder divides a score by length^normalize (default 0).
   double normalize = 0.0;
   std::string normalize_origin = "Marian's default normalize";
+  // decoder.yml's shortlist: the file, then (a text one) Marian's first, best and threshold.
+  std::vector<std::string> shortlist;
+  std::string shortlist_origin;
 };
 
 fs::path existing(const fs::path& path, const std::string& what) {
@@ -56,8 +64,10 @@ MarianFiles locate(const std::string& input) {
   MarianFiles files;
   const fs::path dir = fs::is_directory(given) ? given : given.parent_path().empty() ? fs::path(".") : given.parent_path();
   // decoder.yml names the model and the vocabularies (relative to its folder).
+  // (or the config given itself: Firefox Translations ships config.intgemm8bit.yml and the like).
   std::optional<fs::path> decoder_yml;
-  for (const fs::path& candidate : {fs::path(input + ".decoder.yml"), dir / "decoder.yml"})
+  const bool config_given = given.extension() == ".yml" && fs::is_regular_file(given);
+  for (const fs::path& candidate : {config_given ? given : fs::path(input + ".decoder.yml"), dir / "decoder.yml"})
     if (fs::is_regular_file(candidate)) {
       decoder_yml = candidate;
       break;
@@ -66,7 +76,7 @@ MarianFiles locate(const std::string& input) {
   if (decoder_yml) {
     const YAML::Node yml = parse_yaml(read_whole_file(decoder_yml->string(), "decoder.yml"), decoder_yml->string());
     try {
-      if (!fs::is_directory(given)) {
+      if (!fs::is_directory(given) && !config_given) {
         files.model = given;
       } else if (yml["models"] && yml["models"].size() > 0) {
         files.model = dir / fs::path(yml["models"][0].as<std::string>()).filename();
@@ -75,6 +85,19 @@ MarianFiles locate(const std::string& input) {
         for (const auto& v : yml["vocabs"]) vocabularies.push_back(dir / fs::path(v.as<std::string>()).filename());
     } catch (const YAML::Exception& e) {
       throw Error(decoder_yml->string() + ": malformed 'models' or 'vocabs' (" + e.msg + ")");
+    }
+    if (yml["shortlist"] && !yml["shortlist"].IsNull()) {
+      files.shortlist_origin = decoder_yml->string() + ": key 'shortlist'";
+      try {
+        if (yml["shortlist"].IsSequence())
+          for (const auto& v : yml["shortlist"]) files.shortlist.push_back(v.as<std::string>());
+        else
+          files.shortlist.push_back(yml["shortlist"].as<std::string>());
+      } catch (const YAML::Exception&) {
+        throw Error(files.shortlist_origin + " is not a list of scalars");
+      }
+      if (files.shortlist.empty()) throw Error(files.shortlist_origin + " names no file");
+      files.shortlist[0] = (dir / fs::path(files.shortlist[0]).filename()).string();
     }
     files.beam_size_origin = decoder_yml->string() + ": key 'beam-size'";
     if (yml["beam-size"] && !yml["beam-size"].IsNull()) try {
@@ -93,8 +116,8 @@ MarianFiles locate(const std::string& input) {
   } else if (!fs::is_directory(given)) {
     files.model = given;
   }
-  if (files.model.empty()) throw Error(input + ": no decoder.yml naming the model (give the .npz)");
-  existing(files.model, "model (.npz)");
+  if (files.model.empty()) throw Error(input + ": no decoder.yml naming the model (give the .npz or .bin)");
+  existing(files.model, "model (.npz or .bin)");
   if (vocabularies.empty()) {
     // The usual names beside the model.
     if (fs::exists(dir / "vocab.src.yml") || fs::exists(dir / "vocab.trg.yml"))
@@ -161,14 +184,57 @@ Vocabulary read_vocabulary(const fs::path& path, const fs::path& spm_path) {
   return v;
 }
 
+// A piece's id in `v` (an unknown piece: <unk>'s, as Marian's vocabularies give it).
+std::function<uint32_t(std::string_view)> id_of(const Vocabulary& v) {
+  if (v.pieces.empty()) {
+    auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
+    if (!processor->LoadFromSerializedProto(v.spm).ok()) throw Error("internal: the SentencePiece model does not load");
+    return [processor](std::string_view piece) { return static_cast<uint32_t>(processor->PieceToId(piece)); };
+  }
+  auto ids = std::make_shared<std::map<std::string, uint32_t, std::less<>>>();
+  for (size_t id = 0; id < v.pieces.size(); ++id) ids->emplace(v.pieces[id], static_cast<uint32_t>(id));
+  const auto unk = static_cast<uint32_t>(v.unk_id);
+  return [ids, unk](std::string_view piece) {
+    const auto it = ids->find(piece);
+    return it == ids->end() ? unk : it->second;
+  };
+}
+
+// decoder.yml's shortlist: Marian's binary one (marian-conv's lex.*.s2t.bin; its further values
+// only ask Marian to check it, which reading it here does), or its text one (extract_lex's
+// "target source probability" lines) pruned as Marian prunes it: `shortlist: [FILE, FIRST, BEST,
+// THRESHOLD]`, Marian's defaults 100, 100, 0.
+LexicalShortlist read_marian_shortlist(const MarianFiles& files, const Vocabulary& source, const Vocabulary& target) {
+  const std::string& path = existing(files.shortlist[0], "shortlist (" + files.shortlist_origin + ")").string();
+  if (is_binary_shortlist(path)) return read_binary_shortlist(path);
+  TextShortlistOptions options;
+  auto value = [&](size_t i, auto parse) {
+    try {
+      size_t used = 0;
+      const auto parsed = parse(files.shortlist[i], &used);
+      if (used != files.shortlist[i].size() || parsed < 0) throw std::invalid_argument("");
+      return parsed;
+    } catch (const std::exception&) {
+      throw Error(files.shortlist_origin + ": '" + files.shortlist[i] + "' is not a non-negative number");
+    }
+  };
+  auto integer = [](const std::string& t, size_t* used) { return std::stoll(t, used); };
+  auto real = [](const std::string& t, size_t* used) { return std::stof(t, used); };
+  if (files.shortlist.size() > 1) options.first_num = static_cast<uint32_t>(value(1, integer));
+  if (files.shortlist.size() > 2) options.best_num = static_cast<uint32_t>(value(2, integer));
+  if (files.shortlist.size() > 3) options.threshold = value(3, real);
+  return read_text_shortlist(path, id_of(source), id_of(target), static_cast<uint32_t>(source.size), options);
+}
+
 }  // namespace
 
 void import_marian(const std::string& input, const std::string& output, const ImportOptions& options) {
   const MarianFiles files = locate(input);
-  const std::string npz = files.model.string();
-  ForeignTensors weights = read_npz(npz);
+  const std::string npz = files.model.string();  // the .npz or Marian's binary .bin
+  ForeignTensors weights = files.model.extension() == ".bin" ? read_marian_bin(npz) : read_npz(npz);
   const auto yml_item = weights.find("special:model.yml");
-  if (yml_item == weights.end()) throw Error(npz + ": no special:model.yml (not a Marian model)");
+  if (yml_item == weights.end() || yml_item->second.bytes.empty())
+    throw Error(npz + ": no special:model.yml (not a Marian model)");
   std::string yml_text = yml_item->second.bytes;
   yml_text.erase(std::find(yml_text.begin(), yml_text.end(), '\0'), yml_text.end());
   const YAML::Node yml = parse_yaml(yml_text, npz + ": special:model.yml");
@@ -201,9 +267,17 @@ void import_marian(const std::string& input, const std::string& output, const Im
   };
   const std::string type = text("type", "");
   refuse_unless(type == "transformer", "type", type, "transformer only");
+  // The decoder layers' first sub-layer: self-attention, or (Firefox Translations' students)
+  // Marian's SSRU, a recurrent cell without its own layer norm.
   const std::string autoreg = text("transformer-decoder-autoreg", "self-attention");
-  refuse_unless(autoreg == "self-attention", "transformer-decoder-autoreg", autoreg,
-                "self-attention only, not SSRU/AAN/RNN decoders");
+  refuse_unless(autoreg == "self-attention" || autoreg == "rnn", "transformer-decoder-autoreg", autoreg,
+                "self-attention, or rnn with dec-cell ssru");
+  const bool ssru = autoreg == "rnn";
+  if (ssru) {
+    const std::string cell = text("dec-cell", "gru");
+    refuse_unless(cell == "ssru", "dec-cell", cell, "ssru with transformer-decoder-autoreg rnn");
+    refuse_unless(!flag("layer-normalization"), "layer-normalization", "true", "false with an SSRU decoder");
+  }
   const std::string activation = text("transformer-ffn-activation", "swish");
   refuse_unless(activation == "swish" || activation == "relu", "transformer-ffn-activation", activation, "swish or relu");
   const std::string preprocess = text("transformer-preprocess", ""), postprocess = text("transformer-postprocess", "dan"),
@@ -211,6 +285,7 @@ void import_marian(const std::string& input, const std::string& output, const Im
   // Post-norm ("", "dan", "") or pre-norm ("n", "da", "n": a final layer norm on each stack), the
   // two layouts Marian's transformers are trained in; dropout ("d") does nothing at inference.
   const bool pre_norm = preprocess == "n";
+  refuse_unless(!(ssru && pre_norm), "transformer-preprocess", preprocess, "\"\" (post-norm) with an SSRU decoder");
   refuse_unless(pre_norm || preprocess == "" || preprocess == "d", "transformer-preprocess", preprocess,
                 "\"\" (post-norm) or n (pre-norm)");
   refuse_unless(postprocess == (pre_norm ? "da" : "dan"), "transformer-postprocess", postprocess,
@@ -252,6 +327,7 @@ void import_marian(const std::string& input, const std::string& output, const Im
   c.position_encoding = PositionEncoding::marian_sin_then_cos;
   c.zero_start_embedding = true;
   c.output_bias = true;
+  c.decoder_layer_kind = ssru ? DecoderLayerKind::ssru : DecoderLayerKind::self_attention;
 
   const Vocabulary source = read_vocabulary(files.source_vocabulary, files.source_spm);
   const Vocabulary target = read_vocabulary(files.target_vocabulary, files.target_spm);
@@ -268,17 +344,23 @@ void import_marian(const std::string& input, const std::string& output, const Im
     throw Error(input + ": one vocabulary is a .yml and the other an .spm (both of one kind are imported)");
   model.source_tokenizer = source.spm;
   model.target_tokenizer = target.spm;
+  if (!files.shortlist.empty()) model.shortlist = read_marian_shortlist(files, source, target);
 
   // Weights: [in, out] matrices transposed, [1, n] rows flattened.
   auto take = [&](const std::string& name, bool transpose) -> ImportedTensor {
     const auto it = weights.find(name);
-    if (it == weights.end() || !it->second.bytes.empty()) throw Error(npz + ": no float tensor '" + name + "'");
-    ImportedTensor t{it->second.shape, it->second.values, name};
+    if (it == weights.end() || it->second.values.empty()) throw Error(npz + ": no float tensor '" + name + "'");
+    const ForeignTensor& original = it->second;
+    ImportedTensor t{original.shape, original.values, name, {}, {}};
     if (t.shape.size() == 2 && t.shape[0] == 1) t.shape = {t.shape[1]};
     if (transpose) {
       if (t.shape.size() != 2) throw Error(npz + ": tensor '" + name + "' is not a matrix");
       t.values = transposed(t.values, t.shape[0], t.shape[1]);
       std::swap(t.shape[0], t.shape[1]);
+      if (original.intgemm8_multiplier > 0) {  // its bytes are already the transposed rows
+        t.int8_values.assign(original.bytes.begin(), original.bytes.end());
+        t.int8_row_scales.assign(t.shape[0], 1.0f / original.intgemm8_multiplier);
+      }
     }
     return t;
   };
@@ -314,19 +396,37 @@ void import_marian(const std::string& input, const std::string& output, const Im
     model.tensors[xf_name + schema::kBeta] = take(prefix + "_ln_bias" + suffix, false);
   };
   const char* layer_norm_suffix = pre_norm ? "_pre" : "";
-  auto layer_common = [&](const std::string& p, const std::string& x) {
+  auto self_attention = [&](const std::string& p, const std::string& x) {
     linear(p + "_self", x + schema::kSelfAttentionQkv.name, {"q", "k", "v"});
     linear(p + "_self", x + schema::kSelfAttentionOutput.name, {"o"});
     norm(p + "_self_Wo", x + schema::kSelfAttentionNorm.name, layer_norm_suffix);
+  };
+  auto ffn = [&](const std::string& p, const std::string& x) {
     linear(p + "_ffn", x + schema::kFfnInner.name, {"1"});
     linear(p + "_ffn", x + schema::kFfnOuter.name, {"2"});
     norm(p + "_ffn_ffn", x + schema::kFfnNorm.name, layer_norm_suffix);
   };
-  for (uint32_t i = 0; i < c.encoder_layers; ++i)
-    layer_common("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
+  // Marian's SSRU (rnn/cells.h): the candidate x W (no bias) and the forget gate x Wf + bf, one
+  // fused product in xf; its post-norm is named after the layer's "_ffn" post-processing.
+  auto ssru_layer = [&](const std::string& p, const std::string& x) {
+    const ImportedTensor candidate = take(p + "_rnn_W", true);
+    const ImportedTensor no_bias{{candidate.shape[0]}, std::vector<float>(candidate.shape[0], 0.0f),
+                                 p + "_rnn_W's bias (none: 0)", {}, {}};
+    add_linear(model, x + schema::kSsruInputForget.name, {candidate, take(p + "_rnn_Wf", true)},
+               {no_bias, take(p + "_rnn_bf", false)});
+    norm(p + "_rnn_ffn", x + schema::kSsruNorm.name, "");
+  };
+  for (uint32_t i = 0; i < c.encoder_layers; ++i) {
+    self_attention("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
+    ffn("encoder_l" + std::to_string(i + 1), param::encoder_layer(i));
+  }
   for (uint32_t i = 0; i < c.decoder_layers; ++i) {
     const std::string p = "decoder_l" + std::to_string(i + 1), x = param::decoder_layer(i);
-    layer_common(p, x);
+    if (ssru)
+      ssru_layer(p, x);
+    else
+      self_attention(p, x);
+    ffn(p, x);
     linear(p + "_context", x + schema::kCrossAttentionQuery.name, {"q"});
     linear(p + "_context", x + schema::kCrossAttentionKeyValue.name, {"k", "v"});
     linear(p + "_context", x + schema::kCrossAttentionOutput.name, {"o"});

@@ -42,12 +42,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-[[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
-work=${1:-$(mktemp -d /tmp/xf-marian-compare-XXXXXX)}
-python=${PYTHON:-python3}
-xf_bin=${XF_BIN:-$repo/build/bin}
-data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
+# shellcheck source=comparison_common.sh
+source "$here/comparison_common.sh"
+comparison_setup xf-marian-compare "$@"
 lines=${LINES:-128}
 lines_b1=${LINES_B1:-16}
 pieces=${PIECES:-8}
@@ -55,8 +52,6 @@ factor=${FACTOR:-2}
 threads_list=${THREADS:-1 2}
 rounds=${ROUNDS:-2}
 read -r -a xf_env <<< "${XF_ENV:-}"
-case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
-[[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
 "$python" -c "import pymarian, ctranslate2, sentencepiece, numpy, yaml" 2>/dev/null ||
   { echo "$0: $python lacks pymarian/ctranslate2/sentencepiece/numpy/pyyaml (set PYTHON)" >&2; exit 1; }
 ct2_converter=$(dirname "$python")/ct2-opus-mt-converter
@@ -121,21 +116,9 @@ fi
 results=$work/results.tsv
 printf 'config\tdtype\tthreads\tengine\tround\tload1\twall_s\tcpu_s\trss_mb\toutput\n' > "$results"
 
-# run LABEL DTYPE THREADS ENGINE INPUT_NAME OUTPUT COMMAND...: one timed process; its stdout
-# is the output (ids or pieces), its stderr goes to WORK/stderr.log.
-run() {
-  local label=$1 dtype=$2 threads=$3 engine=$4 round=$5 out=$6
-  shift 6
-  local load
-  load=$(cut -d' ' -f1 /proc/loadavg)
-  echo "== $label $dtype $threads $engine round $round: $*" >> "$work/stderr.log"
-  /usr/bin/time -f '%e %U %S %M' -o "$work/time.txt" "$@" > "$out" 2>> "$work/stderr.log" ||
-    { tail -5 "$work/stderr.log" >&2; exit 1; }
-  read -r wall user sys rss_kb < "$work/time.txt"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$dtype" "$threads" "$engine" "$round" "$load" \
-    "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" \
-    "$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k / 1024 }')" "$out" >> "$results"
-}
+# run LABEL DTYPE THREADS ENGINE ROUND OUTPUT COMMAND...: one timed process (comparison_common.sh); its
+# stdout is the output (ids or pieces).
+run() { timed_run "$work" "$6" "$1" "$2" "$3" "$4" "$5" -- "${@:7}"; }
 
 # config LABEL BEAM BATCH INPUT_NAME THREADS
 config() {

@@ -36,15 +36,27 @@ def read_pairs(path, count):
     return pairs[:count]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(description):
+    """The options of the model makers (this one and make_student_marian.py)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--data", required=True, help="folder with train.tsv")
     p.add_argument("--out", required=True, help="output folder (outside the repository)")
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--lines", type=int, default=300000, help="sentences the SentencePiece model learns from")
-    a = p.parse_args()
-    if all(os.path.exists(os.path.join(a.out, f)) for f in FILES):
-        print("make_base_marian: %s exists, kept" % a.out)
+    return p
+
+
+def kept(out, files, maker):
+    """Whether `out` already holds every file (then it is kept: SentencePiece takes minutes)."""
+    if all(os.path.exists(os.path.join(out, f)) for f in files):
+        print("%s: %s exists, kept" % (maker, out))
+        return True
+    return False
+
+
+def main():
+    a = arguments(__doc__.split("\n")[0]).parse_args()
+    if kept(a.out, FILES, "make_base_marian"):
         return
     import pymarian
     import sentencepiece as spm

@@ -23,10 +23,13 @@ struct ImportOptions {
 void import_hugging_face(const std::string& directory, const std::string& output,
                          const ImportOptions& options);
 
-// A Marian transformer: a directory with decoder.yml (naming the model and vocabularies) or the
-// .npz itself (its embedded special:model.yml, vocabularies from decoder.yml beside it or the
-// usual names: vocab.yml or vocab.src.yml/vocab.trg.yml, source.spm and target.spm).
-void import_marian(const std::string& directory_or_npz, const std::string& output,
+// A Marian transformer: a directory with decoder.yml (naming the model and vocabularies), a
+// decoder config .yml itself (Firefox Translations' config.intgemm8bit.yml), or the model itself,
+// .npz or Marian's binary .bin (its embedded special:model.yml, vocabularies from decoder.yml
+// beside it or the usual names: vocab.yml or vocab.src.yml/vocab.trg.yml, source.spm and
+// target.spm). Self-attention or SSRU decoders; the config's `shortlist` is stored in the model;
+// intgemm8 matrices keep Marian's int8 values when options.dtype is int8.
+void import_marian(const std::string& directory_model_or_config, const std::string& output,
                    const ImportOptions& options);
 
 }  // namespace xf::importers

@@ -1,0 +1,37 @@
+# Sourced by the engine comparisons (compare_marian.sh, compare_marian_student.sh), after they
+# set `here` (their folder).
+#
+# comparison_setup PREFIX ARGS...: their common start: repo; work, the run folder (ARGS' one
+# argument, else a new /tmp/PREFIX-XXXXXX; never inside the repository); python, xf_bin and data
+# from PYTHON, XF_BIN and XF_DATA; and a check that xf-run and xf-convert are in xf_bin.
+comparison_setup() {
+  local prefix=$1
+  shift
+  repo=$(cd "$here/../.." && pwd)
+  [[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
+  work=${1:-$(mktemp -d "/tmp/$prefix-XXXXXX")}
+  python=${PYTHON:-python3}
+  xf_bin=${XF_BIN:-$repo/build/bin}
+  data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
+  case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
+  [[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
+}
+#
+# timed_run WORK OUT FIELD... -- COMMAND...: runs COMMAND once under /usr/bin/time, its stdout to
+# OUT, its stderr appended to WORK/stderr.log, and appends to WORK/results.tsv one line: the
+# FIELDs, the 1-minute load average just before the run, wall s, cpu s (user + sys), peak RSS MB
+# and OUT. A failed command stops the script with the end of its stderr.
+timed_run() {
+  local work=$1 out=$2 fields=() load wall user sys rss_kb
+  shift 2
+  while [[ $1 != -- ]]; do fields+=("$1"); shift; done
+  shift
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  echo "== ${fields[*]}: $*" >> "$work/stderr.log"
+  /usr/bin/time -f '%e %U %S %M' -o "$work/time.txt" "$@" > "$out" 2>> "$work/stderr.log" ||
+    { tail -5 "$work/stderr.log" >&2; exit 1; }
+  read -r wall user sys rss_kb < "$work/time.txt"
+  printf '%s\t' "${fields[@]}" >> "$work/results.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$load" "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" \
+    "$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k / 1024 }')" "$out" >> "$work/results.tsv"
+}
