@@ -397,7 +397,8 @@ std::vector<TranslationResult> join_translations(const Model& model, const Parag
       for (size_t i = paragraphs.first(t); i < paragraphs.first(t) + paragraphs.count(t); ++i) {
         const auto& hypotheses = sentences[i].hypotheses;
         const TokenHypothesis& part = hypotheses[std::min(h, hypotheses.size() - 1)];
-        texts[i] = model.decode_target(part.ids.data(), part.ids.size());
+        // Without a tokenizer there is no text (callers of ids, such as xf-run --ids, read .ids).
+        if (model.has_tokenizer()) texts[i] = model.decode_target(part.ids.data(), part.ids.size());
         out.ids.insert(out.ids.end(), part.ids.begin(), part.ids.end());
         out.score += part.score;
         out.log_prob += part.log_prob;

@@ -117,6 +117,32 @@ TEST(XfRun, IdsModeAndNBest) {
     }
 }
 
+// A model without a tokenizer is translated with --ids (its ids are all there is): the output
+// ids are the translator's, and no text is decoded on the way.
+TEST(XfRun, IdsModeOnAModelWithoutATokenizer) {
+  const std::string path = xf::test::tiny_model_file(xf::test::TinyModelOptions::without_tokenizer(7), "untokenized");
+  const std::string input = write_lines("untokenized-ids.txt", {"5 9 12", "7 7 8 20 31"});
+  const ProgramRun r = run(XF_RUN, "--model " + path + " --ids --beam 2", input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto out = split_lines(r.out);
+  ASSERT_EQ(out.size(), 2u);
+  xf::TranslatorOptions options;
+  options.max_beam = 2;
+  xf::Translator translator(xf::Model::open(path), options);
+  xf::TranslateOptions translate;
+  translate.beam = 2;
+  std::vector<xf::TokenTranslation> expected;
+  translator.translate_ids({{5, 9, 12}, {7, 7, 8, 20, 31}}, translate, expected);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    std::string ids;
+    for (size_t k = 0; k < expected[i].hypotheses[0].ids.size(); ++k)
+      ids += (k ? " " : "") + std::to_string(expected[i].hypotheses[0].ids[k]);
+    EXPECT_EQ(out[i], ids);
+  }
+  // Text needs the tokenizer: one line, exit 1.
+  xf::test::expect_one_line_error(run(XF_RUN, "--model " + path, input), 1, "no tokenizer");
+}
+
 TEST(XfRun, BadInputAndOptionsFailWithOneLine) {
   const ProgramRun help = run(XF_RUN, "--help");
   EXPECT_EQ(help.status, 0);

@@ -130,6 +130,7 @@ class XF_API Translator {
 // Each text's results from its sentences' (translate_ids over paragraphs.sentences()'s ids):
 // their text joined with the paragraph's spacing (TranslateOptions::disable_sentence_splitting
 // says how n-best lists join). What translate() returns; for interfaces that tokenize themselves.
+// A model without a tokenizer gives empty texts (the ids are joined all the same).
 XF_API std::vector<TranslationResult> join_translations(const Model& model, const Paragraphs& paragraphs,
                                                         const std::vector<TokenTranslation>& sentences);
 
