@@ -159,9 +159,11 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 }  // namespace
 
 // oneDNN's products are cut into this many slices of weight rows (fewer where n is small), the
-// same at every thread count. Two: one per thread on the 2-core machines xf is measured on; four
-// cost 8% more CPU time at one thread (f32 at AVX-512, batch 32 beam 4: every slice is a call).
-constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
+// same at every thread count. One: with two, the bundled model's f32 scores at AVX-512 of a
+// sentence scored alone and in a batch of two differed in their last bits (tests/python
+// test_score_batch_...), which one slice, oneDNN's product as before the worker pool, keeps
+// equal; four cost 8% more CPU time at one thread than two (every slice is a call).
+constexpr int64_t kOnednnSlices = 1, kOnednnMinSliceRows = 64;
 
 // One thread's share of a oneDNN product: weight rows [first, first + rows) into y's columns of
 // the same numbers (y's rows keep their full length n as the stride).
