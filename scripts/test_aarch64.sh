@@ -49,6 +49,7 @@ library_sources=(common/src/*.cc format/src/*.cc kernels_cpu/src/*.cc modules/sr
                  runtime/src/memory_plan.cc runtime/src/cpu_backend.cc runtime/src/search.cc
                  runtime/src/model.cc runtime/src/translator.cc runtime/src/backend_registry.cc
                  runtime/src/weight_store.cc runtime/src/c_api.cc runtime/src/sentences.cc
+                 runtime/src/output_shortlist.cc
                  tests/common/tiny_model.cc tests/common/run_command.cc)
 kernel_test_sources=(tests/kernels/kernel_device.cc
                      $(ls tests/kernels/*_test.cc | grep -v alloc_cpu_test))
