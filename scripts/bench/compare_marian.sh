@@ -44,7 +44,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=comparison_common.sh
 source "$here/comparison_common.sh"
-comparison_setup xf-marian-compare "$@"
+comparison_setup xf-marian-compare "pymarian ctranslate2 sentencepiece numpy yaml" "$@"
 lines=${LINES:-128}
 lines_b1=${LINES_B1:-16}
 pieces=${PIECES:-8}
@@ -52,12 +52,8 @@ factor=${FACTOR:-2}
 threads_list=${THREADS:-1 2}
 rounds=${ROUNDS:-2}
 read -r -a xf_env <<< "${XF_ENV:-}"
-"$python" -c "import pymarian, ctranslate2, sentencepiece, numpy, yaml" 2>/dev/null ||
-  { echo "$0: $python lacks pymarian/ctranslate2/sentencepiece/numpy/pyyaml (set PYTHON)" >&2; exit 1; }
 ct2_converter=$(dirname "$python")/ct2-opus-mt-converter
 [[ -x $ct2_converter ]] || ct2_converter=ct2-opus-mt-converter
-mkdir -p "$work"
-work=$(cd "$work" && pwd)
 base=$work/base
 # Marian's limit is FACTOR x the batch's source width (pieces + EOS), rounded down; output
 # tokens up to it, EOS included. xf: the same number; ct2_run.py: (pieces + EOS) + max_len_b.

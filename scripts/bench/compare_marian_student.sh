@@ -36,7 +36,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=comparison_common.sh
 source "$here/comparison_common.sh"
-comparison_setup xf-marian-student "$@"
+comparison_setup xf-marian-student "pymarian sentencepiece" "$@"
 lines=${LINES:-96}
 lines_b1=${LINES_B1:-32}
 repeat=${REPEAT:-4}
@@ -45,10 +45,6 @@ factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
 updates=${UPDATES:-1}
 isas=${ISAS:-AVX2 native}
-"$python" -c "import pymarian, sentencepiece" 2>/dev/null ||
-  { echo "$0: $python lacks pymarian/sentencepiece (set PYTHON)" >&2; exit 1; }
-mkdir -p "$work"
-work=$(cd "$work" && pwd)
 student=$work/student
 
 "$python" "$here/make_student_marian.py" --data "$data" --out "$student" --updates "$updates"

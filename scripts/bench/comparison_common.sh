@@ -1,12 +1,13 @@
 # Sourced by the engine comparisons (compare_marian.sh, compare_marian_student.sh), after they
 # set `here` (their folder).
 #
-# comparison_setup PREFIX ARGS...: their common start: repo; work, the run folder (ARGS' one
-# argument, else a new /tmp/PREFIX-XXXXXX; never inside the repository); python, xf_bin and data
-# from PYTHON, XF_BIN and XF_DATA; and a check that xf-run and xf-convert are in xf_bin.
+# comparison_setup PREFIX "MODULE..." ARGS...: their common start: repo; work, the run folder
+# (ARGS' one argument, else a new /tmp/PREFIX-XXXXXX; never inside the repository), made and
+# absolute; python, xf_bin and data from PYTHON, XF_BIN and XF_DATA; and checks that xf-run and
+# xf-convert are in xf_bin and that python imports each MODULE.
 comparison_setup() {
-  local prefix=$1
-  shift
+  local prefix=$1 modules=$2
+  shift 2
   repo=$(cd "$here/../.." && pwd)
   [[ $# -le 1 ]] || { echo "usage: $0 [RUN_DIR]   (see the comments at the top)" >&2; exit 2; }
   work=${1:-$(mktemp -d "/tmp/$prefix-XXXXXX")}
@@ -15,6 +16,10 @@ comparison_setup() {
   data=${XF_DATA:?set XF_DATA to the folder with train.tsv and test.tsv}
   case $work in "$repo"/*) echo "$0: RUN_DIR must be outside the repository" >&2; exit 2 ;; esac
   [[ -x $xf_bin/xf-run && -x $xf_bin/xf-convert ]] || { echo "$0: xf-run/xf-convert not in $xf_bin (set XF_BIN)" >&2; exit 1; }
+  "$python" -c "import ${modules// /, }" 2>/dev/null ||
+    { echo "$0: $python lacks one of: $modules (set PYTHON)" >&2; exit 1; }
+  mkdir -p "$work"
+  work=$(cd "$work" && pwd)
 }
 #
 # timed_run WORK OUT FIELD... -- COMMAND...: runs COMMAND once under /usr/bin/time, its stdout to

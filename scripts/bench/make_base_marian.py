@@ -36,6 +36,23 @@ def read_pairs(path, count):
     return pairs[:count]
 
 
+def train_joint_vocabulary(pairs, prefix, size, sample):
+    """One SentencePiece BPE model of both sides of PAIRS at PREFIX.model, learnt from SAMPLE of
+    their lines, with Marian's ids (</s> 0, <unk> 1, no <pad> or <s>)."""
+    import sentencepiece as spm
+
+    text = prefix + ".spm_train.txt"
+    with open(text, "w", encoding="utf-8") as f:
+        for source, target in pairs:
+            f.write(source + "\n" + target + "\n")
+    spm.SentencePieceTrainer.train(
+        input=text, model_prefix=prefix, vocab_size=size,
+        model_type="bpe", character_coverage=1.0, input_sentence_size=sample,
+        shuffle_input_sentence=True, pad_id=-1, bos_id=-1, eos_id=0, unk_id=1,
+        eos_piece="</s>", unk_piece="<unk>", num_threads=2, minloglevel=2)
+    os.remove(text)
+
+
 def arguments(description):
     """The options of the model makers (this one and make_student_marian.py)."""
     p = argparse.ArgumentParser(description=description)
@@ -63,16 +80,7 @@ def main():
 
     os.makedirs(a.out, exist_ok=True)
     pairs = read_pairs(os.path.join(a.data, "train.tsv"), a.lines)
-    text = os.path.join(a.out, "spm_train.txt")
-    with open(text, "w", encoding="utf-8") as f:
-        for source, target in pairs:
-            f.write(source + "\n" + target + "\n")
-    spm.SentencePieceTrainer.train(
-        input=text, model_prefix=os.path.join(a.out, "joint"), vocab_size=a.vocab,
-        model_type="bpe", character_coverage=1.0, input_sentence_size=a.lines,
-        shuffle_input_sentence=True, pad_id=-1, bos_id=-1, eos_id=0, unk_id=1,
-        eos_piece="</s>", unk_piece="<unk>", num_threads=2, minloglevel=2)
-    os.remove(text)
+    train_joint_vocabulary(pairs, os.path.join(a.out, "joint"), a.vocab, a.lines)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(a.out, "joint.model"))
     # Double-quoted YAML keys are JSON strings: every piece is written the same way.
     with open(os.path.join(a.out, "vocab.yml"), "w", encoding="utf-8") as f:

@@ -24,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
-from make_base_marian import arguments, kept, read_pairs  # noqa: E402
+from make_base_marian import arguments, kept, read_pairs, train_joint_vocabulary  # noqa: E402
 from make_marian_fixtures import ibm1_lexicon  # noqa: E402 (one IBM model 1 for fixtures and benchmarks)
 
 FILES = ("model.npz", "model.intgemm8.bin", "vocab.enfr.spm", "lex.s2t", "lex.50.50.s2t.bin", "decoder.yml")
@@ -41,16 +41,7 @@ def main():
 
     os.makedirs(a.out, exist_ok=True)
     pairs = read_pairs(os.path.join(a.data, "train.tsv"), len(open(os.path.join(a.data, "train.tsv")).readlines()))
-    text = os.path.join(a.out, "spm_train.txt")
-    with open(text, "w", encoding="utf-8") as f:
-        for source, target in pairs[: a.lines]:
-            f.write(source + "\n" + target + "\n")
-    spm.SentencePieceTrainer.train(
-        input=text, model_prefix=os.path.join(a.out, "vocab.enfr"), vocab_size=a.vocab,
-        model_type="bpe", character_coverage=1.0, input_sentence_size=a.lines,
-        shuffle_input_sentence=True, pad_id=-1, bos_id=-1, eos_id=0, unk_id=1,
-        eos_piece="</s>", unk_piece="<unk>", num_threads=2, minloglevel=2)
-    os.remove(text)
+    train_joint_vocabulary(pairs[: a.lines], os.path.join(a.out, "vocab.enfr"), a.vocab, a.lines)
     vocab = os.path.join(a.out, "vocab.enfr.spm")
     os.replace(os.path.join(a.out, "vocab.enfr.model"), vocab)
     os.remove(os.path.join(a.out, "vocab.enfr.vocab"))
