@@ -35,7 +35,6 @@
 #include "xf/kernels/optimizer.h"
 #include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
-#include "xf/kernels/ssru_scan.h"
 #include "xf/kernels/types.h"
 
 namespace xf::test {

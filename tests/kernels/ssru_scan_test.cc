@@ -1,4 +1,4 @@
-// The SSRU recurrence over whole sequences (xf/kernels/ssru_scan.h): the double reference's
+// The SSRU recurrence over whole sequences (xf/kernels/recurrent.h): the double reference's
 // backward against finite differences of its forward, and each device's f32 kernels against
 // the double reference, with fused (stride 2 * dim) and separate (stride dim) inputs.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "gradient_check.h"
 #include "kernel_device.h"
-#include "xf/kernels/ssru_scan.h"
+#include "xf/kernels/recurrent.h"
 
 namespace xf::test {
 namespace {

@@ -7,7 +7,7 @@
 #include "xf/error.h"
 #include "xf/kernels/activation.h"
 #include "xf/kernels/attention.h"
-#include "xf/kernels/ssru_scan.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/dropout.h"
 #include "xf/kernels/embedding.h"
 #include "xf/kernels/layer_norm.h"

@@ -22,8 +22,8 @@
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
 #include "xf/kernels/optimizer.h"
+#include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
-#include "xf/kernels/ssru_scan.h"
 
 extern "C" {
 

@@ -12,12 +12,7 @@
 // it from a DropoutRule in the forward and the backward.
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define XF_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define XF_HOST_DEVICE inline
-#endif
-
+#include "xf/kernels/host_device.h"
 #include "xf/kernels/types.h"
 
 namespace xf::dropout_hash {

@@ -67,7 +67,7 @@ class TrainingOps {
   virtual void bias_relu_forward(T* x, const T* bias, int64_t rows, int64_t dim) = 0;
   virtual void bias_relu_backward(T* dy, const T* y, int64_t rows, int64_t dim, T* dbias) = 0;
 
-  // ---- SSRU (Marian's decoder cell, xf/kernels/ssru_scan.h) ----
+  // ---- SSRU (Marian's decoder cell, xf/kernels/recurrent.h) ----
   // Over [batch, len] rows: c_t = s_t c_{t-1} + (1 - s_t) x_t with s_t = sigmoid(f_t), out =
   // relu(c); x and f are views with in_stride (the halves of the fused input_forget product).
   // cell (kept for backward) and out are [rows, dim]. Backward writes dx and df (=, d_stride).

@@ -6,7 +6,7 @@
 //
 // Every sub-layer F (self-attention, cross-attention, FFN; in a decoder of kind ssru, the SSRU
 // cell in place of self-attention: relu of Marian's recurrence over the fused input_forget
-// product, xf/kernels/ssru_scan.h) sits in a residual block:
+// product, xf/kernels/recurrent.h) sits in a residual block:
 //   post-norm: y = LayerNorm(x + Dropout(F(x)))
 //   pre-norm:  y = x + Dropout(F(LayerNorm(x)))   (plus a final LayerNorm per stack)
 // Activations of the last forward pass live in the device's arena, planned for the batch shape;
