@@ -20,18 +20,10 @@
 #include "xf/error.h"
 #include "xf/kernels/layer_norm.h"  // bias_backward, in linear_backward
 #include "xf/kernels/matmul.h"
+#include "xf/library_call.h"
 
 namespace xf::cpu {
 namespace {
-
-// Threads inside run_primitive(), process-wide: oneDNN's OpenMP workers allocate too, and a
-// thread-local flag would not see them.
-std::atomic<int> g_backend_depth{0};
-
-struct BackendCallScope {
-  BackendCallScope() { g_backend_depth.fetch_add(1, std::memory_order_relaxed); }
-  ~BackendCallScope() { g_backend_depth.fetch_sub(1, std::memory_order_relaxed); }
-};
 
 // One row of f32 into bf16: an AVX-512 build of this loop where the CPU has it.
 XF_VECTORIZED_BODY void round_row_to_bf16_body(const float* from, int64_t count, uint16_t* to) {
@@ -217,7 +209,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
   if (m == 0 || n == 0) return;
   dnnl_status_t status;
   {
-    BackendCallScope scope;
+    const ProcessLibraryCallScope scope;  // oneDNN's OpenMP workers allocate too
     status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
                         ldb, beta, c, ldc);
   }
@@ -333,12 +325,11 @@ void Bf16Gemm::run(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int
 
 void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
                    const std::unordered_map<int, dnnl::memory>& args) {
-  BackendCallScope scope;
+  const ProcessLibraryCallScope scope;
   primitive.execute(stream, args);
   stream.wait();
 }
 
-bool inside_backend_call() { return g_backend_depth.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace xf::cpu
 

@@ -3,6 +3,7 @@
 // Linked into test and benchmark executables only (the `xf_alloc_counter` object library);
 // the executable's definitions interpose on every shared library's calls too (oneDNN's).
 #include <malloc.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cerrno>
@@ -10,7 +11,7 @@
 #include <cstdint>
 
 #include "xf/alloc_counter.h"
-#include "xf/kernels/matmul.h"
+#include "xf/library_call.h"
 
 extern "C" {
 void* __libc_malloc(size_t size);
@@ -25,13 +26,18 @@ namespace {
 std::atomic<bool> counting{false};
 std::atomic<uint64_t> xf_count{0};
 std::atomic<uint64_t> backend_count{0};
+std::atomic<uint64_t> xf_counting_thread_count{0};
+std::atomic<pthread_t> counting_thread{};
 
 inline void count_allocation() {
   if (!counting.load(std::memory_order_relaxed)) return;
-  if (xf::cpu::inside_backend_call())
+  if (xf::inside_library_call()) {
     backend_count.fetch_add(1, std::memory_order_relaxed);
-  else
-    xf_count.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  xf_count.fetch_add(1, std::memory_order_relaxed);
+  if (pthread_equal(pthread_self(), counting_thread.load(std::memory_order_relaxed)))
+    xf_counting_thread_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -41,12 +47,14 @@ namespace xf::alloc_counter {
 void start() {
   xf_count = 0;
   backend_count = 0;
+  xf_counting_thread_count = 0;
+  counting_thread = pthread_self();
   counting = true;
 }
 
 Counts stop() {
   counting = false;
-  return {xf_count.load(), backend_count.load()};
+  return {xf_count.load(), backend_count.load(), xf_counting_thread_count.load()};
 }
 
 }  // namespace xf::alloc_counter

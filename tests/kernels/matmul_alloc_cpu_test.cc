@@ -1,5 +1,5 @@
 // StaticMatmul::run() makes no heap allocation of its own, and allocations made inside oneDNN
-// are told apart through inside_backend_call(). This executable links the counting hook
+// are told apart through inside_library_call(). This executable links the counting hook
 // (xf_alloc_counter, which replaces malloc and friends) to count them.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -18,6 +18,7 @@
 #include "xf/kernels/layer_norm.h"
 #include "xf/kernels/matmul.h"
 #include "xf/kernels/softmax.h"
+#include "xf/library_call.h"
 
 namespace xf::cpu {
 namespace {
@@ -64,7 +65,7 @@ void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
   // region, as xf's kernels on small products, log_softmax's is the first).
   matmul.run(x.data(), bias_or_null, y.data(), aligned);
   log_softmax(y.data(), m, n, engine.threads());
-  EXPECT_FALSE(inside_backend_call());
+  EXPECT_FALSE(inside_library_call());
   const Counts counts = count_allocations([&] {
     for (int i = 0; i < 3; ++i) {
       matmul.run(x.data(), bias_or_null, y.data(), aligned);
@@ -73,7 +74,7 @@ void check_run_does_not_allocate(DType dtype, int64_t m, bool with_bias) {
   });
   EXPECT_EQ(counts.xf, 0u) << "allocations by xf inside StaticMatmul::run";
   // oneDNN 2.6 allocates small bookkeeping inside every execute (DESIGN.md); seeing them here
-  // shows that inside_backend_call() is what attributes them. xf's kernels (a few int8 rows on
+  // shows that inside_library_call() is what attributes them. xf's kernels (a few int8 rows on
   // the few-row kernel; every product at AVX2) call no oneDNN at all, so nothing allocates.
   if (std::string(matmul.implementation()).rfind("xf:", 0) == 0) {
     EXPECT_EQ(counts.backend, 0u);

@@ -3,8 +3,11 @@
 // (greedy and beam, a full batch and a single sentence, f32 and f16) makes no cudaMalloc,
 // cudaFree, cudaMallocHost or cudaFreeHost call, the first call included; destroying it frees
 // what it took. Counted through xf::cuda's wrappers (every xf allocation goes through them).
-// Heap allocations on the host during translate are reported as a test property: the hook
-// cannot tell xf's from those inside the CUDA runtime and cuBLAS, so they are not asserted here.
+// On the host heap, translating in steady state makes no allocation by xf's code on the decoding
+// thread (issue 43): the CUDA runtime's and cuBLAS's calls are marked as library calls
+// (XF_CUDA_CHECK, XF_CUBLAS_CHECK; over the host emulation its stand-ins for the device's
+// kernels too), and their allocations, and those on other threads, are reported as test
+// properties beside it.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -28,7 +31,7 @@ void PrintTo(const ModelDtype& m, std::ostream* out) { *out << dtype_name(m.dtyp
 
 class cuda_runtime_allocation : public ::testing::TestWithParam<ModelDtype> {};
 
-TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
+TEST_P(cuda_runtime_allocation, TranslatingMakesNoDevicePinnedOrXfHostAllocation) {
   XF_SKIP_WITHOUT_GPU();
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
@@ -72,14 +75,18 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
     EXPECT_EQ(usage_built->allocations, built.device_mallocs + built.pinned_host_mallocs);
     EXPECT_GT(usage_built->used_bytes, 0u);
 
-    std::vector<TokenTranslation> results;
+    // One results vector per request, as an app that repeats its requests keeps: the first round
+    // sizes their storage (one vector for all would reallocate as the shapes alternate).
+    std::vector<TokenTranslation> results[4];
     alloc_counter::Counts heap{};
     for (int round = 0; round < 2; ++round) {
       alloc_counter::Scope scope;
+      int request = 0;
       const std::vector<std::vector<int32_t>>* requests[] = {&batch, &single};
       for (const auto* sources : requests)
-        for (const TranslateOptions* translate : {&greedy, &beam}) translator.translate_ids(*sources, *translate, results);
-      if (round == 1) heap = scope.stop();  // the first round sizes the results' storage
+        for (const TranslateOptions* translate : {&greedy, &beam})
+          translator.translate_ids(*sources, *translate, results[request++]);
+      if (round == 1) heap = scope.stop();
     }
     const cuda::AllocationCounts after = cuda::allocation_counts();
     EXPECT_EQ(after.device_mallocs, built.device_mallocs);
@@ -87,9 +94,12 @@ TEST_P(cuda_runtime_allocation, TranslatingMakesNoDeviceOrPinnedAllocation) {
     EXPECT_EQ(after.pinned_host_mallocs, built.pinned_host_mallocs);
     EXPECT_EQ(after.pinned_host_frees, built.pinned_host_frees);
     EXPECT_EQ(translator.device_usage()->allocations, usage_built->allocations);
-    ASSERT_EQ(results.size(), 1u);
-    EXPECT_FALSE(results[0].hypotheses.empty());
-    RecordProperty("host_heap_allocations_in_steady_state", static_cast<int>(heap.xf + heap.backend));
+    ASSERT_EQ(results[3].size(), 1u);
+    EXPECT_FALSE(results[3][0].hypotheses.empty());
+    EXPECT_EQ(heap.xf_counting_thread, 0u) << "host heap allocations by xf's code on the decoding thread";
+    RecordProperty("host_heap_allocations_xf_decoding_thread", static_cast<int>(heap.xf_counting_thread));
+    RecordProperty("host_heap_allocations_xf_other_threads", static_cast<int>(heap.xf - heap.xf_counting_thread));
+    RecordProperty("host_heap_allocations_cuda_libraries", static_cast<int>(heap.backend));
   }
   const cuda::AllocationCounts destroyed = cuda::allocation_counts();
   EXPECT_EQ(destroyed.device_frees - before.device_frees, destroyed.device_mallocs - before.device_mallocs);

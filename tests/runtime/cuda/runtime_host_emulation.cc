@@ -12,7 +12,9 @@
 // Each emulated kernel follows its contract in xf/kernels/<family>.h (mostly by calling the
 // CPU kernel it mirrors), reads and writes f16 buffers through f32 exactly as the CUDA kernels
 // do (f32 arithmetic, one rounding at the store), and checks that every span it touches lies
-// inside one emulated device allocation. Work runs at once, in call order: what this cannot
+// inside one emulated device allocation. Each runs marked as a library call (xf/library_call.h):
+// it stands for work on the device, so the host allocations it makes are not xf's (the
+// allocation test asserts none by xf's own code on the decoding thread). Work runs at once, in call order: what this cannot
 // show is anything about asynchrony (stream order, pinned buffer reuse) or the real kernels'
 // numerics, which the GPU run of xf_cuda_runtime_tests covers.
 #include <cublas_v2.h>
@@ -38,6 +40,7 @@
 #include "xf/kernels/matmul.h"
 #include "xf/kernels/recurrent.h"
 #include "xf/kernels/softmax.h"
+#include "xf/library_call.h"
 
 namespace {
 
@@ -208,6 +211,7 @@ namespace {
 // y[m, n] = x[m, k] w[n, k]^T, f32 accumulation as cuBLAS with CUBLAS_COMPUTE_32F.
 template <typename In, typename Out>
 void emulated_matmul(const In* x, const In* w, Out* y, int64_t m, int64_t n, int64_t k) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(x, sizeof(In) * m * k, "matmul x");
   check_span(w, sizeof(In) * n * k, "matmul w");
   check_span(y, sizeof(Out) * m * n, "matmul y");
@@ -222,6 +226,7 @@ void emulated_matmul(const In* x, const In* w, Out* y, int64_t m, int64_t n, int
 template <typename T>
 void emulated_embed(const T* table, int64_t vocab, int64_t dim, const int32_t* ids, const int32_t* positions,
                     int64_t count, float scale, T* out, PositionEncoding encoding) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(table, sizeof(T) * vocab * dim, "embed table");
   check_span(ids, sizeof(int32_t) * count, "embed ids");
   check_span(positions, sizeof(int32_t) * count, "embed positions");
@@ -239,6 +244,7 @@ void emulated_embed(const T* table, int64_t vocab, int64_t dim, const int32_t* i
 template <typename T>
 void emulated_layer_norm(const T* x, const T* bias, const T* residual, const T* gamma, const T* beta,
                          float epsilon, int64_t rows, int64_t dim, T* out, float* mean, float* rstd) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(x, sizeof(T) * rows * dim, "layer_norm x");
   if (bias != nullptr) check_span(bias, sizeof(T) * dim, "layer_norm bias");
   if (residual != nullptr) check_span(residual, sizeof(T) * rows * dim, "layer_norm residual");
@@ -258,6 +264,7 @@ void emulated_layer_norm(const T* x, const T* bias, const T* residual, const T* 
 
 template <typename T>
 void emulated_add_bias_residual(T* x, const T* bias, const T* residual, int64_t rows, int64_t dim) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(x, sizeof(T) * rows * dim, "add_bias_residual x");
   if (bias != nullptr) check_span(bias, sizeof(T) * dim, "add_bias_residual bias");
   if (residual != nullptr) check_span(residual, sizeof(T) * rows * dim, "add_bias_residual residual");
@@ -271,6 +278,7 @@ void emulated_add_bias_residual(T* x, const T* bias, const T* residual, int64_t 
 
 template <typename T>
 void emulated_bias_relu(T* x, const T* bias, int64_t rows, int64_t dim) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(x, sizeof(T) * rows * dim, "bias_relu x");
   if (bias != nullptr) check_span(bias, sizeof(T) * dim, "bias_relu bias");
   for (int64_t i = 0; i < rows * dim; ++i) {
@@ -282,6 +290,7 @@ void emulated_bias_relu(T* x, const T* bias, int64_t rows, int64_t dim) {
 
 template <typename T>
 void emulated_bias_activation(T* x, const T* bias, int64_t rows, int64_t dim, Activation activation) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   check_span(x, sizeof(T) * rows * dim, "bias_activation x");
   if (bias != nullptr) check_span(bias, sizeof(T) * dim, "bias_activation bias");
   std::vector<float> wide = widen(x, rows * dim);
@@ -293,6 +302,7 @@ void emulated_bias_activation(T* x, const T* bias, int64_t rows, int64_t dim, Ac
 template <typename T>
 void emulated_ssru_step(const T* in, T* cell, const int32_t* state_rows, bool first, int64_t rows, int64_t dim,
                         T* out) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   if (rows == 0) return;
   check_span(in, sizeof(T) * rows * 2 * dim, "ssru_step in");
   check_span(out, sizeof(T) * rows * dim, "ssru_step out");
@@ -313,6 +323,7 @@ template <typename T>
 void emulated_split_heads(const T* packed, int64_t packed_stride, const T* bias, int parts, int64_t batch,
                           int64_t len, int64_t heads, int64_t head_dim, const SplitHeadsOutputs<T>& outputs,
                           int64_t position_offset) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   const int64_t d_model = heads * head_dim;
   if (parts < 1 || parts > 3 || packed_stride < parts * d_model) throw Error("emulated add_bias_split_heads: bad shape");
   check_span(packed, sizeof(T) * ((batch * len - 1) * packed_stride + parts * d_model), "split_heads packed");
@@ -342,6 +353,7 @@ template <typename T>
 void emulated_attention(const T* q, HeadStrides q_strides, const T* k, HeadStrides k_strides, const T* v,
                         HeadStrides v_strides, T* out, HeadStrides out_strides, const AttentionShape& shape,
                         const int32_t* key_lengths, int64_t causal_offset, float* probabilities = nullptr) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   if (shape.key_len > max_attention_key_len()) throw Error("emulated attention: key_len beyond the limit");
   const size_t q_bytes = view_bytes<T>(q_strides, shape.batch, shape.heads, shape.query_len, shape.head_dim);
   const size_t k_bytes = view_bytes<T>(k_strides, shape.batch, shape.heads, shape.key_len, shape.head_dim);
@@ -371,6 +383,7 @@ template <typename T>
 void emulated_cached_attention(const T* q, int64_t q_row_stride, const T* k_cache, const T* v_cache,
                                HeadStrides cache_strides, int64_t rows, int64_t heads, int64_t head_dim,
                                int64_t max_len, int64_t step, T* out, int64_t out_row_stride, void* workspace) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   if (step < 0 || step >= max_len) throw Error("emulated cached_attention: step outside the cache");
   if (q_row_stride < heads * head_dim || out_row_stride < heads * head_dim)
     throw Error("emulated cached_attention: row stride below heads * head_dim");
@@ -390,6 +403,7 @@ void emulated_cached_attention(const T* q, int64_t q_row_stride, const T* k_cach
 template <typename T>
 void emulated_gather_rows(const T* src, int64_t src_stride, const int32_t* indices, int64_t count, int64_t row_len,
                           T* dst, int64_t dst_stride) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   if (count == 0 || row_len == 0) return;
   check_span(indices, sizeof(int32_t) * count, "gather_rows indices");
   check_span(dst, sizeof(T) * ((count - 1) * dst_stride + row_len), "gather_rows dst");
@@ -497,6 +511,7 @@ size_t cached_attention_workspace_bytes(int64_t rows, int64_t heads, int64_t hea
 
 void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows, int64_t vocab, int64_t k,
                        float* top_values, int32_t* top_indices, cudaStream_t) {
+  const LibraryCallScope device;  // the device's work: its host stand-in may allocate
   if (k < 1 || k > kMaxTopK || k > vocab) throw Error("emulated log_softmax_top_k: k outside 1..16");
   check_span(logits, sizeof(float) * rows * vocab, "log_softmax_top_k logits");
   if (row_offsets != nullptr) check_span(row_offsets, sizeof(float) * rows, "log_softmax_top_k row_offsets");

@@ -171,16 +171,12 @@ const char* onednn_isa_name();
 // For benchmarks and logs: shows what the ISA cap chose for every product.
 std::vector<std::pair<std::string, int64_t>> matmul_implementations();
 
-// Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, so an
-// allocation counter can attribute what happens inside it to oneDNN. args: prepared at plan
-// time (memory objects made once, their data handles re-pointed before each call).
+// Executes a oneDNN primitive and waits for it. The single place xf calls execute() from, marked
+// as a library call (xf/library_call.h) so that an allocation counter attributes what happens
+// inside it to oneDNN. args: prepared at plan time (memory objects made once, their data
+// handles re-pointed before each call).
 void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream,
                    const std::unordered_map<int, dnnl::memory>& args);
-
-// True while any thread is inside run_primitive() (a process-wide depth counter, so oneDNN's
-// OpenMP worker threads count too). An allocation hook (tests, xf-bench; see
-// runtime/alloc_counter/include/xf/alloc_counter.h) uses it to count oneDNN's allocations apart from xf's.
-bool inside_backend_call();
 
 // ---- The trainer's products, templated on the scalar type like its other kernels ----
 

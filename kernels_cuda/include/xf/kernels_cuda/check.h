@@ -1,8 +1,12 @@
 #pragma once
 // Every CUDA and cuBLAS call and every kernel launch in xf goes through one of these
 // macros: a failure throws xf::Error naming the call, file:line and the library's own message.
+// The call runs marked as a library call (xf/library_call.h), so that the allocation counter
+// tells the CUDA libraries' host allocations from xf's.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "xf/library_call.h"
 
 namespace xf::cuda {
 
@@ -17,7 +21,10 @@ const char* cublas_status_name(cublasStatus_t status);
 
 #define XF_CUDA_CHECK(call)                                                   \
   do {                                                                        \
-    const cudaError_t xf_cuda_status_ = (call);                               \
+    const cudaError_t xf_cuda_status_ = [&] {                                 \
+      const ::xf::LibraryCallScope xf_library_call_;                          \
+      return (call);                                                          \
+    }();                                                                      \
     if (xf_cuda_status_ != cudaSuccess)                                       \
       ::xf::cuda::throw_cuda_error(xf_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
@@ -34,7 +41,10 @@ const char* cublas_status_name(cublasStatus_t status);
 // A cuBLAS call.
 #define XF_CUBLAS_CHECK(call)                                                     \
   do {                                                                            \
-    const cublasStatus_t xf_cublas_status_ = (call);                              \
+    const cublasStatus_t xf_cublas_status_ = [&] {                                \
+      const ::xf::LibraryCallScope xf_library_call_;                              \
+      return (call);                                                              \
+    }();                                                                          \
     if (xf_cublas_status_ != CUBLAS_STATUS_SUCCESS)                               \
       ::xf::cuda::throw_cublas_error(xf_cublas_status_, #call, __FILE__, __LINE__); \
   } while (0)
