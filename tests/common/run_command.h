@@ -20,9 +20,10 @@ struct CommandRun {
 constexpr int kCommandLimitSeconds = 180;
 
 // Runs the shell command line `command` with stdin from /dev/null (a redirection inside the
-// command wins) and its stdout and stderr captured in files in `dir`. Past
-// kCommandLimitSeconds it is killed, with status 124.
-CommandRun run_command(const std::string& command, const std::string& dir);
+// command wins) and its stdout and stderr captured in files in `dir`. Past `limit_seconds` it
+// is killed, with status 124.
+CommandRun run_command(const std::string& command, const std::string& dir,
+                       int limit_seconds = kCommandLimitSeconds);
 
 // The whole file, bytes as they are ("" when it cannot be read).
 std::string read_file(const std::string& path);

@@ -111,6 +111,7 @@ TEST_F(ToolOutput, XfRunTakesStopSignalsInOneThreadAndEndsByThem) {
   ::close(to_child[0]);
   ::close(from_child[1]);
   ASSERT_GT(pid, 0);
+  xf::test::expect_stop_signals_taken_by_one_thread(pid);  // from its start, before any input
   const std::string line = xf::test::sample_sentences(1, 10)[0] + "\n";
   ASSERT_EQ(::write(to_child[1], line.data(), line.size()), static_cast<ssize_t>(line.size()));
   EXPECT_NE(xf::test::read_from(from_child[0], 120000, true), "");  // translated: OpenMP has run
