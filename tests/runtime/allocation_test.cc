@@ -4,13 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "search_support.h"
 #include "tiny_model.h"
 #include "xf/alloc_counter.h"
+#include "xf/library_call.h"
 #include "xf/translator.h"
 
 namespace xf {
@@ -54,6 +58,63 @@ TEST(Allocation, HookCountsAllocations) {
   delete p;
   const auto counts = scope.stop();
   EXPECT_GE(counts.xf, 2u);
+}
+
+// One heap allocation that the compiler cannot elide (it may drop a new/delete pair).
+void allocate_once() {
+  void* volatile p = std::malloc(64);
+  std::free(p);
+}
+
+// What the CUDA allocation test relies on: a LibraryCallScope marks its own thread's allocations
+// as the library's; an allocation by xf's code on another thread is xf's but not the counting
+// thread's; a ProcessLibraryCallScope (oneDNN's) marks every thread's.
+TEST(Allocation, LibraryCallsAndOtherThreadsAreCountedApart) {
+  std::atomic<int> turn{0};  // 1: the other thread allocates; 2: it has; 3: it ends
+  std::thread other([&] {
+    for (int wanted : {1, 3}) {
+      while (turn.load() != wanted) std::this_thread::yield();
+      if (wanted == 1) {
+        allocate_once();
+        turn = 2;
+      }
+    }
+  });
+  alloc_counter::Scope scope;
+  {
+    const LibraryCallScope library;
+    allocate_once();  // the library's
+  }
+  turn = 1;  // while this thread is inside a LibraryCallScope, another's allocation stays xf's
+  {
+    const LibraryCallScope library;
+    while (turn.load() != 2) std::this_thread::yield();
+  }
+  const alloc_counter::Counts seen = scope.stop();
+  turn = 3;
+  other.join();
+  EXPECT_EQ(seen.backend, 1u);
+  EXPECT_EQ(seen.xf, 1u) << "the other thread's";
+  EXPECT_EQ(seen.xf_counting_thread, 0u);
+
+  turn = 0;
+  std::thread marked([&] {
+    while (turn.load() != 1) std::this_thread::yield();
+    allocate_once();
+    turn = 2;
+  });
+  alloc_counter::Scope process_scope;
+  {
+    const ProcessLibraryCallScope library;
+    turn = 1;
+    while (turn.load() != 2) std::this_thread::yield();
+  }
+  allocate_once();  // the counting thread's own, unmarked
+  const alloc_counter::Counts process_seen = process_scope.stop();
+  marked.join();
+  EXPECT_EQ(process_seen.backend, 1u) << "the other thread's, inside a process-wide mark";
+  EXPECT_EQ(process_seen.xf, 1u);
+  EXPECT_EQ(process_seen.xf_counting_thread, 1u);
 }
 
 struct Case {
