@@ -349,6 +349,13 @@ if [ "$mode" != "selftest" ] && want ctest; then
   if grep -q "(Skipped)\|Not Run" "$out/ctest.log"; then
     note "CUDA tests were SKIPPED or NOT RUN on a GPU machine: a failure"; status=1
   fi
+  # Issue 43: the host allocations while translating, xf's on the decoding thread (asserted 0)
+  # beside the CUDA libraries' and other threads' (the test's properties).
+  (cd "$build" && LD_LIBRARY_PATH="$xf_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+     timeout 120 bin/xf_cuda_runtime_tests --gtest_filter='*cuda_runtime_allocation*' \
+     --gtest_output="xml:$out/cuda_allocation.xml") >>"$out/ctest.log" 2>&1 || status=1
+  grep -o 'host_heap_allocations_[a-z_]*="[0-9]*"' "$out/cuda_allocation.xml" 2>/dev/null |
+    tee -a "$out/summary.md" >&2 || true
   note "phase 5 (ctest -R cuda) done"
 elif [ "$mode" = "selftest" ]; then
   # Here: the CUDA tests must at least be listed from the unpacked tree.
