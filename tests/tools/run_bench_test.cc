@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <fstream>
@@ -555,6 +556,39 @@ TEST(XfBench, PrintsJsonWithZeroAllocationsByXf) {
   const ProgramRun no_file = run(XF_BENCH, "--model " + model_path() + " --input " + work_dir() + "/nope.txt");
   EXPECT_EQ(no_file.status, 1);
   EXPECT_NE(no_file.err.find("nope.txt"), std::string::npos);
+}
+
+// xf-bench's peak RSS is its own: getrusage's ru_maxrss survives exec, so a benchmark started by a
+// big process (a Python script with torch loaded) reported its parent's 700 MB for a 23 MB run.
+// Here the parent of xf-bench touches 300 MB first.
+TEST(XfBench, PeakRssIsItsOwnNotItsParents) {
+  const std::string input = write_lines("bench_rss.txt", xf::test::sample_sentences(4, 52));
+  const std::string out = work_dir() + "/bench_rss.json";
+  const std::vector<std::string> argv = {XF_BENCH, "--model", model_path(), "--input", input, "--json"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const size_t bytes = size_t{300} << 20;
+    char* held = static_cast<char*>(std::malloc(bytes));
+    if (held == nullptr) ::_exit(126);
+    std::memset(held, 1, bytes);  // resident, then exec: the address space goes, the maximum stays
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::alarm(xf::test::kCommandLimitSeconds);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::string json = read_file(out);
+  const size_t at = json.find("\"peak_rss_mb\": ");
+  ASSERT_NE(at, std::string::npos) << json;
+  const double peak_rss_mb = std::stod(json.substr(at + 15));
+  EXPECT_GT(peak_rss_mb, 1.0);
+  EXPECT_LT(peak_rss_mb, 200.0) << "the parent's 300 MB counted";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,18 @@
 #include "xf/translator.h"
 
 namespace {
+
+// This process's peak resident memory in MB: /proc's VmHWM, which starts anew at exec.
+// getrusage's ru_maxrss survives exec, so a run started by a big process (a Python benchmark
+// with torch loaded) would report its parent's peak.
+double own_peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  23456 kB"
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
 
 using xf::cli::UsageError;
 
@@ -189,9 +202,7 @@ int run(Options options) {
   const unsigned long long device_allocations =
       device_after ? device_after->allocations - device_before->allocations : 0;
 
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const double peak_rss_mb = usage.ru_maxrss / 1024.0;
+  const double peak_rss_mb = own_peak_rss_mb();
   const double p50 = percentile(latencies_ms, 0.5), p90 = percentile(latencies_ms, 0.9);
   const double step_p50 = percentile(step_ms, 0.5), step_p90 = percentile(step_ms, 0.9);
   const auto& t = options.cli.translator;
