@@ -17,7 +17,7 @@
 #                                   is not the script's first run.
 #   scripts/gpu_check.sh            on the GPU machine (device tool, carry ["gpu-pack"]).
 #   XF_GPU_PHASES=xf,pytorch,traces scripts/gpu_check.sh   only those phases (default: all of
-#                                   ceiling,xf,pytorch,traces,train,ctest; the report always).
+#                                   ceiling,xf,pytorch,hf,traces,train,ctest; the report always).
 #                                   XF_PT_SDPA: PyTorch's attention passes (default
 #                                   "default no-cudnn"; f32 runs in the default pass only).
 #
@@ -26,6 +26,8 @@
 #      heads, d_ff 2048, 32,000 pieces, random weights) and the bundled model: batch 1 greedy,
 #      batch 32 beam 4, batch 128 greedy; xf-run's greedy outputs of the same sources;
 #   2. the same weights and sources in PyTorch (scripts/bench/pytorch_decode_speed.py);
+#   2b. transformers' MarianMTModel.generate beside xf-bench on one base-size Marian model's
+#      weights imported with xf-convert --from hf (scripts/bench/hf_generate_speed.py; phase "hf");
 #   3. where the time goes: CUPTI kernel traces of xf and PyTorch, base model f16, batch 1
 #      greedy and batch 32 beam 4 (scripts/gpu/cupti_kernel_trace.cc);
 #   4. the training step: xf_cuda_train_step_bench against PyTorch AMP on the same shapes;
@@ -96,6 +98,9 @@ if [ "$mode" = "prepare" ]; then
   venv_python="${XF_BENCH_PYTHON:-python3}"
   "$venv_python" scripts/bench/pytorch_decode_speed.py --model models/enfr.xfm \
     --encode "$data/test.tsv" >"$pack/enfr.ids"
+  # The vocabulary of the transformers anchor's base-size Marian model (phase 2b): its
+  # weights are made on the GPU machine, which has no data to learn pieces from.
+  "$venv_python" scripts/bench/hf_generate_speed.py --make-vocab --data "$data" --vocab-dir "$pack/hf-vocab"
   # The libraries compressed too (oneDNN alone is 40 MB): the tree, the model and this pack
   # must travel in one call's 64 MiB.
   tar -C "$pack" -czf "$pack/libs.tar.gz" lib bin
@@ -109,7 +114,7 @@ fi
 
 # ---- the run (GPU machine; selftest: a scratch copy here) ---------------------------------------
 start=$(date +%s)
-phases="${XF_GPU_PHASES:-ceiling,xf,pytorch,traces,train,ctest}"
+phases="${XF_GPU_PHASES:-ceiling,xf,pytorch,hf,traces,train,ctest}"
 want() { [[ ",$phases," == *",$1,"* ]]; }
 if [ "$mode" = "selftest" ]; then
   # Unpack into a scratch root, as the GPU machine would see the carried files.
@@ -285,6 +290,20 @@ if [ "$python_ok" = 1 ] && want pytorch; then
   note "phase 2 (PyTorch decoding) done"
 else
   note "no PyTorch here: phase 2 skipped"
+fi
+
+# ---- 2b. transformers' generate on the same weights (issue 43) ----------------------------------
+if [ "$python_ok" = 1 ] && want hf && [ -d "$pack/hf-vocab" ]; then
+  hf_runs="f16:32:4,f32:32:4,f16:1:1,f32:1:1" hf_sentences=256 hf_shape=512,8,2048,6,6
+  [ "$mode" = "selftest" ] && hf_runs="f32:4:2" hf_sentences=8 hf_shape=64,4,128,2,2
+  echo "== transformers generate vs xf-bench, $hf_runs" >>"$out/decode.log"
+  xf timeout 300 "$py" scripts/bench/hf_generate_speed.py --vocab-dir "$pack/hf-vocab" --work "$work/hf" \
+    --device "$pt_device" --xf-bin "$build/bin" --runs "$hf_runs" --sentences "$hf_sentences" \
+    --shape "$hf_shape" 2>>"$out/decode.log" >"$work/hf.out" ||
+    { note "transformers anchor: FAILED (decode.log)"; status=1; }
+  grep '^{' "$work/hf.out" | sed -u 's/^{/{"kind": "decode_hf", /' >>"$results"
+  grep -v '^{' "$work/hf.out" | tee -a "$out/summary.md" >&2
+  note "phase 2b (transformers generate) done"
 fi
 
 # ---- 3. where the time goes ---------------------------------------------------------------------
