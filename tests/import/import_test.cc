@@ -853,17 +853,25 @@ TEST(ImportMarianInput, TheConfigGivenNamesModelVocabularyAndShortlist) {
   EXPECT_EQ(file->metadata_value("decoding.beam"), "1");
 }
 
-// Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
-// Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
-// and round(w * 127 / max |w|) for values, w the .npz's (imported f32 from model.npz).
-TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
+// marian-student's model.npz imported (f32) and its model.intgemm8.bin imported with --dtype int8.
+struct StudentImports {
+  std::shared_ptr<const ModelFile> exact, quantized;
+};
+StudentImports import_student_f32_and_int8() {
   const std::string dir = data("marian-student");
   const std::string f32 = temp_file("student-f32.xfm"), int8 = temp_file("student-int8.xfm");
   importers::import_marian(dir, f32, {});
   importers::ImportOptions options;
   options.dtype = DType::int8;
   importers::import_marian(dir + "/model.intgemm8.bin", int8, options);
-  const auto exact = ModelFile::open(f32), quantized = ModelFile::open(int8);
+  return {ModelFile::open(f32), ModelFile::open(int8)};
+}
+
+// Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
+// Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
+// and round(w * 127 / max |w|) for values, w the .npz's (imported f32 from model.npz).
+TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
+  const auto [exact, quantized] = import_student_f32_and_int8();
   const uint64_t d = exact->config().d_model;
   int checked = 0;
   for (const TensorView& q : quantized->tensors()) {
@@ -893,13 +901,7 @@ TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
 // holds Wemb as float32): imported with --dtype int8, that table stays f32, the .npz's values,
 // rather than being quantized per row by xf.
 TEST(ImportMarianIntgemm8, FloatMatricesStayF32) {
-  const std::string dir = data("marian-student");
-  const std::string f32 = temp_file("student-f32.xfm"), int8 = temp_file("student-int8.xfm");
-  importers::import_marian(dir, f32, {});
-  importers::ImportOptions options;
-  options.dtype = DType::int8;
-  importers::import_marian(dir + "/model.intgemm8.bin", int8, options);
-  const auto exact = ModelFile::open(f32), quantized = ModelFile::open(int8);
+  const auto [exact, quantized] = import_student_f32_and_int8();
   const std::string name = param::source_embedding(exact->config());
   const TensorView &table = quantized->tensor(name), &original = exact->tensor(name);
   ASSERT_EQ(table.dtype, DType::f32);
