@@ -86,14 +86,22 @@ void write_imported_model(const ImportedModel& model, const std::string& output,
     parameters.insert(parameters.end(), t.values.begin(), t.values.end());
   }
   ModelWriter writer = writer_of_parameters(model.config, parameters.data(), parameters.size(), options.dtype);
-  if (options.dtype == DType::int8)
-    for (const auto& [name, t] : model.tensors)
-      if (!t.int8_values.empty()) {
-        if (t.int8_values.size() != t.values.size() || t.int8_row_scales.size() != t.shape[0])
-          throw Error("internal: " + t.origin + ": int8 values or row scales of the wrong size");
-        writer.add_tensor(name, DType::int8, t.shape, t.int8_values.data(), t.int8_values.size(),
-                          t.int8_row_scales.data());
+  // An original with int8 matrices of its own (Marian's intgemm8) computes its other matrices in
+  // f32 (Marian's embeddings and tied output layer): they stay f32 rather than be quantized here.
+  bool original_int8 = false;
+  for (const auto& entry : model.tensors) original_int8 = original_int8 || !entry.second.int8_values.empty();
+  if (options.dtype == DType::int8) {
+    for (const auto& [name, t] : model.tensors) {
+      if (t.int8_values.empty()) {
+        if (original_int8 && t.shape.size() == 2) writer.add_tensor_f32(name, DType::f32, t.shape, t.values.data());
+        continue;
       }
+      if (t.int8_values.size() != t.values.size() || t.int8_row_scales.size() != t.shape[0])
+        throw Error("internal: " + t.origin + ": int8 values or row scales of the wrong size");
+      writer.add_tensor(name, DType::int8, t.shape, t.int8_values.data(), t.int8_values.size(),
+                        t.int8_row_scales.data());
+    }
+  }
   writer.set_source_tokenizer(model.source_tokenizer);
   if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
     writer.set_target_tokenizer(model.target_tokenizer);

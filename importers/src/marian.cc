@@ -48,6 +48,8 @@ struct MarianFiles {
   // decoder.yml's normalize: marian-decoder divides a score by length^normalize (default 0).
   double normalize = 0.0;
   std::string normalize_origin = "Marian's default normalize";
+  // decoder.yml's allow-unk: marian-decoder never outputs <unk> unless it is true (default false).
+  bool allow_unk = false;
   // decoder.yml's shortlist: the file, then (a text one) Marian's first, best and threshold.
   std::vector<std::string> shortlist;
   std::string shortlist_origin;
@@ -104,6 +106,11 @@ MarianFiles locate(const std::string& input) {
         files.beam_size = yml["beam-size"].as<int64_t>();
       } catch (const YAML::Exception&) {
         throw Error(files.beam_size_origin + " is not an integer");
+      }
+    if (yml["allow-unk"] && !yml["allow-unk"].IsNull()) try {
+        files.allow_unk = yml["allow-unk"].as<bool>();
+      } catch (const YAML::Exception&) {
+        throw Error(decoder_yml->string() + ": key 'allow-unk' is not true or false");
       }
     if (yml["normalize"] && !yml["normalize"].IsNull()) {
       files.normalize_origin = decoder_yml->string() + ": key 'normalize'";
@@ -438,10 +445,11 @@ void import_marian(const std::string& input, const std::string& output, const Im
   }
   model.metadata = {{"imported_from", "marian"}, {"imported_from.path", input},
                     {"imported_from.version", text("version", "")}};
-  // marian-decoder's beam and normalize (its max-length-factor is the Translator's max_len_a,
+  // marian-decoder's beam, normalize and allow-unk (its max-length-factor is the Translator's max_len_a,
   // not a setting an .xfm stores).
   if (files.beam_size) set_decoding_beam(model, *files.beam_size, files.beam_size_origin);
   set_decoding_power_normalization(model, files.normalize, files.normalize_origin);
+  model.metadata["decoding.allow_unk"] = files.allow_unk ? "1" : "0";
   write_imported_model(model, output, options);
 }
 

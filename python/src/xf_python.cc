@@ -266,6 +266,7 @@ class PyTranslator {
     out["max_decoding_length"] = d.max_decoding_length;
     out["repetition_penalty"] = d.repetition_penalty;
     out["no_repeat_ngram_size"] = d.no_repeat_ngram_size;
+    out["allow_unk"] = d.allow_unk;
     return out;
   }
 

@@ -206,7 +206,8 @@ class Translator:
     def decoding_defaults(self) -> Dict[str, float]:
         """The model's own decoding settings (its decoding.* metadata, else xf's defaults):
         beam_size, length_penalty, length_normalization, max_decoding_length, repetition_penalty,
-        no_repeat_ngram_size; an option given to translate_batch wins."""
+        no_repeat_ngram_size (an option given to translate_batch wins), and allow_unk (False: the
+        unknown token is never output, as Marian's models ask; a model setting, not an option)."""
         return dict(self._translator.decoding_defaults)
 
     def tokenize(self, text: str) -> List[str]:

@@ -46,6 +46,9 @@ class Backend {
   // On the last step's logits: per row, log_softmax + row_offsets[row] (may be null), then the
   // k best values (descending) and their token ids. values, ids: [rows, k], host memory.
   virtual void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) = 0;
+  // Whether top_k() also takes k = max_beam + 1: a spare candidate a row, for a search that
+  // skips a token after the softmax (the unknown token, DecodingDefaults::allow_unk).
+  virtual bool top_k_has_spare() const { return false; }
 
   // The last step's logits [rows, target_vocab] in host memory, writable: the search adjusts
   // them before top_k() (repetition penalty, n-gram bans) and reads them for sampling and forced

@@ -154,6 +154,7 @@ DecodingDefaults DecodingDefaults::from_metadata(const std::vector<std::pair<std
        [](DecodingDefaults& d, double v) { d.repetition_penalty = static_cast<float>(v); }, {}},
       {"no_repeat_ngram_size", 0, 1 << 20, true,
        [](DecodingDefaults& d, double v) { d.no_repeat_ngram_size = static_cast<int>(v); }, {}},
+      {"allow_unk", 0, 1, true, [](DecodingDefaults& d, double v) { d.allow_unk = v != 0; }, {}},
   };
   DecodingDefaults defaults;
   for (const auto& [key, text] : metadata) {
@@ -192,7 +193,8 @@ std::vector<std::pair<std::string, std::string>> DecodingDefaults::to_text() con
           {"length_normalization", length_normalization_name(length_normalization)},
           {"max_decoding_length", std::to_string(max_decoding_length)},
           {"repetition_penalty", number_text(repetition_penalty)},
-          {"no_repeat_ngram_size", std::to_string(no_repeat_ngram_size)}};
+          {"no_repeat_ngram_size", std::to_string(no_repeat_ngram_size)},
+          {"allow_unk", allow_unk ? "1" : "0"}};
 }
 
 bool DecodingDefaults::set_by_model(const std::string& name) const {

@@ -58,7 +58,7 @@ Search::Search(const MemoryPlan& plan, const ModelConfig& config) : plan_(plan),
               done_, live_, finished_count_, slot_sentence_, kept_slots_);  // one a sentence
   resize_each(rows, tokens_, log_probs_, parents_);                     // one a decoder row
   resize_each(rows * len, history_[0], history_[1]);
-  resize_each(rows * max_beam, top_values_, top_ids_);
+  resize_each(rows * (max_beam + 1), top_values_, top_ids_);
   candidates_.resize(max_beam * max_beam);
   finished_ids_.resize(plan.max_sentences * max_finished_ * len);
   finished_.resize(plan.max_sentences * max_finished_);
@@ -232,6 +232,8 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
   bool forced = false;
   for (int64_t s = 0; s < sentences; ++s) forced |= prefixes_[s] != nullptr;
   const bool needs_logits = adjust || sampling || forced;
+  const bool skip_unk = !allow_unk && backend.top_k_has_spare();
+  const int64_t k = skip_unk ? 2 : 1;  // the best, and the next in case the best is unknown
   for (int64_t step = 0; step < longest; ++step) {
     backend.decode_step(tokens_.data(), 1, step);
     // Null unless an option needs it (checked before); not asked for otherwise, since a
@@ -240,7 +242,7 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
     if (adjust)
       for (int64_t slot = 0; slot < slots; ++slot)
         if (!done_[slot]) adjust_logits(logits + slot * vocab, history + slot * stride, step, options);
-    if (!sampling) backend.top_k(nullptr, 1, top_values_.data(), top_ids_.data());
+    if (!sampling) backend.top_k(nullptr, k, top_values_.data(), top_ids_.data());
     bool active = false, finished_now = false;
     for (int64_t slot = 0; slot < slots; ++slot) {
       parents_[slot] = static_cast<int32_t>(slot);
@@ -250,11 +252,15 @@ void Search::greedy(Backend& backend, int64_t sentences, const TranslateOptions&
       if (token >= 0 || sampling) {
         float* row = logits + slot * vocab;
         cpu::log_softmax(row, 1, vocab, 1);
-        if (token < 0) token = sample(row, s, options);
+        if (token < 0) {
+          if (!allow_unk) row[config_.unk_id] = kBanned;  // after the softmax: the others keep theirs
+          token = sample(row, s, options);
+        }
         log_probs_[slot] += row[token];
       } else {
-        token = top_ids_[slot];
-        log_probs_[slot] += top_values_[slot];
+        const int64_t at = slot * k + (skip_unk && top_ids_[slot * k] == config_.unk_id ? 1 : 0);
+        token = top_ids_[at];
+        log_probs_[slot] += top_values_[at];
       }
       int32_t* ids = history + slot * stride;
       const size_t index = static_cast<size_t>(sentence_indices_[s]);
@@ -352,6 +358,9 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
   for (int64_t s = 0; s < sentences; ++s) forced |= prefixes_[s] != nullptr;
   const int32_t* live_rows = adjust || forced ? nullptr : live_.data();
   const int64_t vocab = config_.target_vocab_size;
+  // Each row's best `beam` continuations, the unknown token skipped (allow_unk): one more asked.
+  const bool skip_unk = !allow_unk && backend.top_k_has_spare();
+  const int64_t k = skip_unk ? beam + 1 : beam;
   int64_t slots = sentences;
   int current = 0;
   const int64_t longest = *std::max_element(max_length_.begin(), max_length_.begin() + sentences);
@@ -367,7 +376,7 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         }
     // A row's best `beam` continuations hold every one of its candidates that can make the top
     // beam - f.
-    backend.top_k(log_probs_.data(), beam, top_values_.data(), top_ids_.data());
+    backend.top_k(log_probs_.data(), k, top_values_.data(), top_ids_.data());
     const int32_t* history = history_[current].data();
     int32_t* next_history = history_[1 - current].data();
     bool active = false, reorder = false, finished_now = false;
@@ -389,9 +398,11 @@ void Search::beam_search(Backend& backend, int64_t sentences, int64_t beam,
         width = 1;
       } else {
         for (int64_t j = 0; j < live; ++j)
-          for (int64_t i = 0; i < beam; ++i) {
-            const int64_t at = (first_row + j) * beam + i;
-            c[j * beam + i] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(i)};
+          for (int64_t i = 0, taken = 0; i < k && taken < beam; ++i) {
+            const int64_t at = (first_row + j) * k + i;
+            if (skip_unk && top_ids_[at] == config_.unk_id) continue;
+            c[j * beam + taken] = {top_values_[at], top_ids_[at], static_cast<int32_t>(j), static_cast<int32_t>(taken)};
+            ++taken;
           }
         // Equal scores keep the order of (live rank, token id), as a stable sort of all live x vocab.
         std::partial_sort(c, c + width, c + live * beam, [](const Candidate& a, const Candidate& b) {

@@ -45,6 +45,10 @@ class Search {
   bool use_greedy_for_beam_one = true;
   // Greedy search samples even with sampling_topk 1 (tests check that it then equals greedy).
   bool always_sample = false;
+  // False: the unknown token is never chosen, and the other tokens keep their log-probabilities
+  // (the model's decoding.allow_unk 0, Marian's allow-unk false): top_k() gives a spare candidate
+  // in case it is one of them. Backends without the spare (CUDA) choose it as any token.
+  bool allow_unk = true;
 
  private:
   struct Candidate {
@@ -101,8 +105,8 @@ class Search {
   std::vector<int32_t> tokens_;          // [max_rows] each row's next input
   std::vector<float> log_probs_;         // [max_rows] each row's cumulative log-probability
   std::vector<int32_t> history_[2];      // [max_rows, max_target_len] tokens so far per row
-  std::vector<float> top_values_;        // [max_rows, max_beam]
-  std::vector<int32_t> top_ids_;         // [max_rows, max_beam]
+  std::vector<float> top_values_;        // [max_rows, max_beam + 1]: a spare (allow_unk)
+  std::vector<int32_t> top_ids_;         // [max_rows, max_beam + 1]
   std::vector<int32_t> parents_;         // [max_rows]
   std::vector<Candidate> candidates_;    // [max_beam * max_beam]
   std::vector<int32_t> finished_ids_;    // [max_sentences, max_finished, max_target_len]

@@ -61,8 +61,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
         host_token_rows_(plan.max_sentences * plan.max_source_len),
         host_row_tokens_(plan.max_sentences * plan.max_source_len),
         host_live_rows_(plan.max_rows), host_full_rows_(plan.max_rows), host_live_tokens_(plan.max_rows),
-        host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * plan.max_beam),
-        host_live_ids_(plan.max_rows * plan.max_beam) {
+        host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * (plan.max_beam + 1)),
+        host_live_ids_(plan.max_rows * (plan.max_beam + 1)) {
     bind_weights();
     plan_buffers();
   }
@@ -71,6 +71,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
               int64_t source_len) override;
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
+  // The host's top-k buffers (the CPU's) hold max_beam + 1 candidates a row; the device's max_beam.
+  bool top_k_has_spare() const override { return Ops::kLogitsOnHost; }
   float* host_logits() override;
   bool logits_on_host() const override { return Ops::kLogitsOnHost; }
   void restrict_output(const int32_t* ids, int64_t count) override;
@@ -226,7 +228,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   std::vector<int32_t> host_full_rows_;    // [max_rows] row r reads computed row host_full_rows_[r]
   std::vector<int32_t> host_live_tokens_;  // [max_rows] the computed rows' tokens
   std::vector<float> host_live_offsets_;   // [max_rows] their top_k row offsets
-  std::vector<float> host_live_values_;    // [max_rows * max_beam] their top_k results
+  std::vector<float> host_live_values_;    // [max_rows * (max_beam + 1)] their top_k results
   std::vector<int32_t> host_live_ids_;
 };
 
@@ -603,7 +605,8 @@ void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count)
 
 template <typename Ops>
 void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) {
-  if (k < 1 || k > plan_.max_beam || rows_ < 1) throw Error("internal: top_k() outside the plan");
+  if (k < 1 || k > plan_.max_beam + (top_k_has_spare() ? 1 : 0) || rows_ < 1)
+    throw Error("internal: top_k() outside the plan");
   // Over the shortlist's logits unless the search spread them (host_logits) to adjust them.
   const bool shortlisted = output_count_ > 0 && !spread_;
   const float* logits = shortlisted ? short_logits_ : logits_;

@@ -128,6 +128,7 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
   backend_ = runtime::make_backend(options_.device, *model_, *plan_, options_.threads, options_.weight_dtype);
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
   search_->shortlist = shortlist_.get();
+  search_->allow_unk = model_->decoding_defaults().allow_unk;
   batch_results_.resize(plan_->max_sentences);
   batch_scores_.resize(plan_->max_sentences);
 }

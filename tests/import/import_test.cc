@@ -32,6 +32,7 @@
 #include "xf/format/schema.h"
 #include "xf/format/shortlist.h"
 #include "xf/importers/importers.h"
+#include "xf/kernels/matmul.h"
 #include "xf/model.h"
 #include "xf/translator.h"
 
@@ -441,18 +442,22 @@ void append_to(const std::string& path, const std::string& text) {
 void write_json(const std::string& path, const json& value) { std::ofstream(path) << value.dump(2); }
 
 // decoder.yml's beam-size and normalize are the beam and the length^alpha normalization Marian
-// translates with.
+// translates with; its allow-unk (default false) whether <unk> may be output.
 TEST(ImportDecodingSettings, MarianDecoderYmlBeamSizeAndNormalize) {
   const std::string dir = copy_fixture("marian-tiny");
-  append_to(dir + "/decoder.yml", "beam-size: 6\nnormalize: 0.6\n");
-  const std::string out = dir + "/out.xfm";
+  const std::string out = dir + "/out.xfm", decoder_yml = test::read_file(dir + "/decoder.yml");
+  std::ofstream(dir + "/decoder.yml") << decoder_yml << "allow-unk: maybe\n";
+  EXPECT_THROW(importers::import_marian(dir, out, {}), Error);
+  std::ofstream(dir + "/decoder.yml") << decoder_yml;
+  append_to(dir + "/decoder.yml", "beam-size: 6\nnormalize: 0.6\nallow-unk: true\n");
   importers::import_marian(dir, out, {});
   const auto model = Model::open(out);
   EXPECT_EQ(model->decoding_defaults().beam, 6);
   EXPECT_EQ(model->decoding_defaults().from_model,
-            (std::vector<std::string>{"beam", "length_normalization", "length_penalty"}));
+            (std::vector<std::string>{"allow_unk", "beam", "length_normalization", "length_penalty"}));
   EXPECT_FLOAT_EQ(model->decoding_defaults().length_penalty, 0.6f);
   EXPECT_EQ(model->decoding_defaults().length_normalization, LengthNormalization::power);
+  EXPECT_TRUE(model->decoding_defaults().allow_unk);
 }
 
 // The training config inside the .npz has a beam-size too (for validation): Marian does not
@@ -464,7 +469,7 @@ TEST(ImportDecodingSettings, MarianWithoutDecoderYmlBeamSizeGivesNoKey) {
   importers::import_marian(dir, out, {});
   const auto model = Model::open(out);
   EXPECT_EQ(model->decoding_defaults().from_model,
-            (std::vector<std::string>{"length_normalization", "length_penalty"}));
+            (std::vector<std::string>{"allow_unk", "length_normalization", "length_penalty"}));
   EXPECT_EQ(model->decoding_defaults().beam, DecodingDefaults().beam);
 }
 
@@ -496,7 +501,7 @@ TEST(ImportDecodingSettings, HuggingFaceNumBeamsIsDecodingBeam) {
 }
 
 // Without settings of their own, each engine's defaults: transformers' length_penalty 1.0,
-// Marian's normalize 0, both length^alpha; nothing else.
+// Marian's normalize 0, both length^alpha; Marian's allow-unk false; nothing else.
 TEST(ImportDecodingSettings, FixturesWithoutSettingsGiveTheirEnginesNormalization) {
   for (const auto& [fixture, alpha] : {std::pair{"hf-tiny", 1.0f}, std::pair{"marian-tiny", 0.0f}}) {
     const std::string out = temp_file("no-decoding.xfm");
@@ -505,8 +510,11 @@ TEST(ImportDecodingSettings, FixturesWithoutSettingsGiveTheirEnginesNormalizatio
     else
       importers::import_marian(data(fixture), out, {});
     const auto model = Model::open(out);
-    EXPECT_EQ(model->decoding_defaults().from_model,
-              (std::vector<std::string>{"length_normalization", "length_penalty"})) << fixture;
+    const bool marian = std::string(fixture) == "marian-tiny";
+    const std::vector<std::string> set = marian ? std::vector<std::string>{"allow_unk", "length_normalization", "length_penalty"}
+                                                : std::vector<std::string>{"length_normalization", "length_penalty"};
+    EXPECT_EQ(model->decoding_defaults().from_model, set) << fixture;
+    EXPECT_EQ(model->decoding_defaults().allow_unk, !marian) << fixture;
     EXPECT_EQ(model->decoding_defaults().length_normalization, LengthNormalization::power) << fixture;
     EXPECT_EQ(model->decoding_defaults().length_penalty, alpha) << fixture;
   }
@@ -757,14 +765,6 @@ std::string without_trailing_spaces(std::string text) {
   return text;
 }
 
-// Beam 4 with the shortlist on marian-student-separate's sentence 2: Marian ends it at once (""
-// scores -7.98401 in its shortlisted softmax) where xf gives "Nous sommes seul." (-9.05606); with
-// beam 8 both give the same 8-best list, "" first, at the same scores. Left to the runtime (its
-// beam's first step with a shortlist); DISABLED_ below reproduces it.
-bool known_beam_difference(const std::string& fixture, const std::string& name, size_t sentence) {
-  return fixture == "marian-student-separate" && name == "beam4_shortlist" && sentence == 2;
-}
-
 TEST_P(ImportMarianStudent, GreedyAndBeam4EqualMarian) {
   const json expected = expected_of(GetParam());
   const std::string path = temp_file("student.xfm");
@@ -793,7 +793,6 @@ TEST_P(ImportMarianStudent, GreedyAndBeam4EqualMarian) {
     decoding.disable_loop_guard = true;  // Marian has none: "sont sont sont." is its output
     const auto results = translator.translate(sentences, decoding);
     for (size_t i = 0; i < sentences.size(); ++i) {
-      if (known_beam_difference(GetParam(), c.name, i)) continue;
       const Hypothesis& best = results[i].hypotheses[0];
       std::string pieces;
       for (const std::string& piece : model->target_pieces(best.ids.data(), best.ids.size()))
@@ -806,7 +805,11 @@ TEST_P(ImportMarianStudent, GreedyAndBeam4EqualMarian) {
   }
 }
 
-TEST(ImportMarianStudentBeam, DISABLED_ShortlistedBeam4KeepsMariansEmptyHypothesis) {
+// Beam 4 with the shortlist on marian-student-separate's sentence 2: Marian ends it at once (""
+// scores -7.98401 in its shortlisted softmax), as EOS is the 4th best first token once <unk>
+// (-6.32, 3rd) is left out: Marian never outputs <unk> (allow-unk false), skipping it after the
+// softmax. With <unk> kept, the beam took "⁇" and gave "Nous sommes seul." (-9.05606).
+TEST(ImportMarianStudentBeam, ShortlistedBeam4KeepsMariansEmptyHypothesis) {
   const json expected = expected_of("marian-student-separate");
   const std::string path = temp_file("student.xfm");
   importers::import_marian(data("marian-student-separate"), path, {});
@@ -850,17 +853,25 @@ TEST(ImportMarianInput, TheConfigGivenNamesModelVocabularyAndShortlist) {
   EXPECT_EQ(file->metadata_value("decoding.beam"), "1");
 }
 
-// Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
-// Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
-// and round(w * 127 / max |w|) for values, w the .npz's (imported f32 from model.npz).
-TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
+// marian-student's model.npz imported (f32) and its model.intgemm8.bin imported with --dtype int8.
+struct StudentImports {
+  std::shared_ptr<const ModelFile> exact, quantized;
+};
+StudentImports import_student_f32_and_int8() {
   const std::string dir = data("marian-student");
   const std::string f32 = temp_file("student-f32.xfm"), int8 = temp_file("student-int8.xfm");
   importers::import_marian(dir, f32, {});
   importers::ImportOptions options;
   options.dtype = DType::int8;
   importers::import_marian(dir + "/model.intgemm8.bin", int8, options);
-  const auto exact = ModelFile::open(f32), quantized = ModelFile::open(int8);
+  return {ModelFile::open(f32), ModelFile::open(int8)};
+}
+
+// Marian's intgemm8 file imported with --dtype int8 keeps Marian's own int8 values: each part
+// Marian quantized on its own (q, k, v; the SSRU's W and Wf) has one scale, 1 / (127 / max |w|),
+// and round(w * 127 / max |w|) for values, w the .npz's (imported f32 from model.npz).
+TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
+  const auto [exact, quantized] = import_student_f32_and_int8();
   const uint64_t d = exact->config().d_model;
   int checked = 0;
   for (const TensorView& q : quantized->tensors()) {
@@ -884,6 +895,62 @@ TEST(ImportMarianIntgemm8, Int8ValuesAndScalesAreMariansOwn) {
     ++checked;
   }
   EXPECT_GE(checked, 2 * 4 + 2 * 6);  // every encoder and decoder layer's matrices
+}
+
+// Marian computes the embeddings and the tied output layer of its intgemm8 file in f32 (the file
+// holds Wemb as float32): imported with --dtype int8, that table stays f32, the .npz's values,
+// rather than being quantized per row by xf.
+TEST(ImportMarianIntgemm8, FloatMatricesStayF32) {
+  const auto [exact, quantized] = import_student_f32_and_int8();
+  const std::string name = param::source_embedding(exact->config());
+  const TensorView &table = quantized->tensor(name), &original = exact->tensor(name);
+  ASSERT_EQ(table.dtype, DType::f32);
+  ASSERT_EQ(table.elements(), original.elements());
+  EXPECT_EQ(std::memcmp(table.data, original.data, 4 * table.elements()), 0);
+  EXPECT_EQ(quantized->tensor(param::decoder_layer(0) + schema::kFfnInner.name + schema::kWeight).dtype, DType::int8);
+}
+
+// Marian's intgemm8 outputs (pymarian, AVX2, one sentence a batch) on 200 test.tsv sources
+// (intgemm8_lines.json, recorded by make_marian_fixtures.py --only intgemm8-lines): how many lines
+// xf's int8 import gives equal, greedy and beam 4. The goal is 95% (190); xf gets 149 and
+// 147 here (127 and 131 with its own quantization of the f32 embedding and output layer and
+// <unk> allowed): the
+// rest comes from Marian's one activation scale per matrix product, which spans a sentence's
+// tokens (and beam), and from its AVX2 kernel's saturating 16-bit sums (docs/BENCHMARKS.md,
+// "Marian's intgemm8 beside xf's int8"). The floor keeps what is reached, with Marian's weights
+// read as they are: CPUs without VNNI read a 7-bit copy of them (76 and 86 lines equal at AVX2).
+TEST(ImportMarianIntgemm8, AgreesWithMarianOnTestLines) {
+  if (cpu::int8_products_saturate()) GTEST_SKIP() << "int8 products read a 7-bit copy of the weights on this CPU";
+  std::ifstream in(data("marian-student") + "/intgemm8_lines.json");
+  const json recorded = json::parse(in);
+  const auto sentences = recorded["sentences"].get<std::vector<std::string>>();
+  ASSERT_EQ(sentences.size(), 200u);
+  const std::string path = temp_file("student-int8.xfm");
+  importers::ImportOptions import;
+  import.dtype = DType::int8;
+  importers::import_marian(data("marian-student") + "/model.intgemm8.bin", path, import);
+  TranslatorOptions options;
+  options.max_beam = 4;
+  options.max_batch = 32;  // a sentence's output does not depend on its batch
+  options.shortlist = "none";
+  Translator translator(Model::open(path), options);
+  for (const auto& [name, beam] : {std::pair<std::string, int>{"greedy", 1}, {"beam4", 4}}) {
+    TranslateOptions decoding;
+    decoding.beam = beam;
+    decoding.length_penalty = 0.0f;  // Marian's normalize 0
+    decoding.length_normalization = LengthNormalization::power;
+    decoding.max_len_a = 3.0f;
+    decoding.max_len_b = 0;
+    decoding.disable_loop_guard = true;
+    decoding.disable_sentence_splitting = true;  // Marian translates each line whole
+    const auto results = translator.translate(sentences, decoding);
+    const json& marian = recorded["intgemm8_" + name]["text"];
+    int equal = 0;
+    for (size_t i = 0; i < sentences.size(); ++i)
+      equal += results[i].hypotheses[0].text == without_trailing_spaces(marian[i].get<std::string>());
+    std::cout << name << ": " << equal << " of " << sentences.size() << " lines equal Marian's intgemm8\n";
+    EXPECT_GE(equal, 140) << name;
+  }
 }
 
 // ---- Refusals of Marian's binary files ---------------------------------------------------------

@@ -251,7 +251,8 @@ def test_the_models_decoding_settings_are_the_defaults(translator):
     # The bundled model stores decoding.length_penalty 1.4 (chosen on dev).
     assert translator.decoding_defaults == {"beam_size": 4, "length_penalty": pytest.approx(1.4),
                                             "length_normalization": "gnmt", "max_decoding_length": 0,
-                                            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+                                            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                                            "allow_unk": True}
     by_default = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2)
     as_model = translator.translate_batch(SENTENCES, return_scores=True, num_hypotheses=2, length_penalty=1.4)
     assert [r.scores for r in by_default] == [r.scores for r in as_model]

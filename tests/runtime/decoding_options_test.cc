@@ -402,6 +402,54 @@ TEST(DecodingOptions, MinDecodingLengthAndDisableUnkMatchTheReference) {
   EXPECT_THROW(translator.translate_ids(sources, options, results), Error);
 }
 
+// A model's decoding.allow_unk 0 (Marian's allow-unk false): the unknown token never comes out,
+// and the others keep their log-probabilities (it is skipped after the softmax, not banned
+// before it, as disable_unk does): every output scores what score_ids gives it, greedy and beam.
+TEST(DecodingOptions, ModelsAllowUnkZeroSkipsTheUnknownTokenAfterTheSoftmax) {
+  test::TinyModelOptions tiny;
+  tiny.unk_bias = 1.5f;  // the unknown token comes up in outputs
+  tiny.eos_bias = 4.0f;  // and many end with EOS
+  tiny.seed = 7;
+  const auto allowing = model_named(tiny, "unk_allowed");
+  tiny.metadata = {{"decoding.allow_unk", "0"}};
+  const auto model = model_named(tiny, "unk_not_allowed");
+  EXPECT_FALSE(model->decoding_defaults().allow_unk);
+  const int32_t unk = model->config().unk_id;
+  const auto sources = test::random_source_ids(24, model->config().source_vocab_size, 39, 10);
+  for (const int beam : {1, 4}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    TranslateOptions options = test::beam_options(beam);
+    options.disable_loop_guard = true;
+    std::vector<TokenTranslation> plain, results;
+    Translator(allowing, small_translator()).translate_ids(sources, options, plain);
+    size_t with_unk = 0;
+    for (const auto& r : plain)
+      with_unk += std::count(r.hypotheses[0].ids.begin(), r.hypotheses[0].ids.end(), unk) > 0;
+    ASSERT_GT(with_unk, 0u) << "some plain outputs should hold the unknown token";
+    Translator translator(model, small_translator());
+    translator.translate_ids(sources, options, results);
+    // The outputs that ended with EOS (not cut by the length limit), scored by teacher forcing.
+    std::vector<std::vector<int32_t>> ended_sources, outputs;
+    std::vector<float> log_probs;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto& ids = results[i].hypotheses[0].ids;
+      EXPECT_EQ(std::count(ids.begin(), ids.end(), unk), 0) << "sentence " << i;
+      if (static_cast<int64_t>(ids.size()) <
+          runtime::max_output_length(runtime::make_memory_plan(model->config(), translator.options()), options,
+                                     static_cast<int64_t>(sources[i].size()) + 1)) {
+        ended_sources.push_back(sources[i]);
+        outputs.push_back(ids);
+        log_probs.push_back(results[i].hypotheses[0].log_prob);
+      }
+    }
+    ASSERT_GT(outputs.size(), 10u);
+    std::vector<ScoringResult> scores;
+    translator.score_ids(ended_sources, outputs, options, scores);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      EXPECT_NEAR(log_probs[i], scores[i].log_prob(), 1e-4 * std::max(1.0f, std::abs(scores[i].log_prob()))) << i;
+  }
+}
+
 // score_ids gives each target token's log-probability by teacher forcing, EOS last: the
 // reference's, in any batch; the greedy output scores its own log_prob.
 TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {

@@ -33,6 +33,10 @@ struct XF_API DecodingDefaults {
   int max_decoding_length = 0;      // decoding.max_decoding_length: 0 is no cap
   float repetition_penalty = 1.0f;  // decoding.repetition_penalty: 1 is off
   int no_repeat_ngram_size = 0;     // decoding.no_repeat_ngram_size: 0 is off
+  // decoding.allow_unk: 0, the unknown token is never output and the other tokens keep their
+  // log-probabilities (Marian's allow-unk false, its default; the disable_unk option instead
+  // bans its logit before the softmax). The CPU only: on CUDA it is output as any token.
+  bool allow_unk = true;
   std::vector<std::string> from_model;  // the names the file set ("length_penalty"), in order
 
   // The decoding.* entries of a file's metadata (other entries are not looked at). Throws
