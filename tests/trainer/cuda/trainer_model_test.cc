@@ -119,9 +119,15 @@ TEST_P(cuda_trainer_model_vs_cpu, LossAndGradientsMatchCpuModel) {
     // on in one backend and off in the other, a jump no tolerance covers (in this tiny model one
     // such unit moved a layer's gradients by 10%). An inner bias of 4 (about 4 standard
     // deviations of the pre-activations) keeps them away from 0 here; the f32 cases test the kink.
-    for (const trainer::ParameterSlot& slot : cpu.slots())
+    // The SSRU's relu(c) has the same kink: there 1 seed in 5 failed (issue 41's whole-suite run
+    // found it), so the candidate half of its input_forget bias is 4 too; every cell, a convex
+    // combination of candidates, then stays positive. The f32 SSRU case tests that kink.
+    for (const trainer::ParameterSlot& slot : cpu.slots()) {
       if (slot.spec.name.find(std::string(schema::kFfnInner.name) + schema::kBias) != std::string::npos)
         std::fill(cpu.parameters() + slot.offset, cpu.parameters() + slot.offset + slot.size, 4.0f);
+      if (slot.spec.name.find(std::string(schema::kSsruInputForget.name) + schema::kBias) != std::string::npos)
+        std::fill(cpu.parameters() + slot.offset, cpu.parameters() + slot.offset + slot.size / 2, 4.0f);
+    }
   }
   // A loss scale of 2^10 keeps this single step clear of f16 overflow (training would skip an
   // overflowing step and halve the scale; here the gradients themselves are compared).
