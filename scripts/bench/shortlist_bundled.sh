@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The bundled model with a lexical shortlist learned by xf-shortlist (issue 38's goal: test.tsv
+# BLEU within 0.3 of the model without it, and int8 batch-32 beam-4 one-thread time cut by at
+# least 20%). Regenerates the figures of models/README.md ("Lexical shortlist").
+#
+#   XF_DATA=data/enfr scripts/bench/shortlist_bundled.sh WORK_DIR > log.txt
+#
+# 1. xf-shortlist over XF_DATA/train.tsv with the model's tokenizers: a text lex of the top 100
+#    targets a source piece (pruned as it is read, for the dev sweep) and the shipped binary
+#    (--top-k TOP_K --frequent FIRST --binary), compared with models/enfr.s2t.bin.
+# 2. dev.tsv (the choice): BLEU, int8, the model's beam 4 and length penalty, without a
+#    shortlist and with the text lex read as --shortlist-best B (B in BESTS) --shortlist-first
+#    FIRST, and at --shortlist-threshold 0.001; lines that differ from the output without one.
+# 3. test.tsv (once): BLEU, int8 and f32 (--dtype f32), without and with the shipped shortlist.
+# 4. Time: test.tsv's sources, xf-run --threads 1 --max-batch 32 (beam 4, int8), without and with
+#    the shipped shortlist in turn, ROUNDS runs each (/usr/bin/time: user + sys CPU seconds and
+#    wall of the whole process, the 1-minute load average at each start); medians and the ratio
+#    of the median CPU seconds. Outputs of every round must be the same (md5).
+#
+# Environment (defaults in brackets): XF_DATA [required], XF_BIN [REPO/build/bin], MODEL
+# [REPO/models/enfr.xfm], SHORTLIST [REPO/models/enfr.s2t.bin], TOP_K [30], FIRST [100],
+# BESTS ["20 30 50 100"], ROUNDS [5], THREADS (for the BLEU runs) [2].
+# Paths in the log are written as XF_DATA, WORK_DIR and REPO.
+set -euo pipefail
+[[ $# -eq 1 ]] || { echo "usage: XF_DATA=DIR $0 WORK_DIR" >&2; exit 2; }
+work=$1
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+data=${XF_DATA:?XF_DATA must name the folder of train.tsv, dev.tsv and test.tsv}
+xf_bin=${XF_BIN:-$repo/build/bin}
+model=${MODEL:-$repo/models/enfr.xfm}
+shipped=${SHORTLIST:-$repo/models/enfr.s2t.bin}
+top_k=${TOP_K:-30} first=${FIRST:-100} bests=${BESTS:-20 30 50 100} rounds=${ROUNDS:-5} threads=${THREADS:-2}
+for f in train dev test; do [[ -s $data/$f.tsv ]] || { echo "$0: $data/$f.tsv: missing" >&2; exit 1; }; done
+mkdir -p "$work"
+hide() { sed -e "s#$work#WORK_DIR#g" -e "s#$data#XF_DATA#g" -e "s#$repo#REPO#g"; }
+
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "xf $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'), model $(sha256sum "$model" | cut -c1-16)"
+
+echo
+echo "== 1. shortlists from train.tsv"
+"$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/lex100.s2t" --top-k 100 --frequent "$first" 2>&1 | hide
+"$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/enfr.s2t.bin" --top-k "$top_k" \
+  --frequent "$first" --binary 2>&1 | hide
+echo "shipped: $(stat -c %s "$shipped") bytes, sha256 $(sha256sum "$shipped" | cut -c1-16); rebuilt: $(stat -c %s "$work/enfr.s2t.bin") bytes, sha256 $(sha256sum "$work/enfr.s2t.bin" | cut -c1-16)"
+cmp -s "$shipped" "$work/enfr.s2t.bin" && echo "the rebuilt file is the shipped one" || echo "THE REBUILT FILE DIFFERS from the shipped one"
+echo "text lex of top $top_k (for size only): $("$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" \
+  --out "$work/lex$top_k.s2t" --top-k "$top_k" --frequent "$first" 2>/dev/null && stat -c %s "$work/lex$top_k.s2t") bytes"
+
+for set in dev test; do "$xf_bin/xf-eval" --ref-tsv "$data/$set.tsv" --print-sources > "$work/$set.en"; done
+
+# translate SET NAME XF-RUN-OPTIONS...: WORK_DIR/SET.NAME.fr
+translate() {
+  local set=$1 name=$2
+  shift 2
+  "$xf_bin/xf-run" --model "$model" --threads "$threads" --input "$work/$set.en" "$@" > "$work/$set.$name.fr" 2>/dev/null
+}
+# score SET NAME [BASE]: BLEU, chrF2 and the lines that differ from SET.BASE.fr
+score() {
+  local set=$1 name=$2 base=${3:-}
+  local bleu; bleu=$("$xf_bin/xf-eval" --hyp "$work/$set.$name.fr" --ref-tsv "$data/$set.tsv" | tr '\n' ' ')
+  local changed=""
+  [[ -n $base ]] && changed="; lines not as $base: $(paste -d '\t' "$work/$set.$name.fr" "$work/$set.$base.fr" | awk -F'\t' '$1 != $2' | wc -l) of $(wc -l < "$work/$set.en")"
+  echo "$set $name: $bleu$changed"
+}
+
+echo
+echo "== 2. dev.tsv, int8, beam 4 (the model's), first $first"
+translate dev none --shortlist none
+score dev none
+for best in $bests; do
+  translate dev "best$best" --shortlist "$work/lex100.s2t" --shortlist-first "$first" --shortlist-best "$best"
+  score dev "best$best" none
+done
+translate dev best100-p0.001 --shortlist "$work/lex100.s2t" --shortlist-first "$first" --shortlist-best 100 --shortlist-threshold 0.001
+score dev best100-p0.001 none
+translate dev shipped --shortlist "$shipped"
+score dev shipped none
+
+echo
+echo "== 3. test.tsv, beam 4 (the model's), without and with the shipped shortlist"
+for dtype in int8 f32; do
+  translate test "none-$dtype" --dtype "$dtype" --shortlist none
+  score test "none-$dtype"
+  translate test "shipped-$dtype" --dtype "$dtype" --shortlist "$shipped"
+  score test "shipped-$dtype" "none-$dtype"
+done
+
+echo
+echo "== 4. time: test.tsv's $(wc -l < "$work/test.en") sources, xf-run --threads 1 --max-batch 32 --dtype int8 (beam 4), $rounds rounds in turn"
+echo "run shortlist cpu_s wall_s load md5"
+for round in $(seq "$rounds"); do
+  for shortlist in none shipped; do
+    file=none
+    [[ $shortlist == shipped ]] && file=$shipped
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    /usr/bin/time -f "%U %S %e" -o "$work/time" "$xf_bin/xf-run" --model "$model" --threads 1 --max-batch 32 \
+      --dtype int8 --shortlist "$file" --input "$work/test.en" > "$work/timed.fr" 2>/dev/null
+    read -r user sys wall < "$work/time"
+    printf '%s %s %.2f %s %s %s\n' "$round" "$shortlist" "$(echo "$user + $sys" | bc)" "$wall" "$load" \
+      "$(md5sum < "$work/timed.fr" | cut -c1-12)" | tee -a "$work/times"
+  done
+done
+median() { grep " $1 " "$work/times" | awk "{print \$$2}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+cpu_none=$(median none 3) cpu_shipped=$(median shipped 3)
+echo "median cpu s: without $cpu_none, with $cpu_shipped: with / without $(echo "scale=3; $cpu_shipped / $cpu_none" | bc) (a cut of $(echo "scale=1; 100 * (1 - $cpu_shipped / $cpu_none)" | bc)%)"
+echo "median wall s: without $(median none 4), with $(median shipped 4)"
+for shortlist in none shipped; do
+  [[ $(grep " $shortlist " "$work/times" | awk '{print $6}' | sort -u | wc -l) == 1 ]] && echo "$shortlist: every round the same output" || echo "$shortlist: OUTPUTS DIFFER between rounds"
+done
+echo "== end $(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
