@@ -5,22 +5,27 @@
 #
 #   XF_DATA=data/enfr scripts/bench/shortlist_bundled.sh WORK_DIR > log.txt
 #
-# 1. xf-shortlist over XF_DATA/train.tsv with the model's tokenizers: a text lex of the top 100
-#    targets a source piece (pruned as it is read, for the dev sweep) and the shipped binary
-#    (--top-k TOP_K --frequent FIRST --binary), compared with models/enfr.s2t.bin.
-# 2. dev.tsv (the choice): BLEU, int8, the model's beam 4 and length penalty, without a
-#    shortlist and with the text lex read as --shortlist-best B (B in BESTS) --shortlist-first
-#    FIRST, and at --shortlist-threshold 0.001; lines that differ from the output without one.
-# 3. test.tsv (once): BLEU, int8 and f32 (--dtype f32), without and with the shipped shortlist.
+# 1. xf-shortlist over XF_DATA/train.tsv with the model's tokenizers: text lex files of up to 100
+#    targets a source piece (pruned as they are read, for the dev sweep): plain (the K sweep) and
+#    --skip-frequent (targets below FIRST take no place; the probability sweep); and the shipped
+#    binary (--top-k 100 --frequent FIRST --min-probability MIN_P --skip-frequent --binary),
+#    compared with models/enfr.s2t.bin.
+# 2. dev.tsv (the choice): BLEU, int8, the model's beam 4 and length penalty, without a shortlist,
+#    with the plain lex read as --shortlist-best B (B in BESTS) --shortlist-first FIRST, with the
+#    skip-frequent lex read with --shortlist-threshold P (P in THRESHOLDS), and with the shipped
+#    file; for each, the lines that differ from the output without a shortlist.
+# 3. test.tsv (once): BLEU, int8 and f32 (--dtype f32), without and with the shipped shortlist,
+#    and int8 with the first choice (the plain lex, best 30: dev's choice before the
+#    probability sweep, which test.tsv showed 0.59 BLEU under the model without a shortlist).
 # 4. Time: test.tsv's sources, xf-run --threads 1 --max-batch 32 (beam 4, int8), without and with
 #    the shipped shortlist in turn, ROUNDS runs each (/usr/bin/time: user + sys CPU seconds and
 #    wall of the whole process, the 1-minute load average at each start); medians and the ratio
 #    of the median CPU seconds. Outputs of every round must be the same (md5).
 #
 # Environment (defaults in brackets): XF_DATA [required], XF_BIN [REPO/build/bin], MODEL
-# [REPO/models/enfr.xfm], SHORTLIST [REPO/models/enfr.s2t.bin], TOP_K [30], FIRST [100],
-# BESTS ["20 30 50 100"], ROUNDS [5], THREADS (for the BLEU runs) [2].
-# Paths in the log are written as XF_DATA, WORK_DIR and REPO.
+# [REPO/models/enfr.xfm], SHORTLIST [REPO/models/enfr.s2t.bin], FIRST [100], MIN_P [0.0002],
+# BESTS ["20 30 50 100"], THRESHOLDS ["0.003 0.002 0.001 0.0005 0.0002 0.0001"], ROUNDS [5],
+# THREADS (for the BLEU runs) [2]. Paths in the log are written as XF_DATA, WORK_DIR and REPO.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: XF_DATA=DIR $0 WORK_DIR" >&2; exit 2; }
 work=$1
@@ -30,7 +35,8 @@ data=${XF_DATA:?XF_DATA must name the folder of train.tsv, dev.tsv and test.tsv}
 xf_bin=${XF_BIN:-$repo/build/bin}
 model=${MODEL:-$repo/models/enfr.xfm}
 shipped=${SHORTLIST:-$repo/models/enfr.s2t.bin}
-top_k=${TOP_K:-30} first=${FIRST:-100} bests=${BESTS:-20 30 50 100} rounds=${ROUNDS:-5} threads=${THREADS:-2}
+first=${FIRST:-100} min_p=${MIN_P:-0.0002} bests=${BESTS:-20 30 50 100} rounds=${ROUNDS:-5} threads=${THREADS:-2}
+thresholds=${THRESHOLDS:-0.003 0.002 0.001 0.0005 0.0002 0.0001}
 for f in train dev test; do [[ -s $data/$f.tsv ]] || { echo "$0: $data/$f.tsv: missing" >&2; exit 1; }; done
 mkdir -p "$work"
 hide() { sed -e "s#$work#WORK_DIR#g" -e "s#$data#XF_DATA#g" -e "s#$repo#REPO#g"; }
@@ -41,12 +47,12 @@ echo "xf $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'), model
 echo
 echo "== 1. shortlists from train.tsv"
 "$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/lex100.s2t" --top-k 100 --frequent "$first" 2>&1 | hide
-"$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/enfr.s2t.bin" --top-k "$top_k" \
-  --frequent "$first" --binary 2>&1 | hide
+"$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/lex100-skip.s2t" --top-k 100 --frequent "$first" \
+  --skip-frequent 2>&1 | hide
+"$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" --out "$work/enfr.s2t.bin" --top-k 100 --frequent "$first" \
+  --min-probability "$min_p" --skip-frequent --binary 2>&1 | hide
 echo "shipped: $(stat -c %s "$shipped") bytes, sha256 $(sha256sum "$shipped" | cut -c1-16); rebuilt: $(stat -c %s "$work/enfr.s2t.bin") bytes, sha256 $(sha256sum "$work/enfr.s2t.bin" | cut -c1-16)"
 cmp -s "$shipped" "$work/enfr.s2t.bin" && echo "the rebuilt file is the shipped one" || echo "THE REBUILT FILE DIFFERS from the shipped one"
-echo "text lex of top $top_k (for size only): $("$xf_bin/xf-shortlist" --model "$model" --in "$data/train.tsv" \
-  --out "$work/lex$top_k.s2t" --top-k "$top_k" --frequent "$first" 2>/dev/null && stat -c %s "$work/lex$top_k.s2t") bytes"
 
 for set in dev test; do "$xf_bin/xf-eval" --ref-tsv "$data/$set.tsv" --print-sources > "$work/$set.en"; done
 
@@ -73,8 +79,11 @@ for best in $bests; do
   translate dev "best$best" --shortlist "$work/lex100.s2t" --shortlist-first "$first" --shortlist-best "$best"
   score dev "best$best" none
 done
-translate dev best100-p0.001 --shortlist "$work/lex100.s2t" --shortlist-first "$first" --shortlist-best 100 --shortlist-threshold 0.001
-score dev best100-p0.001 none
+for threshold in $thresholds; do
+  translate dev "skip-p$threshold" --shortlist "$work/lex100-skip.s2t" --shortlist-first "$first" --shortlist-best 100 \
+    --shortlist-threshold "$threshold"
+  score dev "skip-p$threshold" none
+done
 translate dev shipped --shortlist "$shipped"
 score dev shipped none
 
@@ -86,6 +95,8 @@ for dtype in int8 f32; do
   translate test "shipped-$dtype" --dtype "$dtype" --shortlist "$shipped"
   score test "shipped-$dtype" "none-$dtype"
 done
+translate test first-choice --shortlist "$work/lex100.s2t" --shortlist-first "$first" --shortlist-best 30
+score test first-choice none-int8
 
 echo
 echo "== 4. time: test.tsv's $(wc -l < "$work/test.en") sources, xf-run --threads 1 --max-batch 32 --dtype int8 (beam 4), $rounds rounds in turn"

@@ -45,6 +45,9 @@ all). xf-convert MODEL.xfm -o OUT.xfm --shortlist lex.s2t --shortlist-first FREQ
   --frequent N          the first target ids always in (default 50; the summary's coverage)
   --iterations N        EM rounds (default 5)
   --min-probability P   targets below P are left out (default 0.0001)
+  --skip-frequent       a source piece's --top-k counts only targets from id --frequent on (the
+                        first ids are in every batch: a place given to one is a place lost);
+                        read the file with --shortlist-first FREQUENT or more
   --binary              write Marian's binary form instead (marian-conv's lex.*.s2t.bin: the
                         model's ids, --frequent as its first, --top-k as its best; no
                         probabilities): a fifth of the text's size, read without the piece
@@ -59,6 +62,7 @@ struct Options {
   int top_k = 50, frequent = 50, iterations = 5;
   float min_probability = 1e-4f;
   bool binary = false;
+  bool skip_frequent = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -75,6 +79,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--frequent") options.frequent = static_cast<int>(xf::cli::parse_integer(arg, value(), 0, 1 << 24));
     else if (arg == "--iterations") options.iterations = static_cast<int>(xf::cli::parse_integer(arg, value(), 1, 1000));
     else if (arg == "--binary") options.binary = true;
+    else if (arg == "--skip-frequent") options.skip_frequent = true;
     else if (arg == "--min-probability") options.min_probability = xf::cli::parse_positive_number(arg, value(), 1.0f);
     else throw xf::cli::unknown_option(arg);
   }
@@ -117,7 +122,8 @@ int run(const Options& options) {
   const xf::ModelConfig& config = model->config();
   const LexicalTable table =
       ibm_model1(sources, targets, config.source_vocab_size, config.target_vocab_size, options.iterations);
-  const std::vector<ShortlistEntry> entries = top_targets(table, options.top_k, options.min_probability);
+  const std::vector<ShortlistEntry> entries =
+      top_targets(table, options.top_k, options.min_probability, options.skip_frequent ? options.frequent : 0);
   size_t sources_with_entries = 0;
   for (size_t i = 0; i < entries.size(); ++i)
     if (i == 0 || entries[i - 1].source != entries[i].source) ++sources_with_entries;
