@@ -487,32 +487,146 @@ XF_VECTORIZED_BODY void rows_product_block_body(const float* x, const float* w, 
       y[r * n + i] = detail::dot(x + r * k, w + i * k, k) + (bias != nullptr ? bias[i] : 0.0f);
 }
 XF_DISPATCH_BY_ISA(rows_product_block)
+
+// The int8 kernel that multiplies gathered int8 rows: the one StaticMatmul's int8 product runs
+// at cpu_isa() (a panel kernel where one serves many rows: AVX2, AVX-512 with and without VNNI;
+// else the row kernel on row-major rows: AVX-VNNI, NEON), on the values it reads (the 7-bit copy
+// where it reads one). Every one of them computes each column alone, with the same int32 sum
+// and f32 operations at any row count, so a gathered column equals the whole product's. None
+// (both null): no xf int8 kernel, f32 rows then.
+struct GatheredInt8Kernel {
+  Int8PanelProducts panels = nullptr;
+  Int8RowProducts rows = nullptr;
+  bool seven_bits = false;
+  explicit operator bool() const { return panels != nullptr || rows != nullptr; }
+};
+GatheredInt8Kernel gathered_int8_kernel(const WeightMatrix& w) {
+  GatheredInt8Kernel kernel;
+  if (w.dtype != DType::int8) return kernel;
+  kernel.panels = int8_panel_products_for(std::numeric_limits<int64_t>::max(), w.cols);
+  if (kernel.panels == nullptr) kernel.rows = int8_row_products_for(w.cols);
+  kernel.seven_bits = int8_kernel_reads_panels() || int8_products_saturate();
+  return kernel;
+}
+
+// Gathered int8 rows: their values (panels of 16 rows, or row-major), then each (padded) row's
+// 128 * sum of values (s32) and row scale (f32), the kernel's shift_sums and row_scales.
+struct GatheredInt8Layout {
+  int64_t padded_rows = 0;  // count, or whole panels
+  size_t sums_offset = 0, scales_offset = 0, bytes = 0;
+  GatheredInt8Layout(const GatheredInt8Kernel& kernel, int64_t count, int64_t k) {
+    padded_rows = kernel.panels != nullptr ? padded_to_panels(count) : count;
+    const size_t values = kernel.panels != nullptr ? static_cast<size_t>(padded_rows / kPanelColumns * panel_bytes(k))
+                                                   : static_cast<size_t>(count * k);
+    sums_offset = align_up(values);
+    scales_offset = sums_offset + align_up(sizeof(int32_t) * padded_rows);
+    bytes = scales_offset + align_up(sizeof(float) * padded_rows);
+  }
+};
 }  // namespace
 
-void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, float* out, int threads) {
+size_t gathered_rows_bytes(const WeightMatrix& w, int64_t count) {
+  const GatheredInt8Kernel kernel = gathered_int8_kernel(w);
+  if (!kernel) return sizeof(float) * count * w.cols;
+  return GatheredInt8Layout(kernel, count, w.cols).bytes;
+}
+
+size_t gathered_product_workspace_bytes(const WeightMatrix& w, int64_t rows) {
+  if (!gathered_int8_kernel(w)) return 0;
+  return align_up(rows * w.cols) + align_up(sizeof(float) * rows);  // quantized x, its row scales
+}
+
+void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, void* gathered, int threads) {
   if (w.dtype != DType::f32 && w.dtype != DType::int8)
     throw Error(std::string("gather_weight_rows: ") + dtype_name(w.dtype) + " weights are not read on the CPU");
   const int64_t cols = w.cols;
+  const GatheredInt8Kernel kernel = gathered_int8_kernel(w);
+  if (!kernel) {
+    auto* out = static_cast<float*>(gathered);
+    detail::parallel_for(count, threads, count * cols > detail::kMinSharedWork, [&](int64_t i) {
+      const int64_t row = ids[i];
+      float* to = out + i * cols;
+      if (w.dtype == DType::f32) {
+        std::memcpy(to, static_cast<const float*>(w.data) + row * cols, sizeof(float) * cols);
+      } else {
+        const int8_t* q = static_cast<const int8_t*>(w.data) + row * cols;
+        const float scale = w.row_scales[row];
+        for (int64_t c = 0; c < cols; ++c) to[c] = static_cast<float>(q[c]) * scale;
+      }
+    });
+    return;
+  }
+  const GatheredInt8Layout layout(kernel, count, cols);
+  char* bytes = static_cast<char*>(gathered);
+  auto* values = reinterpret_cast<int8_t*>(bytes);
+  auto* sums = reinterpret_cast<int32_t*>(bytes + layout.sums_offset);
+  auto* scales = reinterpret_cast<float*>(bytes + layout.scales_offset);
+  const float scale_factor = kernel.seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
+  const int64_t stride = panel_bytes(cols);
+  if (kernel.panels != nullptr) {  // zeros in the last panel's padding rows and every row's k padding
+    std::memset(values + (layout.padded_rows / kPanelColumns - (count > 0 ? 1 : 0)) * stride, 0,
+                count > 0 ? static_cast<size_t>(stride) : 0);
+    if (cols % 4 != 0) {
+      for (int64_t p = 0; p < layout.padded_rows / kPanelColumns; ++p)
+        std::memset(values + p * stride + cols / 4 * 4 * kPanelColumns, 0, 4 * kPanelColumns);
+    }
+  }
+  for (int64_t i = count; i < layout.padded_rows; ++i) sums[i] = 0, scales[i] = 0.0f;
   detail::parallel_for(count, threads, count * cols > detail::kMinSharedWork, [&](int64_t i) {
     const int64_t row = ids[i];
-    float* to = out + i * cols;
-    if (w.dtype == DType::f32) {
-      std::memcpy(to, static_cast<const float*>(w.data) + row * cols, sizeof(float) * cols);
-    } else {
-      const int8_t* q = static_cast<const int8_t*>(w.data) + row * cols;
-      const float scale = w.row_scales[row];
-      for (int64_t c = 0; c < cols; ++c) to[c] = static_cast<float>(q[c]) * scale;
+    const int8_t* q = static_cast<const int8_t*>(w.data) + row * cols;
+    int8_t* panel = values + i / kPanelColumns * stride + i % kPanelColumns * 4;
+    int32_t sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int8_t value = kernel.seven_bits ? to_seven_bits(q[c]) : q[c];
+      if (kernel.panels != nullptr) {
+        panel[c / 4 * 4 * kPanelColumns + c % 4] = value;
+      } else {
+        values[i * cols + c] = value;
+      }
+      sum += value;
     }
+    sums[i] = 128 * sum;
+    scales[i] = scale_factor * w.row_scales[row];
   });
 }
 
-void rows_product(const float* x, const float* w, const float* bias, int64_t rows, int64_t n, int64_t k, float* y,
-                  int threads) {
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  detail::parallel_for(blocks, threads, rows * n * k > detail::kMinSharedWork, [&](int64_t b) {
-    rows_product_block(x, w, bias, rows, n, k, b * kBlock, std::min(n, b * kBlock + kBlock), y);
+void gathered_rows_product(const WeightMatrix& w, const float* x, const void* gathered, const float* bias,
+                           int64_t rows, int64_t count, float* y, void* workspace, int threads) {
+  const int64_t k = w.cols;
+  const GatheredInt8Kernel kernel = gathered_int8_kernel(w);
+  if (!kernel) {
+    constexpr int64_t kBlock = 64;
+    const auto* f32_rows = static_cast<const float*>(gathered);
+    const int64_t blocks = (count + kBlock - 1) / kBlock;
+    detail::parallel_for(blocks, threads, rows * count * k > detail::kMinSharedWork, [&](int64_t b) {
+      rows_product_block(x, f32_rows, bias, rows, count, k, b * kBlock, std::min(count, b * kBlock + kBlock), y);
+    });
+    return;
+  }
+  // As StaticMatmul::run: x quantized per row and shifted to u8, one slice of whole panels a thread.
+  const GatheredInt8Layout layout(kernel, count, k);
+  const char* bytes = static_cast<const char*>(gathered);
+  const auto* values = reinterpret_cast<const int8_t*>(bytes);
+  const auto* sums = reinterpret_cast<const int32_t*>(bytes + layout.sums_offset);
+  const auto* scales = reinterpret_cast<const float*>(bytes + layout.scales_offset);
+  auto* quantized = static_cast<int8_t*>(workspace);
+  auto* x_scales = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(rows * k));
+  quantize_int8_per_row(x, rows, k, quantized, x_scales, threads);
+  const uint8_t* shifted = shift_to_unsigned(quantized, rows * k);
+  threads = std::max(threads, 1);
+  const int64_t slice = (count + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
+  if (slice == 0) return;
+  detail::parallel_for((count + slice - 1) / slice, threads, rows * count * k >= (1 << 18), [&](int64_t b) {
+    const int64_t first = b * slice, slice_rows = std::min(slice, count - first);
+    if (kernel.panels != nullptr) {
+      kernel.panels(shifted, rows, values + first / kPanelColumns * panel_bytes(k), k, slice_rows, sums + first,
+                    scales + first, x_scales, bias != nullptr ? bias + first : nullptr, y + first, count);
+    } else {
+      kernel.rows(shifted, rows, values + first * k, k, slice_rows, sums + first, scales + first, y + first, count);
+    }
   });
+  if (kernel.panels == nullptr) scale_rows_add_bias(y, rows, count, x_scales, bias, threads);
 }
 
 }  // namespace xf::cpu

@@ -187,6 +187,7 @@ class CpuOps {
     l.weights = matrix(param::output_projection(config_));
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
     if (l.product->any_product().holds_f32_weight_rows()) tied_copy_ = &l.product->any_product();
+    workspace_bytes_ = std::max(workspace_bytes_, cpu::gathered_product_workspace_bytes(l.weights, buckets_.chunk()));
     return l;
   }
   // embed() reads every dtype: a table is converted like the matrices when a conversion was
@@ -228,13 +229,20 @@ class CpuOps {
   // ---- kernels
   void project(const Linear& l, const float* x, float* y, int64_t rows) { l.product->run(rows, x, y, workspace_); }
   void logits(const Logits& l, const float* x, float* y, int64_t rows) { project(l, x, y, rows); }
-  // A shortlist's rows of the output layer, f32 (once a batch), and the step's product over them.
-  void gather_output_rows(const Logits& l, const int32_t* ids, int64_t count, float* weights, float* bias) {
-    cpu::gather_weight_rows(l.weights, ids, count, weights, threads_);
+  // A shortlist's rows of the output layer (once a batch: int8 as the product reads them, or
+  // f32), and the step's product over them, in chunks of the planned rows (the workspace's).
+  size_t shortlist_rows_bytes(const Logits& l, int64_t count) const { return cpu::gathered_rows_bytes(l.weights, count); }
+  void gather_output_rows(const Logits& l, const int32_t* ids, int64_t count, void* rows, float* bias) {
+    cpu::gather_weight_rows(l.weights, ids, count, rows, threads_);
     for (int64_t i = 0; i < count; ++i) bias[i] = l.bias != nullptr ? l.bias[ids[i]] : 0.0f;
   }
-  void rows_product(const float* x, const float* weights, const float* bias, int64_t rows, int64_t count, float* y) {
-    cpu::rows_product(x, weights, bias, rows, count, config_.d_model, y, threads_);
+  void rows_product(const Logits& l, const float* x, const void* gathered, const float* bias, int64_t rows,
+                    int64_t count, float* y) {
+    for (int64_t done = 0; done < rows; done += buckets_.chunk()) {
+      const int64_t chunk = std::min(buckets_.chunk(), rows - done);
+      cpu::gathered_rows_product(l.weights, x + done * config_.d_model, gathered, bias, chunk, count, y + done * count,
+                                 workspace_, threads_);
+    }
   }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,
              float* out) {

@@ -20,7 +20,9 @@
 //             ssru_step (an SSRU decoder layer's cell, xf/kernels/recurrent.h),
 //             top_k, copy_blocks, download (tests), and the beam reorder of the caches: either
 //             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
-//             a second copy (the SSRU cell states are reordered the same way)
+//             a second copy (the SSRU cell states are reordered the same way); an Ops whose
+//             logits are on the host (kLogitsOnHost) also the lexical shortlist's
+//             shortlist_rows_bytes, gather_output_rows (once a batch) and rows_product (a step)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -197,13 +199,15 @@ class TransformerBackend final : public Backend, public BackendProbe {
     *dec_context_ = nullptr, *dec_sublayer_ = nullptr, *dec_hidden_ = nullptr;
   float* logits_ = nullptr;  // [rows (padded), vocab], f32 on every device
   // A lexical shortlist (restrict_output, host backends): the batch's target ids (0 of them: the
-  // whole vocabulary); their output weight rows and bias, gathered once a batch, [vocab, d] and
-  // [vocab] at most; the step's logits over them [rows, output_count_]; whether host_logits()
-  // has spread them over logits_ this step (top_k() then reads logits_, as the search adjusted it).
+  // whole vocabulary); their output weight rows, gathered once a batch in the layout the Ops'
+  // product over them reads (at most shortlist_rows_bytes(vocab)), and their bias ([vocab] at
+  // most); the step's logits over them [rows, output_count_]; whether host_logits() has spread
+  // them over logits_ this step (top_k() then reads logits_, as the search adjusted it).
   const int32_t* output_ids_ = nullptr;
   int64_t output_count_ = 0;
   bool spread_ = false;
-  float *short_weights_ = nullptr, *short_bias_ = nullptr, *short_logits_ = nullptr;
+  void* short_rows_ = nullptr;
+  float *short_bias_ = nullptr, *short_logits_ = nullptr;
 
   // Host inputs and their way to the device.
   typename Ops::Input lengths_input_{}, positions_input_{}, tokens_input_{},
@@ -342,7 +346,9 @@ void TransformerBackend<Ops>::plan_buffers() {
   // The shortlist's buffers after the step's: its weights live from restrict_output() (after
   // encode, so they may share the encoder's memory) to the next encode.
   const bool shortlist = plan_.output_shortlist && Ops::kLogitsOnHost;
-  const size_t short_weights = layout.reserve_array<float>(shortlist ? vocab_ * d_ : 0);
+  size_t short_rows_bytes = 0;
+  if constexpr (Ops::kLogitsOnHost) short_rows_bytes = shortlist ? ops_.shortlist_rows_bytes(output_projection_, vocab_) : 0;
+  const size_t short_rows = layout.reserve(short_rows_bytes);
   const size_t short_bias = layout.reserve_array<float>(shortlist ? vocab_ : 0);
   const size_t short_logits = layout.reserve_array<float>(shortlist ? dec_rows * vocab_ : 0);
 
@@ -372,7 +378,7 @@ void TransformerBackend<Ops>::plan_buffers() {
   dec_hidden_ = at(dec_hidden);
   logits_ = reinterpret_cast<float*>(base + logits);
   if (shortlist) {
-    short_weights_ = reinterpret_cast<float*>(base + short_weights);
+    short_rows_ = base + short_rows;
     short_bias_ = reinterpret_cast<float*>(base + short_bias);
     short_logits_ = reinterpret_cast<float*>(base + short_logits);
   }
@@ -573,7 +579,8 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
   if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
   spread_ = false;
   if constexpr (Ops::kLogitsOnHost) {
-    if (output_count_ > 0) return ops_.rows_product(x, short_weights_, short_bias_, rows, output_count_, short_logits_);
+    if (output_count_ > 0)
+      return ops_.rows_product(output_projection_, x, short_rows_, short_bias_, rows, output_count_, short_logits_);
   }
   ops_.logits(output_projection_, x, logits_, rows);
 }
@@ -594,12 +601,12 @@ float* TransformerBackend<Ops>::host_logits() {
 template <typename Ops>
 void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count) {
   if (count < 0 || count > vocab_) throw Error("internal: restrict_output() outside the vocabulary");
-  if (count > 0 && short_weights_ == nullptr) throw Error("internal: restrict_output() without a planned shortlist");
+  if (count > 0 && short_rows_ == nullptr) throw Error("internal: restrict_output() without a planned shortlist");
   output_ids_ = ids;
   output_count_ = count;
   spread_ = false;
   if constexpr (Ops::kLogitsOnHost) {
-    if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_weights_, short_bias_);
+    if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_rows_, short_bias_);
   }
 }
 

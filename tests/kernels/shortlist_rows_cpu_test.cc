@@ -1,8 +1,13 @@
 // The output layer over a lexical shortlist's rows (CPU only, matmul.h): gather_weight_rows from
-// f32 and int8 weights, then rows_product, against a double-precision product of the same rows.
+// f32 and int8 weights, then gathered_rows_product, against a double-precision product of the
+// same rows; and, for int8 weights where xf's int8 kernels run, against the whole product's
+// columns (StaticMatmul), bit for bit, at every row count the decoder gives it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "random_inputs.h"
@@ -11,18 +16,49 @@
 namespace xf::cpu {
 namespace {
 
+// A buffer of `bytes` starting at a 64-byte boundary (the runtime's arena aligns its buffers).
+struct AlignedBytes {
+  explicit AlignedBytes(size_t bytes) : storage(bytes + 64) {}
+  void* get() { return storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64; }
+  std::vector<char> storage;
+};
+
+struct Int8Weights {
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+  WeightMatrix matrix(int64_t vocab, int64_t k) const { return {DType::int8, values.data(), scales.data(), vocab, k}; }
+};
+
+Int8Weights random_int8_weights(test::RandomInputs& random, int64_t vocab, int64_t k) {
+  Int8Weights w;
+  w.values.resize(vocab * k);
+  w.scales.resize(vocab);
+  for (int64_t r = 0; r < vocab; ++r) {
+    w.scales[r] = random.uniform(1, 0.001f, 0.02f)[0];
+    for (int64_t c = 0; c < k; ++c) w.values[r * k + c] = static_cast<int8_t>(random.integer(-127, 127));
+  }
+  return w;
+}
+
+std::vector<float> gathered_product(const WeightMatrix& weights, const std::vector<int32_t>& ids,
+                                    const std::vector<float>& x, const float* bias, int64_t rows, int threads) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  AlignedBytes gathered(gathered_rows_bytes(weights, n)), workspace(gathered_product_workspace_bytes(weights, rows));
+  // Garbage where the gather must write (panel padding included): it may not be read as zeros.
+  std::memset(gathered.storage.data(), 0x5a, gathered.storage.size());
+  std::vector<float> y(rows * n, NAN);
+  gather_weight_rows(weights, ids.data(), n, gathered.get(), threads);
+  gathered_rows_product(weights, x.data(), gathered.get(), bias, rows, n, y.data(), workspace.get(), threads);
+  return y;
+}
+
 TEST(ShortlistRows, GatheredRowsProductMatchesADoubleReference) {
   test::RandomInputs random;
   SCOPED_TRACE(random.describe());
   const int64_t vocab = 300, k = 72, rows = 5;
   const std::vector<float> x = random.uniform(rows * k, -1.0f, 1.0f);
   const std::vector<float> w = random.uniform(vocab * k, -1.0f, 1.0f);
-  std::vector<int8_t> q(vocab * k);
-  std::vector<float> scales(vocab);
-  for (int64_t r = 0; r < vocab; ++r) {
-    scales[r] = random.uniform(1, 0.001f, 0.02f)[0];
-    for (int64_t c = 0; c < k; ++c) q[r * k + c] = static_cast<int8_t>(random.integer(-127, 127));
-  }
+  const Int8Weights q = random_int8_weights(random, vocab, k);
   for (const int64_t n : {int64_t{1}, int64_t{64}, int64_t{131}}) {  // below, at and past a block of 64
     std::vector<int32_t> ids(n);
     for (int32_t& id : ids) id = static_cast<int32_t>(random.integer(0, vocab - 1));
@@ -30,21 +66,70 @@ TEST(ShortlistRows, GatheredRowsProductMatchesADoubleReference) {
     for (const bool int8 : {false, true}) {
       for (const int threads : {1, 2}) {
         SCOPED_TRACE("n " + std::to_string(n) + (int8 ? " int8" : " f32") + " threads " + std::to_string(threads));
-        const WeightMatrix weights = int8 ? WeightMatrix{DType::int8, q.data(), scales.data(), vocab, k}
-                                          : WeightMatrix{DType::f32, w.data(), nullptr, vocab, k};
-        std::vector<float> gathered(n * k), y(rows * n, NAN);
-        gather_weight_rows(weights, ids.data(), n, gathered.data(), threads);
-        rows_product(x.data(), gathered.data(), bias.data(), rows, n, k, y.data(), threads);
-        for (int64_t r = 0; r < rows; ++r)
+        const WeightMatrix weights = int8 ? q.matrix(vocab, k) : WeightMatrix{DType::f32, w.data(), nullptr, vocab, k};
+        const std::vector<float> y = gathered_product(weights, ids, x, bias.data(), rows, threads);
+        // int8 by xf's kernels: x quantized per row (half a step of max|x| / 127 off), the
+        // weights perhaps as their 7-bit copy (one step of their scale off); else f32 sums.
+        const bool quantized = int8 && int8_row_kernel_available();
+        for (int64_t r = 0; r < rows; ++r) {
+          double x_max = 0;
+          for (int64_t c = 0; c < k; ++c) x_max = std::max(x_max, std::fabs(static_cast<double>(x[r * k + c])));
           for (int64_t i = 0; i < n; ++i) {
-            double expected = bias[i], magnitude = std::fabs(bias[i]);
+            double expected = bias[i], magnitude = std::fabs(bias[i]), quantization = 0;
             for (int64_t c = 0; c < k; ++c) {
-              const double wv = int8 ? static_cast<double>(q[ids[i] * k + c]) * scales[ids[i]] : w[ids[i] * k + c];
+              const double wv = int8 ? static_cast<double>(q.values[ids[i] * k + c]) * q.scales[ids[i]] : w[ids[i] * k + c];
               expected += x[r * k + c] * wv;
               magnitude += std::fabs(x[r * k + c] * wv);
+              if (int8) quantization += std::fabs(wv) * x_max / 254 + std::fabs(x[r * k + c]) * q.scales[ids[i]];
             }
-            ASSERT_NEAR(y[r * n + i], expected, 1e-6 * magnitude + 1e-7) << "row " << r << " column " << i;
+            const double tolerance = 1e-6 * magnitude + 1e-7 + (quantized ? 1.01 * quantization : 0.0);
+            ASSERT_NEAR(y[r * n + i], expected, tolerance) << "row " << r << " column " << i;
           }
+        }
+      }
+    }
+  }
+}
+
+// Where xf's int8 kernels run, a shortlisted logit is the one the whole output layer gives: the
+// same int8 values (or 7-bit copy), the same x quantization, int32 sums and f32 operations, at
+// row counts the few-row kernel takes (<= 16) and above, row lengths of the fixed-k kernels and
+// generic ones (k % 4 != 0: padded panel groups), counts within and across panels.
+TEST(ShortlistRows, GatheredInt8RowsGiveTheWholeProductsColumnsBitForBit) {
+  if (!int8_row_kernel_available()) GTEST_SKIP() << "no xf int8 kernel at this ISA: f32 rows (the test above)";
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const int64_t vocab = 200;
+  for (const int64_t k : {int64_t{256}, int64_t{72}, int64_t{30}}) {
+    const Int8Weights q = random_int8_weights(random, vocab, k);
+    const WeightMatrix weights = q.matrix(vocab, k);
+    const std::vector<float> bias = random.uniform(vocab, -1.0f, 1.0f);
+    for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{40}}) {
+      const std::vector<float> x = random.uniform(rows * k, -2.0f, 2.0f);
+      for (const bool with_bias : {false, true}) {
+        const StaticMatmul whole(engine, rows, weights, with_bias);
+        AlignedBytes workspace(whole.workspace_bytes());
+        std::vector<float> y_whole(rows * vocab);
+        whole.run(x.data(), with_bias ? bias.data() : nullptr, y_whole.data(), workspace.get());
+        for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{131}}) {
+          std::vector<int32_t> ids(n);
+          for (int32_t& id : ids) id = static_cast<int32_t>(random.integer(0, vocab - 1));
+          std::sort(ids.begin(), ids.end());  // as the runtime gives them (duplicates allowed here)
+          std::vector<float> gathered_bias(n);
+          for (int64_t i = 0; i < n; ++i) gathered_bias[i] = bias[ids[i]];
+          for (const int threads : {1, 2}) {
+            SCOPED_TRACE("k " + std::to_string(k) + " rows " + std::to_string(rows) + " n " + std::to_string(n) +
+                         (with_bias ? " bias" : "") + " threads " + std::to_string(threads) + " whole: " +
+                         whole.implementation());
+            const std::vector<float> y =
+                gathered_product(weights, ids, x, with_bias ? gathered_bias.data() : nullptr, rows, threads);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t i = 0; i < n; ++i)
+                ASSERT_EQ(y[r * n + i], y_whole[r * vocab + ids[i]]) << "row " << r << " column " << i << " (id "
+                                                                      << ids[i] << ")";
+          }
+        }
       }
     }
   }

@@ -6,9 +6,11 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "run_command.h"
 #include "tiny_model.h"
+#include "xf/format/shortlist.h"
 #include "xf/model.h"
 
 namespace {
@@ -58,6 +60,44 @@ TEST(XfShortlist, WritesMarianLexLinesOfTheModelsPiecesTopKBySource) {
     itself += row.front().first == source;
   }
   EXPECT_GE(itself, by_source.size() * 9 / 10) << itself << " of " << by_source.size();
+}
+
+// --binary writes the same lists as the text, read as the runtime reads it with --shortlist-first
+// FREQUENT --shortlist-best TOP_K: Marian's binary form of the model's ids.
+TEST(XfShortlist, BinaryHoldsTheTextsListsAsReadWithFrequentAndTopK) {
+  xf::test::TempDir dir("shortlist");
+  const std::vector<std::string> lines = xf::test::sample_sentences(300, 7);
+  const std::string corpus = dir.file("corpus.tsv"), lex = dir.file("lex.s2t"), bin = dir.file("lex.s2t.bin");
+  {
+    std::ofstream out(corpus);
+    for (size_t i = 0; i < lines.size(); ++i) out << lines[i] << "\t" << lines[(i * 7) % lines.size()] << " " << lines[i] << "\n";
+  }
+  const std::string command = std::string(XF_SHORTLIST) + " --model " + xf::test::tiny_model_file() + " --in " +
+                              corpus + " --top-k 4 --frequent 6 --out ";
+  const xf::test::CommandRun text_run = run_command(command + lex, dir.path());
+  ASSERT_EQ(text_run.status, 0) << text_run.err;
+  const xf::test::CommandRun binary_run = run_command(command + bin + " --binary", dir.path());
+  ASSERT_EQ(binary_run.status, 0) << binary_run.err;
+  ASSERT_TRUE(xf::is_binary_shortlist(bin));
+  const xf::LexicalShortlist binary = xf::read_binary_shortlist(bin);
+  auto model = xf::Model::open(xf::test::tiny_model_file());
+  const xf::ModelConfig& c = model->config();
+  xf::TextShortlistOptions options;
+  options.first_num = 6;
+  options.best_num = 4;
+  const xf::LexicalShortlist text = xf::read_text_shortlist(
+      lex, [&](std::string_view piece) { return static_cast<uint32_t>(model->source_piece_ids({std::string(piece)})[0]); },
+      [&](std::string_view piece) { return static_cast<uint32_t>(model->target_piece_ids({std::string(piece)})[0]); },
+      c.source_vocab_size, options);
+  EXPECT_EQ(binary.first_num, 6u);
+  EXPECT_EQ(binary.best_num, 4u);
+  ASSERT_GT(text.targets.size(), 40u);
+  EXPECT_EQ(binary.targets, text.targets);
+  // The text's offsets run to the source vocabulary's end, the binary's to its last listed id.
+  ASSERT_LE(binary.offsets.size(), text.offsets.size());
+  EXPECT_EQ(binary.offsets, std::vector<uint64_t>(text.offsets.begin(), text.offsets.begin() + binary.offsets.size()));
+  for (size_t i = binary.offsets.size(); i < text.offsets.size(); ++i) EXPECT_EQ(text.offsets[i], text.targets.size());
+  EXPECT_NO_THROW(xf::check_shortlist(binary, c.source_vocab_size, c.target_vocab_size));
 }
 
 TEST(XfShortlist, Refusals) {

@@ -81,6 +81,24 @@ TEST(ShortlistTopTargets, KeepsTheKMostProbableAboveTheFloorBySource) {
   for (const ShortlistEntry& e : top_targets(table, 10, 0.5f)) EXPECT_GE(e.probability, 0.5f);
 }
 
+TEST(ShortlistTopTargets, TargetsBelowTheFirstTakeNoPlace) {
+  // Translations of source words 4..13 are targets 24..33: from target 29 on, the words 4..8 lose
+  // their translation and keep K others; the words 9..13 keep theirs first.
+  const Corpus corpus = dictionary_corpus(300, 4);
+  const LexicalTable table = ibm_model1(corpus.sources, corpus.targets, kSourceVocab, kTargetVocab, 10);
+  const std::vector<ShortlistEntry> all = top_targets(table, 2, 1e-30f);
+  const std::vector<ShortlistEntry> beyond = top_targets(table, 2, 1e-30f, 29);
+  ASSERT_EQ(beyond.size(), 20u);  // still two a source word
+  for (size_t i = 0; i < beyond.size(); ++i) {
+    EXPECT_GE(beyond[i].target, 29);
+    if (beyond[i].source >= 9 && i % 2 == 0) EXPECT_EQ(beyond[i].target, translation_of(beyond[i].source));
+  }
+  // The plain top 2 of a word 4..8 holds its translation, below 29.
+  for (const ShortlistEntry& e : all)
+    if (e.source == 4) EXPECT_TRUE(e.target == translation_of(4) || e.probability < 0.5f);
+  EXPECT_EQ(all[0].target, translation_of(4));
+}
+
 TEST(ShortlistTopTargets, TargetsByFrequency) {
   EXPECT_EQ(targets_by_frequency({{3, 1, 3}, {2, 3, 1}}, 5), (std::vector<int32_t>{3, 1, 2, 0, 4}));
 }

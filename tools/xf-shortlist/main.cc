@@ -10,6 +10,7 @@
 #include "tool_main.h"
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/shortlist.h"
 #include "xf/model.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/shortlist.h"
@@ -44,6 +45,13 @@ all). xf-convert MODEL.xfm -o OUT.xfm --shortlist lex.s2t --shortlist-first FREQ
   --frequent N          the first target ids always in (default 50; the summary's coverage)
   --iterations N        EM rounds (default 5)
   --min-probability P   targets below P are left out (default 0.0001)
+  --skip-frequent       a source piece's --top-k counts only targets from id --frequent on (the
+                        first ids are in every batch: a place given to one is a place lost);
+                        read the file with --shortlist-first FREQUENT or more
+  --binary              write Marian's binary form instead (marian-conv's lex.*.s2t.bin: the
+                        model's ids, --frequent as its first, --top-k as its best; no
+                        probabilities): a fifth of the text's size, read without the piece
+                        lookups (xf-run --shortlist FILE; only for this model's vocabularies)
 
 Exit status: 0 on success, 1 on bad input (corpus, model), 2 on a bad command line.
 )";
@@ -53,6 +61,8 @@ struct Options {
   xf::trainer::CorpusLanguages languages;
   int top_k = 50, frequent = 50, iterations = 5;
   float min_probability = 1e-4f;
+  bool binary = false;
+  bool skip_frequent = false;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -68,6 +78,8 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--top-k") options.top_k = static_cast<int>(xf::cli::parse_integer(arg, value(), 1, 1 << 20));
     else if (arg == "--frequent") options.frequent = static_cast<int>(xf::cli::parse_integer(arg, value(), 0, 1 << 24));
     else if (arg == "--iterations") options.iterations = static_cast<int>(xf::cli::parse_integer(arg, value(), 1, 1000));
+    else if (arg == "--binary") options.binary = true;
+    else if (arg == "--skip-frequent") options.skip_frequent = true;
     else if (arg == "--min-probability") options.min_probability = xf::cli::parse_positive_number(arg, value(), 1.0f);
     else throw xf::cli::unknown_option(arg);
   }
@@ -75,6 +87,24 @@ Options parse_options(int argc, char** argv) {
   if (options.in_path.empty()) throw UsageError{"--in is required (try --help)"};
   if (options.out_path.empty()) throw UsageError{"--out is required (try --help)"};
   return options;
+}
+
+// Marian's binary form (marian-conv's lex.*.s2t.bin) of the entries (by source id): each source
+// id's targets ascending, the first `frequent` target ids always in.
+std::vector<uint8_t> binary_lists(const std::vector<xf::trainer::ShortlistEntry>& entries, int frequent, int top_k) {
+  xf::LexicalShortlist lists;
+  lists.first_num = static_cast<uint32_t>(frequent);
+  lists.best_num = static_cast<uint32_t>(top_k);
+  for (size_t i = 0; i < entries.size();) {
+    const int32_t source = entries[i].source;
+    while (lists.source_ids() < static_cast<uint64_t>(source)) lists.offsets.push_back(lists.targets.size());
+    const size_t first = lists.targets.size();
+    for (; i < entries.size() && entries[i].source == source; ++i)
+      lists.targets.push_back(static_cast<uint32_t>(entries[i].target));
+    std::sort(lists.targets.begin() + static_cast<std::ptrdiff_t>(first), lists.targets.end());
+    lists.offsets.push_back(lists.targets.size());
+  }
+  return xf::binary_shortlist_bytes(lists);
 }
 
 int run(const Options& options) {
@@ -92,18 +122,24 @@ int run(const Options& options) {
   const xf::ModelConfig& config = model->config();
   const LexicalTable table =
       ibm_model1(sources, targets, config.source_vocab_size, config.target_vocab_size, options.iterations);
-  const std::vector<ShortlistEntry> entries = top_targets(table, options.top_k, options.min_probability);
-  std::string text;
+  const std::vector<ShortlistEntry> entries =
+      top_targets(table, options.top_k, options.min_probability, options.skip_frequent ? options.frequent : 0);
   size_t sources_with_entries = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ShortlistEntry& e = entries[i];
-    if (i == 0 || entries[i - 1].source != e.source) ++sources_with_entries;
-    char probability[32];
-    std::snprintf(probability, sizeof probability, "%.6g", e.probability);
-    text += model->target_pieces(&e.target, 1).front() + " " + model->source_pieces(&e.source, 1).front() + " " +
-            probability + "\n";
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (i == 0 || entries[i - 1].source != entries[i].source) ++sources_with_entries;
+  if (options.binary) {
+    const std::vector<uint8_t> bytes = binary_lists(entries, options.frequent, options.top_k);
+    xf::write_file_atomically(options.out_path, bytes.data(), bytes.size());
+  } else {
+    std::string text;
+    for (const ShortlistEntry& e : entries) {
+      char probability[32];
+      std::snprintf(probability, sizeof probability, "%.6g", e.probability);
+      text += model->target_pieces(&e.target, 1).front() + " " + model->source_pieces(&e.source, 1).front() + " " +
+              probability + "\n";
+    }
+    xf::write_file_atomically(options.out_path, text.data(), text.size());
   }
-  xf::write_file_atomically(options.out_path, text.data(), text.size());
   // How well the first ids stand for the most frequent targets.
   const std::vector<int32_t> by_frequency = targets_by_frequency(targets, config.target_vocab_size);
   const size_t frequent = std::min<size_t>(static_cast<size_t>(options.frequent), by_frequency.size());

@@ -90,12 +90,13 @@ LexicalTable ibm_model1(const std::vector<std::vector<int32_t>>& sources,
   return table;
 }
 
-std::vector<ShortlistEntry> top_targets(const LexicalTable& table, int top_k, float min_probability) {
+std::vector<ShortlistEntry> top_targets(const LexicalTable& table, int top_k, float min_probability,
+                                        int32_t first_target) {
   std::vector<ShortlistEntry> entries, row;
   for (uint32_t s = 0; s < table.source_vocab; ++s) {
     row.clear();
     for (uint64_t c = table.offsets[s]; c < table.offsets[s + 1]; ++c)
-      if (table.probabilities[c] >= min_probability && table.probabilities[c] > 0)
+      if (table.probabilities[c] >= min_probability && table.probabilities[c] > 0 && table.targets[c] >= first_target)
         row.push_back({static_cast<int32_t>(s), table.targets[c], table.probabilities[c]});
     std::stable_sort(row.begin(), row.end(),
                      [](const ShortlistEntry& a, const ShortlistEntry& b) { return a.probability > b.probability; });

@@ -103,14 +103,21 @@ class StaticMatmul {
   void make_onednn_slices(const WeightMatrix& weights);
 };
 
-// The output layer over a lexical shortlist's rows (the runtime, per batch then per step):
-// gather_weight_rows copies rows ids[0..count) of W (f32, or int8 times its row scales) into
-// out [count, cols] as f32; rows_product computes y[rows, n] = x[rows, k] w[n, k]^T (+ bias[n],
-// may be null) for any n, f32 accumulation, without allocating (the shortlist's size changes
-// with every batch, which static oneDNN primitives cannot follow).
-void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, float* out, int threads);
-void rows_product(const float* x, const float* w, const float* bias, int64_t rows, int64_t n, int64_t k, float* y,
-                  int threads);
+// The output layer over a lexical shortlist's rows (the runtime, per batch then per step; any
+// count, without allocating: the shortlist changes with every batch, which static oneDNN
+// primitives cannot follow). gather_weight_rows copies rows ids[0..count) of W into `gathered`
+// (gathered_rows_bytes(W, count) bytes), and gathered_rows_product computes y[rows, count] =
+// x[rows, k] . those rows^T (+ bias[count], may be null); workspace: gathered_product_workspace_
+// bytes(W, rows). Int8 W where xf has an int8 kernel (x86-64 and aarch64 with GCC or Clang): the
+// rows as StaticMatmul's int8 product reads them (panels or rows, the 7-bit copy where it reads
+// one) and its kernel, x quantized per row as it quantizes it, so that each logit is the whole
+// product's, bit for bit, at a fraction of its cost. Else (f32, or no int8 kernel) f32 rows (int8
+// times its row scales) and f32 dot products.
+size_t gathered_rows_bytes(const WeightMatrix& w, int64_t count);
+void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, void* gathered, int threads);
+size_t gathered_product_workspace_bytes(const WeightMatrix& w, int64_t rows);
+void gathered_rows_product(const WeightMatrix& w, const float* x, const void* gathered, const float* bias,
+                           int64_t rows, int64_t count, float* y, void* workspace, int threads);
 
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
 // For the trainer (dnnl_sgemm; allocates inside oneDNN, so never on the runtime's hot path).

@@ -36,8 +36,11 @@ struct ShortlistEntry {
 };
 
 // Each source piece's (not the empty word's) `top_k` most probable targets whose probability is
-// at least `min_probability`, most probable first (ties: lower target id first), by source id.
-std::vector<ShortlistEntry> top_targets(const LexicalTable& table, int top_k, float min_probability);
+// at least `min_probability` and whose id is at least `first_target`, most probable first (ties:
+// lower target id first), by source id. first_target: the shortlist's first ids, always in, so
+// that they take none of a source piece's K places.
+std::vector<ShortlistEntry> top_targets(const LexicalTable& table, int top_k, float min_probability,
+                                        int32_t first_target = 0);
 
 // Target ids by how often they occur in `targets`, most frequent first (ties: lower id first).
 std::vector<int32_t> targets_by_frequency(const std::vector<std::vector<int32_t>>& targets, uint32_t target_vocab);
