@@ -158,13 +158,12 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 
 }  // namespace
 
-// oneDNN's products are cut into this many slices of weight rows (fewer where n is small), the
-// same at every thread count; four cost 8% more CPU time at one thread than two (every slice is
-// a call).
+// oneDNN's products are cut into this many slices of weight rows (fewer where n is small; one
+// at one thread); four cost 8% more CPU time at one thread than two (every slice is a call).
 constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
 
-// One thread's share of a oneDNN product: weight rows [first, first + rows) into y's columns of
-// the same numbers (y's rows keep their full length n as the stride).
+// One thread's share of a oneDNN product: weight rows [first, first + rows), y's columns of the
+// same numbers (written densely, then copied there, where there are several slices).
 struct OnednnSlice {
   int64_t first = 0, rows = 0;
   dnnl::matmul primitive;
@@ -292,14 +291,15 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
 }
 
 // oneDNN's product: one primitive per slice of the weight rows, kOnednnSlices slices of a
-// multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each); the worker
-// pool's threads take them in turn, so at most kOnednnSlices threads share one product. Each
+// multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each; one at one
+// thread); the worker pool's threads take them in turn, so at most kOnednnSlices threads share
+// one product. Each
 // slice writes a dense [m, rows] block (in the workspace where there are several, copied into
 // y's columns after): oneDNN 2.6's brgemm product takes no output row stride, and with y's
 // stride n every slice fell back to gemm:jit, whose one-row product (a gemv) adds k 1024 up in
 // another order than its products of more rows, so a sentence decoded alone and in a batch of
-// two scored other last bits (StaticMatmul.F32RowsDoNotDependOnTheRowCount: n 256, k 1024, 1
-// row vs 2). brgemm's rows depend neither on m nor on the slice (measured: m 1 to 80, 128, 600
+// two scored other last bits (StaticMatmul.F32RowAloneEqualsItsRowInAProduct: n 256, k 1024,
+// 1 row vs 2). brgemm's rows depend neither on m nor on the slice (measured: m 1 to 80, 128, 600
 // and 2048, the bundled and the base-size model's shapes, bit for bit as one slice).
 // int8: y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]: oneDNN applies W's
 // scales as output scales, one per column (runtime scales, pointed at the file's row scales
@@ -321,11 +321,14 @@ void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
   const DataType weight_type = s.int8 ? DataType::s8 : DataType::f32;
   const size_t element_bytes = s.int8 ? 1 : sizeof(float);
   const dnnl::memory::desc source_desc = row_major_desc(s.m, s.k, s.int8 ? DataType::s8 : DataType::f32);
-  // The slices depend on n alone, never on the thread count: oneDNN's sums over k depend on the
-  // primitive's shape (its blocking of k), so slices cut per thread made results differ between
-  // 1 and 2 threads (StaticMatmul.ResultsDoNotDependOnTheThreadCount).
-  const int64_t slice_rows = std::max<int64_t>(
-      kOnednnMinSliceRows, (s.n + kOnednnSlices * 16 - 1) / (kOnednnSlices * 16) * 16);
+  // One slice at one thread (two cost it 6% more CPU time: two calls and the copy), else
+  // kOnednnSlices: each column's sum over k is the same either way, as each slice is dense
+  // (slices cut per thread that wrote into y in place ran gemm:jit, whose sums depend on the
+  // shape, and made results differ between 1 and 2 threads:
+  // StaticMatmul.ResultsDoNotDependOnTheThreadCount).
+  const int64_t slices = s.engine->threads() == 1 ? 1 : kOnednnSlices;
+  const int64_t slice_rows =
+      std::max<int64_t>(kOnednnMinSliceRows, (s.n + slices * 16 - 1) / (slices * 16) * 16);
   for (int64_t first = 0; first < s.n; first += slice_rows) {
     OnednnSlice slice;
     slice.first = first;
