@@ -158,15 +158,12 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 
 }  // namespace
 
-// oneDNN's products are cut into this many slices of weight rows (fewer where n is small), the
-// same at every thread count. One: with two, the bundled model's f32 scores at AVX-512 of a
-// sentence scored alone and in a batch of two differed in their last bits (tests/python
-// test_score_batch_...), which one slice, oneDNN's product as before the worker pool, keeps
-// equal; four cost 8% more CPU time at one thread than two (every slice is a call).
-constexpr int64_t kOnednnSlices = 1, kOnednnMinSliceRows = 64;
+// oneDNN's products are cut into this many slices of weight rows (fewer where n is small; one
+// at one thread); four cost 8% more CPU time at one thread than two (every slice is a call).
+constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
 
-// One thread's share of a oneDNN product: weight rows [first, first + rows) into y's columns of
-// the same numbers (y's rows keep their full length n as the stride).
+// One thread's share of a oneDNN product: weight rows [first, first + rows), y's columns of the
+// same numbers (written densely, then copied there, where there are several slices).
 struct OnednnSlice {
   int64_t first = 0, rows = 0;
   dnnl::matmul primitive;
@@ -174,6 +171,7 @@ struct OnednnSlice {
   dnnl::memory source, destination, bias, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
   size_t scratchpad_offset = 0, scratchpad_bytes = 0;
+  size_t output_offset = 0;  // its dense [m, rows] result in the workspace (two slices or more)
 };
 
 struct StaticMatmul::Impl {
@@ -284,13 +282,25 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   for (OnednnSlice& slice : s.slices) {  // xf's kernels need no scratchpad
     slice.scratchpad_offset = offset;
     offset += align_up(slice.scratchpad_bytes);
+    if (s.slices.size() > 1) {
+      slice.output_offset = offset;
+      offset += align_up(static_cast<size_t>(m * slice.rows) * sizeof(float));
+    }
   }
   s.workspace_bytes = offset;
 }
 
 // oneDNN's product: one primitive per slice of the weight rows, kOnednnSlices slices of a
-// multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each); the worker
-// pool's threads take them in turn, so at most kOnednnSlices threads share one product.
+// multiple of 16 rows (fewer for small n: at least kOnednnMinSliceRows rows each; one at one
+// thread); the worker pool's threads take them in turn, so at most kOnednnSlices threads share
+// one product. Each
+// slice writes a dense [m, rows] block (in the workspace where there are several, copied into
+// y's columns after): oneDNN 2.6's brgemm product takes no output row stride, and with y's
+// stride n every slice fell back to gemm:jit, whose one-row product (a gemv) adds k 1024 up in
+// another order than its products of more rows, so a sentence decoded alone and in a batch of
+// two scored other last bits (StaticMatmul.F32RowAloneEqualsItsRowInAProduct: n 256, k 1024,
+// 1 row vs 2). brgemm's rows depend neither on m nor on the slice (measured: m 1 to 80, 128, 600
+// and 2048, the bundled and the base-size model's shapes, bit for bit as one slice).
 // int8: y[m, n] = x_scale[m] * (row_scale[n] * (q(x) . W^T)[m, n]) + bias[n]: oneDNN applies W's
 // scales as output scales, one per column (runtime scales, pointed at the file's row scales
 // once); the per-row input scales and the bias are our epilogue in run() (oneDNN 2.6 has
@@ -311,11 +321,14 @@ void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
   const DataType weight_type = s.int8 ? DataType::s8 : DataType::f32;
   const size_t element_bytes = s.int8 ? 1 : sizeof(float);
   const dnnl::memory::desc source_desc = row_major_desc(s.m, s.k, s.int8 ? DataType::s8 : DataType::f32);
-  // The slices depend on n alone, never on the thread count: oneDNN's sums over k depend on the
-  // primitive's shape (its blocking of k), so slices cut per thread made results differ between
-  // 1 and 2 threads (StaticMatmul.ResultsDoNotDependOnTheThreadCount).
-  const int64_t slice_rows = std::max<int64_t>(
-      kOnednnMinSliceRows, (s.n + kOnednnSlices * 16 - 1) / (kOnednnSlices * 16) * 16);
+  // One slice at one thread (two cost it 6% more CPU time: two calls and the copy), else
+  // kOnednnSlices: each column's sum over k is the same either way, as each slice is dense
+  // (slices cut per thread that wrote into y in place ran gemm:jit, whose sums depend on the
+  // shape, and made results differ between 1 and 2 threads:
+  // StaticMatmul.ResultsDoNotDependOnTheThreadCount).
+  const int64_t slices = s.engine->threads() == 1 ? 1 : kOnednnSlices;
+  const int64_t slice_rows =
+      std::max<int64_t>(kOnednnMinSliceRows, (s.n + slices * 16 - 1) / (slices * 16) * 16);
   for (int64_t first = 0; first < s.n; first += slice_rows) {
     OnednnSlice slice;
     slice.first = first;
@@ -332,8 +345,8 @@ void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
         !s.int8 && s.engine->weight_packing()
             ? dnnl::memory::desc({s.k, slice.rows}, DataType::f32, dnnl::memory::format_tag::any)
             : stored;
-    // y's columns [first, first + rows): row stride n.
-    const dnnl::memory::desc destination_desc({s.m, slice.rows}, DataType::f32, {s.n, 1});
+    // Dense: y itself where this is the only slice, else the slice's block of the workspace.
+    const dnnl::memory::desc destination_desc = row_major_desc(s.m, slice.rows, DataType::f32);
     const dnnl::memory::desc bias_desc = row_major_desc(1, slice.rows, DataType::f32);
     const bool with_bias = s.with_bias && !s.int8;
     const dnnl::matmul::primitive_desc pd =
@@ -456,9 +469,10 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   }
 #endif
   void* source = s.int8 ? static_cast<void*>(bytes) : const_cast<float*>(x);
+  const bool one_slice = s.slices.size() == 1;
   for (OnednnSlice& slice : s.slices) {
     slice.source.set_data_handle(source);
-    slice.destination.set_data_handle(y + slice.first);
+    slice.destination.set_data_handle(one_slice ? static_cast<void*>(y) : bytes + slice.output_offset);
     if (slice.bias) slice.bias.set_data_handle(const_cast<float*>(bias) + slice.first);
     if (slice.scratchpad_bytes > 0) slice.scratchpad.set_data_handle(bytes + slice.scratchpad_offset);
   }
@@ -468,7 +482,13 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   const int slices = static_cast<int>(s.slices.size());
   run_on_threads(std::min(slices, s.engine->threads()), [&](int thread, int team) {  // team: 1 inline
     for (int i = thread; i < slices; i += team) {
-      run_primitive(s.slices[i].primitive, s.engine->impl_->stream_for(thread), s.slices[i].args);
+      const OnednnSlice& slice = s.slices[i];
+      run_primitive(slice.primitive, s.engine->impl_->stream_for(thread), slice.args);
+      if (one_slice) continue;
+      const auto* block = reinterpret_cast<const float*>(bytes + slice.output_offset);
+      for (int64_t r = 0; r < s.m; ++r) {
+        std::memcpy(y + r * s.n + slice.first, block + r * slice.rows, sizeof(float) * slice.rows);
+      }
     }
   });
   if (s.int8) {
