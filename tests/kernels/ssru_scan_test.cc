@@ -3,6 +3,7 @@
 // the double reference, with fused (stride 2 * dim) and separate (stride dim) inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -56,15 +57,24 @@ TEST_P(SsruScan, ForwardAndBackwardMatchDoubleReference) {
       SCOPED_TRACE(std::string(fused ? "fused" : "separate") + " batch " + std::to_string(batch) + " len " +
                    std::to_string(len) + " dim " + std::to_string(dim));
       const int64_t rows = batch * len, stride = fused ? 2 * dim : dim;
-      const Floats x = uniform(rows * stride, -2.0f, 2.0f);
-      const Floats f = fused ? x : uniform(rows * stride, -2.0f, 2.0f);
       const int64_t f_at = fused ? dim : 0;
-      const Floats dout = uniform(rows * dim, -1.0f, 1.0f);
       std::vector<double> cell_ref(rows * dim), out_ref(rows * dim), dx_ref(rows * stride, 0.0),
           df_ref(rows * stride, 0.0);
-      const std::vector<double> xd = to_double(x), fd = to_double(f);
-      cpu::ssru_scan_forward<double>(xd.data(), fd.data() + f_at, stride, batch, len, dim, cell_ref.data(),
-                                     out_ref.data(), 1);
+      // Inputs drawn again while a cell lies within 1e-5 of relu's kink: there the f32 cell and
+      // the double one may fall on either side of 0, and the gradient through relu(c) is then
+      // dout on one side and 0 on the other: rare (0 of 150 random seeds), but XF_TEST_SEED=3497822479
+      // put the f32 gradients 5% of the largest off.
+      Floats x, f;
+      std::vector<double> xd, fd;
+      do {
+        x = uniform(rows * stride, -2.0f, 2.0f);
+        f = fused ? x : uniform(rows * stride, -2.0f, 2.0f);
+        xd = to_double(x);
+        fd = to_double(f);
+        cpu::ssru_scan_forward<double>(xd.data(), fd.data() + f_at, stride, batch, len, dim, cell_ref.data(),
+                                       out_ref.data(), 1);
+      } while (std::any_of(cell_ref.begin(), cell_ref.end(), [](double c) { return std::fabs(c) < 1e-5; }));
+      const Floats dout = uniform(rows * dim, -1.0f, 1.0f);
       cpu::ssru_scan_backward<double>(to_double(dout).data(), xd.data(), fd.data() + f_at, stride, cell_ref.data(),
                                       batch, len, dim, dx_ref.data(), df_ref.data(), stride, 1);
       // Device views: f's buffer is x's when fused, so the kernel reads it at x.data() + dim.
