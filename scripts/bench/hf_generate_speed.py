@@ -29,10 +29,9 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_decode_speed import device_used_mb, percentile  # noqa: E402
+from pytorch_decode_speed import device_used_mb, percentile, timed_requests  # noqa: E402
 
 
 def make_vocab(data, out, size):
@@ -109,7 +108,6 @@ def time_hf(torch, model, lines, dtype, batch, beam, length, pad, cuda):
     """transformers' generate, timed as xf-bench times itself."""
     model = model.to(dtype=torch.float16 if dtype == "f16" else torch.float32)
     device = next(model.parameters()).device
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     requests = [lines[i:i + batch] for i in range(0, len(lines), batch)]
 
     def generate(request):
@@ -124,21 +122,9 @@ def time_hf(torch, model, lines, dtype, batch, beam, length, pad, cuda):
                              bad_words_ids=[[pad]], num_return_sequences=1)
         return out
 
-    latencies = []
-    tokens = 0
-    with torch.inference_mode():
-        generate(requests[0])  # warm-up
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        sync()
-        start = time.perf_counter()
-        for request in requests:
-            t0 = time.perf_counter()
-            out = generate(request)
-            sync()
-            latencies.append((time.perf_counter() - t0) * 1e3)
-            tokens += int(((out != pad) & (out != 0)).sum())
-        seconds = time.perf_counter() - start
+    timed, seconds = timed_requests(torch, requests, generate, cuda)
+    latencies = [request_seconds * 1e3 for _, request_seconds in timed]
+    tokens = sum(int(((out != pad) & (out != 0)).sum()) for out, _ in timed)
     return {"tokens_per_s": tokens / seconds, "sentences_per_s": len(lines) / seconds,
             "latency_p50_ms": percentile(latencies, 0.5), "latency_p90_ms": percentile(latencies, 0.9),
             "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,

@@ -262,14 +262,14 @@ def device_used_mb(torch):
     return (total - free) / 2**20
 
 
-def run(torch, decoder, sources, batch, beam, cuda):
-    """Times one configuration as xf-bench does; returns (report, outputs)."""
+def timed_requests(torch, requests, translate, cuda):
+    """Runs translate(request) for each request, after one warm-up request (kernels chosen, the
+    caching allocator filled), the device synchronized before each clock read, as xf-bench times
+    itself; returns ([(result, seconds) per request], total seconds)."""
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    translate = (lambda b: decoder.greedy(b)) if beam == 1 else (lambda b: decoder.beam(b, beam))
-    requests = [sources[i:i + batch] for i in range(0, len(sources), batch)]
-    outputs, latencies, per_step = [], [], []
+    timed = []
     with torch.inference_mode():
-        translate(requests[0])  # warm-up: kernels chosen, the caching allocator filled
+        translate(requests[0])
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         sync()
@@ -278,12 +278,21 @@ def run(torch, decoder, sources, batch, beam, cuda):
             t0 = time.perf_counter()
             result = translate(request)
             sync()
-            seconds = time.perf_counter() - t0
-            latencies.append(seconds * 1e3)
-            steps = max(len(r) for r in result) + 1  # the request's decoder steps, EOS included
-            per_step.append(seconds * 1e3 / steps)
-            outputs.extend(result)
-        seconds = time.perf_counter() - start
+            timed.append((result, time.perf_counter() - t0))
+        return timed, time.perf_counter() - start
+
+
+def run(torch, decoder, sources, batch, beam, cuda):
+    """Times one configuration as xf-bench does; returns (report, outputs)."""
+    translate = (lambda b: decoder.greedy(b)) if beam == 1 else (lambda b: decoder.beam(b, beam))
+    requests = [sources[i:i + batch] for i in range(0, len(sources), batch)]
+    timed, seconds = timed_requests(torch, requests, translate, cuda)
+    outputs, latencies, per_step = [], [], []
+    for result, request_seconds in timed:
+        latencies.append(request_seconds * 1e3)
+        steps = max(len(r) for r in result) + 1  # the request's decoder steps, EOS included
+        per_step.append(request_seconds * 1e3 / steps)
+        outputs.extend(result)
     tokens = sum(len(o) for o in outputs)
     report = {
         "tokens_per_s": tokens / seconds, "sentences_per_s": len(sources) / seconds,
