@@ -17,6 +17,7 @@
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/tensorboard_events.h"
 #include "xf/trainer/train_loop.h"
+#include "xf/trainer/transformer.h"
 #include "xf/translator.h"
 #include "reverse_corpus.h"
 
@@ -418,6 +419,90 @@ TEST(DataTrainLoop, InitFromModelFileStartsFromItsWeightsVocabularyAndShape) {
   init_values["init-from"] = dir + "/missing.xfm";
   EXPECT_NE(error_of([&] { run_training(train_options_from_map(init_values), log); })
                 .find("missing.xfm"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// --init-matching-from: a student of another shape (an SSRU decoder, one layer fewer) starts from
+// the file's tensors of the same name and shape (embeddings, the encoder, the decoder's
+// cross-attention and FFN) and from --seed's fresh values elsewhere (the SSRU cell).
+TEST(DataTrainLoop, InitMatchingFromCopiesTheTensorsThatFitANewShape) {
+  std::string dir = test_dir("init_matching");
+  std::string train = write_reverse_corpus(dir, 80, 7);
+  std::ostringstream log;
+  TrainSummary teacher_run = run_training(
+      train_options_from_map(tiny_run(train, dir + "/teacher", {{"max-steps", "12"}, {"layers", "2"}})), log);
+  Checkpoint teacher = read_checkpoint(teacher_run.last_checkpoint);
+  write_model_file(teacher, DType::f32, {}, dir + "/teacher.xfm");
+  auto teacher_file = ModelFile::open(dir + "/teacher.xfm");
+
+  // The copy itself: a 2+1 SSRU config over a fresh initialization.
+  ModelConfig student = teacher.config;
+  student.decoder_layers = 1;
+  student.decoder_layer_kind = DecoderLayerKind::ssru;
+  TransformerModel fresh(student, TrainingOptions{}, 1);
+  fresh.initialize(5);
+  std::vector<float> parameters(fresh.parameters(), fresh.parameters() + fresh.parameter_count());
+  const std::vector<float> initialized = parameters;
+  const std::vector<std::string> copied =
+      copy_matching_parameters(*teacher_file, student, parameters.data());
+  std::map<std::string, const float*> teacher_tensors;
+  const float* at = teacher.parameters.data();
+  for (const auto& spec : transformer_parameters(teacher.config)) {
+    teacher_tensors[spec.name] = at;
+    at += spec.elements();
+  }
+  size_t offset = 0, ssru_tensors = 0;
+  for (const auto& spec : transformer_parameters(student)) {
+    const size_t n = static_cast<size_t>(spec.elements());
+    const std::vector<float> got(parameters.begin() + offset, parameters.begin() + offset + n);
+    const bool is_copied = std::find(copied.begin(), copied.end(), spec.name) != copied.end();
+    if (spec.name.find("ssru") != std::string::npos) {
+      ++ssru_tensors;
+      EXPECT_FALSE(is_copied) << spec.name;
+      EXPECT_EQ(got, std::vector<float>(initialized.begin() + offset, initialized.begin() + offset + n))
+          << spec.name << " is not the fresh initialization";
+    } else {
+      ASSERT_TRUE(is_copied) << spec.name;  // every other tensor has its namesake in the file
+      const float* want = teacher_tensors.at(spec.name);
+      EXPECT_EQ(got, std::vector<float>(want, want + n)) << spec.name;
+    }
+    offset += n;
+  }
+  EXPECT_GT(ssru_tensors, 0u);
+  EXPECT_EQ(copied.size() + ssru_tensors, transformer_parameters(student).size());
+
+  // Through xf-train: the run has the options' shape and the file's vocabulary, and its first
+  // loss is far below a fresh start's of the same shape.
+  auto values = tiny_run(train, dir + "/student",
+                         {{"init-matching-from", dir + "/teacher.xfm"}, {"encoder-layers", "2"},
+                          {"decoder-layers", "1"}, {"decoder-cell", "ssru"}, {"vocab-size", "30"},
+                          {"max-steps", "1"}, {"save-every", "1"}});
+  TrainSummary started = run_training(train_options_from_map(values), log);
+  Checkpoint first = read_checkpoint(started.last_checkpoint);
+  EXPECT_EQ(first.config.decoder_layers, 1u);
+  EXPECT_EQ(first.config.decoder_layer_kind, DecoderLayerKind::ssru);
+  EXPECT_EQ(first.config.source_vocab_size, teacher.config.source_vocab_size);
+  EXPECT_EQ(first.tokenizer_model, teacher.tokenizer_model);
+  EXPECT_EQ(first.options.at("vocab-size"), std::to_string(teacher.config.source_vocab_size));
+  auto fresh_values = values;
+  fresh_values.erase("init-matching-from");
+  fresh_values["spm"] = dir + "/teacher/sentencepiece.model";
+  fresh_values["out"] = dir + "/fresh";
+  TrainSummary fresh_start = run_training(train_options_from_map(fresh_values), log);
+  ASSERT_EQ(started.step_losses.size(), 1u);
+  ASSERT_EQ(fresh_start.step_losses.size(), 1u);
+  EXPECT_LT(started.step_losses[0], fresh_start.step_losses[0] * 0.9);
+
+  // Another d_model (whose FFN biases still match by shape) and two starting files are refused.
+  values["out"] = dir + "/wide";
+  values["d-model"] = "24";
+  EXPECT_NE(error_of([&] { run_training(train_options_from_map(values), log); })
+                .find("no tensor has the name and shape of the embedding"), std::string::npos);
+  values["d-model"] = "16";
+  values["out"] = dir + "/both";
+  values["init-from"] = dir + "/teacher.xfm";
+  EXPECT_EQ(error_of([&] { run_training(train_options_from_map(values), log); }),
+            "--init-from and --init-matching-from: give one model file to start from");
   fs::remove_all(dir);
 }
 

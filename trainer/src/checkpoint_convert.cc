@@ -314,10 +314,12 @@ Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& enc
   return kept;
 }
 
-std::vector<float> parameters_from_model_file(const ModelFile& model) {
-  // The trainer's graph is the paper's (ReLU, scaled embeddings, interleaved sinusoid, start
-  // token) over the tokenizer's own ids: an imported model's version 2 features it cannot keep.
-  // An SSRU decoder (format version 3) is the trainer's own (--decoder-cell ssru).
+namespace {
+
+// The trainer's graph is the paper's (ReLU, scaled embeddings, interleaved sinusoid, start
+// token) over the tokenizer's own ids: an imported model's version 2 features it cannot keep.
+// An SSRU decoder (format version 3) is the trainer's own (--decoder-cell ssru).
+void check_trainable(const ModelFile& model) {
   ModelConfig graph = model.config();
   graph.decoder_layer_kind = DecoderLayerKind::self_attention;
   if (config_format_version(graph) >= 2 || !model.source_vocabulary().empty())
@@ -327,6 +329,12 @@ std::vector<float> parameters_from_model_file(const ModelFile& model) {
   if (model.shortlist())
     throw Error(model.path() + ": a model with a stored lexical shortlist cannot be trained or rewritten (the "
                 "shortlist would be lost); convert it again from the original with xf-convert --from");
+}
+
+}  // namespace
+
+std::vector<float> parameters_from_model_file(const ModelFile& model) {
+  check_trainable(model);
   std::vector<float> parameters;
   for (const auto& spec : transformer_parameters(model.config())) {
     // ModelFile::open already checked every tensor's presence and shape against the config.
@@ -336,6 +344,32 @@ std::vector<float> parameters_from_model_file(const ModelFile& model) {
     widen_to_f32(tensor, parameters.data() + offset);
   }
   return parameters;
+}
+
+std::vector<std::string> copy_matching_parameters(const ModelFile& model,
+                                                  const ModelConfig& config, float* parameters) {
+  check_trainable(model);
+  std::vector<std::string> copied;
+  const std::vector<TensorView>& tensors = model.tensors();  // sorted by name
+  for (const auto& spec : transformer_parameters(config)) {
+    const auto found = std::lower_bound(
+        tensors.begin(), tensors.end(), spec.name,
+        [](const TensorView& tensor, const std::string& name) { return tensor.name < name; });
+    if (found != tensors.end() && found->name == spec.name && found->rank == spec.shape.size() &&
+        std::equal(spec.shape.begin(), spec.shape.end(), found->shape.begin())) {
+      widen_to_f32(*found, parameters);
+      copied.push_back(spec.name);
+    }
+    parameters += spec.elements();
+  }
+  // Another width or vocabulary could still match a few biases by chance: without the
+  // embedding, nothing is learnt from the file.
+  const std::string embedding = param::source_embedding(config);
+  if (std::find(copied.begin(), copied.end(), embedding) == copied.end()) {
+    throw Error(model.path() + ": no tensor has the name and shape of the embedding '" + embedding +
+                "' of the model trained (another d_model or vocabulary?)");
+  }
+  return copied;
 }
 
 }  // namespace xf::trainer

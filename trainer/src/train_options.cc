@@ -115,6 +115,13 @@ std::vector<OptionSpec> vocabulary_and_batch_options() {
                     "                   the optimizer state and the schedule start afresh",
        [](O& o, const std::string& v) { o.init_from_path = v; },
        [](const O& o) { return o.init_from_path; }},
+      {"init-matching-from",
+       "MODEL.xfm  a new model of the options' shape (--layers, --decoder-cell,\n"
+       "                   ...) on this file's SentencePiece model, starting from each of its\n"
+       "                   weights with the same name and shape (the rest fresh from --seed):\n"
+       "                   a student from its teacher (Marian's --pretrained-model)",
+       [](O& o, const std::string& v) { o.init_matching_path = v; },
+       [](const O& o) { return o.init_matching_path; }},
       {"vocab-size", "N   shared SentencePiece vocabulary size (default 8000)",
        [](O& o, const std::string& v) { o.vocab_size = to_int("vocab-size", v, 8, 1 << 20); },
        [](const O& o) { return std::to_string(o.vocab_size); }},
@@ -334,7 +341,8 @@ const OptionSpec* find_option(const std::string& name) {
 // A resumed run keeps them; giving another value is refused rather than ignored.
 const std::vector<std::string> kFixedAtStart = {
     "layers", "encoder-layers", "decoder-layers", "d-model", "heads", "d-ff", "norm", "decoder-cell",
-    "max-positions", "vocab-size", "spm-type", "spm", "init-from", "src-lang", "tgt-lang"};
+    "max-positions", "vocab-size", "spm-type", "spm", "init-from", "init-matching-from", "src-lang",
+    "tgt-lang"};
 
 // Throws OptionError naming the first option of `given` that changes a fixed one of `saved`.
 void check_fixed_at_start(const std::map<std::string, std::string>& saved,

@@ -10,6 +10,7 @@
 
 #include "xf/error.h"
 #include "xf/format/model_writer.h"
+#include "xf/format/parameters.h"
 #include "xf/kernels/matmul.h"
 #include "xf/trainer/text_modifiers.h"
 #include "xf/trainer/train_log.h"
@@ -59,7 +60,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TrainOptions& options, const Res
                                           const CorpusLanguages& languages, std::ostream& log) {
   if (start.init_model) {
     return std::make_unique<Tokenizer>(Tokenizer::from_model_proto(
-        std::string(start.init_model->source_tokenizer()), options.init_from_path));
+        std::string(start.init_model->source_tokenizer()), start.init_model->path()));
   }
   if (start.checkpoint) {
     return std::make_unique<Tokenizer>(Tokenizer::from_model_proto(
@@ -82,7 +83,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TrainOptions& options, const Res
 ModelConfig starting_config(const TrainOptions& options, const ResumePoint& start,
                             const Tokenizer& tokenizer) {
   if (start.checkpoint) return start.checkpoint->config;
-  if (start.init_model) return start.init_model->config();
+  if (start.init_model && !start.matching_only) return start.init_model->config();
   ModelConfig config;
   config.source_vocab_size = config.target_vocab_size =
       static_cast<uint32_t>(tokenizer.vocab_size());
@@ -98,7 +99,7 @@ ModelConfig starting_config(const TrainOptions& options, const ResumePoint& star
 // Rank 0's parameters, moments and progress from the start point (then freed: the checkpoint's
 // copy of the parameters, the mapped model file), or a fresh model from --seed.
 void load_starting_state(const TrainOptions& options, ResumePoint start, TrainedModel& model,
-                         TrainingProgress& state) {
+                         TrainingProgress& state, std::ostream& log) {
   if (start.checkpoint) {
     const Checkpoint& resumed = *start.checkpoint;
     if (resumed.parameters.size() != model.host->parameter_count()) {
@@ -109,11 +110,18 @@ void load_starting_state(const TrainOptions& options, ResumePoint start, Trained
     state = resumed.progress;
     return;
   }
-  if (start.init_model) {
+  if (start.init_model && !start.matching_only) {
     const std::vector<float> parameters = parameters_from_model_file(*start.init_model);
     std::copy(parameters.begin(), parameters.end(), model.host->parameters());
   } else {
     model.host->initialize(options.seed);
+  }
+  if (start.init_model && start.matching_only) {
+    const std::vector<std::string> copied =
+        copy_matching_parameters(*start.init_model, model.config, model.host->parameters());
+    log << "from " << start.init_model->path() << ": " << copied.size() << " of "
+        << transformer_parameters(model.config).size()
+        << " parameter tensors (the rest fresh from --seed)\n";
   }
   state.data.seed = options.seed;
   state.rng_seed = options.seed;
@@ -199,17 +207,23 @@ ResumePoint read_resume_point(const TrainOptions& options, bool root, std::ostre
     log << "resuming from " << checkpoints.back() << "\n";
     return start;
   }
-  if (options.init_from_path.empty()) return start;
-  if (!options.spm_path.empty()) {
-    throw Error("--init-from and --spm: the model file brings its SentencePiece model");
+  if (options.init_from_path.empty() && options.init_matching_path.empty()) return start;
+  if (!options.init_from_path.empty() && !options.init_matching_path.empty()) {
+    throw Error("--init-from and --init-matching-from: give one model file to start from");
   }
-  start.init_model = ModelFile::open(options.init_from_path);
+  start.matching_only = !options.init_matching_path.empty();
+  const std::string flag = start.matching_only ? "--init-matching-from" : "--init-from";
+  const std::string& path = start.matching_only ? options.init_matching_path : options.init_from_path;
+  if (!options.spm_path.empty()) {
+    throw Error(flag + " and --spm: the model file brings its SentencePiece model");
+  }
+  start.init_model = ModelFile::open(path);
   if (start.init_model->source_tokenizer().empty() ||
       start.init_model->target_tokenizer() != start.init_model->source_tokenizer()) {
-    throw Error(options.init_from_path +
-                ": --init-from needs one shared SentencePiece model in the file");
+    throw Error(path + ": " + flag + " needs one shared SentencePiece model in the file");
   }
-  log << "starting from the weights of " << options.init_from_path << "\n";
+  log << "starting from the weights of " << path
+      << (start.matching_only ? " that fit the options' architecture" : "") << "\n";
   return start;
 }
 
@@ -274,7 +288,7 @@ ModelAndOptimizer make_model_and_optimizer(const TrainOptions& options, ResumePo
   model.adam =
       std::make_unique<Adam>(model.host->parameter_count(), AdamOptions{}, options.threads);
   // Rank 0 loads or initializes; the others take its parameters, moments and progress.
-  if (root) load_starting_state(options, std::move(start), model, result.state);
+  if (root) load_starting_state(options, std::move(start), model, result.state, log);
   broadcast_from_rank0(ranks, model, result.state);
   return result;
 }

@@ -159,6 +159,15 @@ Checkpoint keep_layers(const Checkpoint& checkpoint, const std::vector<int>& enc
 // Checkpoint::parameters and of the trainer's parameter block.
 std::vector<float> parameters_from_model_file(const ModelFile& model);
 
+// xf-train --init-matching-from: each parameter of `config` (transformer_parameters(config)'s
+// order, the layout of `parameters`) for which `model` holds a tensor of the same name and shape
+// is overwritten with it, widened to f32; the others keep their values (a fresh initialization).
+// How a student starts from its teacher: its kept encoder layers, embeddings and the decoder's
+// cross-attention and FFN, under a new decoder cell or depth. Returns the names copied; throws
+// when the embedding does not match (another width or vocabulary: nothing would be learnt).
+std::vector<std::string> copy_matching_parameters(const ModelFile& model,
+                                                  const ModelConfig& config, float* parameters);
+
 // Reads a key=value text file ("#" comments and blank lines ignored). Throws naming file:line.
 std::map<std::string, std::string> read_key_values(const std::string& path);
 // The same over text; errors name `label` and lines counted from first_line_number.

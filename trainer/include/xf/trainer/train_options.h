@@ -24,6 +24,7 @@ struct TrainOptions {
   double max_bad_percent = 1.0;         // --max-bad-lines: more malformed pairs refuse it
   std::string spm_path;                 // --spm: reuse this SentencePiece model
   std::string init_from_path;           // --init-from: start from a model file's weights
+  std::string init_matching_path;       // --init-matching-from: its weights that fit the flags' shape
   int vocab_size = 8000;                // --vocab-size (shared vocabulary)
   std::string spm_type = "unigram";     // --spm-type unigram|bpe|char|word
   int64_t max_length = 100;             // --max-length: tokens per side, longer pairs dropped

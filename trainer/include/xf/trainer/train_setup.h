@@ -41,10 +41,12 @@ std::unique_ptr<RunDirectory> open_run_directory(const TrainOptions& options, bo
                                                  std::ostream& log);
 
 // Where rank 0 starts from: the newest checkpoint with --resume, else --init-from's model file
-// (architecture, vocabulary and weights), else neither. Empty on the other ranks.
+// (architecture, vocabulary and weights) or --init-matching-from's (vocabulary, and the weights
+// that fit the options' architecture), else neither. Empty on the other ranks.
 struct ResumePoint {
   std::unique_ptr<Checkpoint> checkpoint;
   std::shared_ptr<const ModelFile> init_model;
+  bool matching_only = false;  // init_model is --init-matching-from's
 };
 ResumePoint read_resume_point(const TrainOptions& options, bool root, std::ostream& log);
 
