@@ -101,7 +101,8 @@ TEST(ShortlistRows, GatheredInt8RowsGiveTheWholeProductsColumnsBitForBit) {
   SCOPED_TRACE(random.describe());
   CpuEngine engine(2);
   const int64_t vocab = 200;
-  for (const int64_t k : {int64_t{256}, int64_t{72}, int64_t{30}}) {
+  // 1024 and 1030: rows gathered in more than one stack chunk (512 values), the last one short.
+  for (const int64_t k : {int64_t{256}, int64_t{72}, int64_t{30}, int64_t{1024}, int64_t{1030}}) {
     const Int8Weights q = random_int8_weights(random, vocab, k);
     const WeightMatrix weights = q.matrix(vocab, k);
     const std::vector<float> bias = random.uniform(vocab, -1.0f, 1.0f);
