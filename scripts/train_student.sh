@@ -8,13 +8,21 @@
 # Usage: scripts/train_student.sh --teacher T.xfm --train TRAIN.tsv --dev DEV.tsv --test TEST.tsv
 #            --out DIR [options] [-- XF_TRAIN_OPTIONS...]
 #   --subset N        distill a sample of N pairs of TRAIN (deterministic, in file order)
+#   --n-best N        keep the best of the teacher's N best by sentence BLEU (default 1)
 #   --threads N       threads of every step (default 2)
-#   --minutes M       the student's training time (xf-train --max-minutes, default 60)
+#   --minutes M       the student's training time (xf-train --max-minutes, default 60); 0 with
+#                     checkpoints there: no more training, the later steps from those
+#   --init-layers E/D start the student from the teacher's encoder layers E and decoder layers D
+#                     (e.g. 0,2,4/1: xf-convert --keep-*-layers, then xf-train
+#                     --init-matching-from; the shape options must say as many layers)
+#   --target-vocabulary-from FILE   prune the student's target vocabulary to FILE's (as the
+#                     bundled teacher's: xf-convert --target-vocabulary-from)
 #   --average N       checkpoints averaged (default 3: the last N kept)
 #   --top-k K, --frequent N   the shortlist (default 50, 50)
+#   --isa "L1 L2"     speed also with ONEDNN_MAX_CPU_ISA=L (default: native only; e.g. AVX2)
 #   --bin DIR         the tools (default build/bin)
 # XF_TRAIN_OPTIONS after -- replace the student's shape (default: 6-layer encoder, 2-layer SSRU
-# decoder, d_model 256, 4 heads, d_ff 1024, pre-norm, vocabulary 8000).
+# decoder, d_model 256, 4 heads, d_ff 1024, pre-norm, vocabulary 8000) and add training options.
 # Run the same command again after a kill, or with a longer --minutes: distillation resumes by
 # pair (or finds its run complete), training resumes from its last checkpoint with the options
 # it saved; the later steps (minutes) are done again from the averaged checkpoints.
@@ -23,11 +31,11 @@
 # and card.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/build/bin threads=2 minutes=60 average=3 top_k=50 frequent=50 subset=0
-teacher="" train="" dev="" test="" out=""
+bin=$root/build/bin threads=2 minutes=60 average=3 top_k=50 frequent=50 subset=0 n_best=1
+teacher="" train="" dev="" test="" out="" init_layers="" target_vocabulary="" isa_levels=""
 student=(--encoder-layers 6 --decoder-layers 2 --decoder-cell ssru --d-model 256 --heads 4 --d-ff 1024
          --norm pre --vocab-size 8000)
-usage() { sed -n '8,16p' "$0" >&2; exit 2; }
+usage() { sed -n '8,26p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --teacher) teacher=$2; shift 2 ;;
@@ -36,6 +44,10 @@ while [ $# -gt 0 ]; do
     --test) test=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --subset) subset=$2; shift 2 ;;
+    --n-best) n_best=$2; shift 2 ;;
+    --init-layers) init_layers=$2; shift 2 ;;
+    --target-vocabulary-from) target_vocabulary=$2; shift 2 ;;
+    --isa) isa_levels=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
     --average) average=$2; shift 2 ;;
@@ -70,15 +82,28 @@ fi
 
 # 2. Distillation (resumes by pair; a finished run says so).
 log "distilling $corpus with $teacher"
-"$bin/xf-distill" --model "$teacher" --in "$corpus" --out "$out/distilled.tsv" --threads "$threads"
+"$bin/xf-distill" --model "$teacher" --in "$corpus" --out "$out/distilled.tsv" --threads "$threads" \
+  --n-best "$n_best"
 
-# 3. The student (a run that has checkpoints resumes from its last with the options it saved).
-log "training the student for $minutes minutes"
+# 3. The student (a run that has checkpoints resumes from its last with the options it saved),
+#    from the teacher's kept layers with --init-layers (its vocabulary shared again if pruned).
+init=()
+if [ -n "$init_layers" ]; then
+  shared=()
+  "$bin/xf-inspect" "$teacher" | grep -Eq '^ *shared_embeddings +0$' && shared=(--shared-vocabulary)
+  "$bin/xf-convert" "$teacher" -o "$out/init.xfm" "${shared[@]}" \
+    --keep-encoder-layers "${init_layers%/*}" --keep-decoder-layers "${init_layers#*/}"
+  init=(--init-matching-from "$out/init.xfm")
+fi
 if ls -d "$out/train"/step-* > /dev/null 2>&1; then
-  "$bin/xf-train" --resume --out "$out/train" --threads "$threads" --max-minutes "$minutes"
+  if [ "$minutes" != 0 ]; then
+    log "training the student for $minutes more minutes"
+    "$bin/xf-train" --resume --out "$out/train" --threads "$threads" --max-minutes "$minutes"
+  fi
 else
+  log "training the student for $minutes minutes"
   "$bin/xf-train" --train "$out/distilled.tsv" --dev "$dev" --out "$out/train" \
-    --threads "$threads" --max-minutes "$minutes" --keep "$average" "${student[@]}"
+    --threads "$threads" --max-minutes "$minutes" --keep "$average" "${init[@]}" "${student[@]}"
 fi
 
 # 4. The last --average checkpoints averaged.
@@ -89,48 +114,61 @@ mapfile -t checkpoints < <(ls -d "$out/train"/step-* | sort | tail -n "$average"
 "$bin/xf-shortlist" --model "$out/student.xfm" --in "$out/distilled.tsv" --out "$out/lex.s2t" \
   --top-k "$top_k" --frequent "$frequent"
 
-# 6. int8 with the shortlist stored.
+# 6. int8 with the shortlist stored (and the target vocabulary pruned, if asked).
+prune=()
+[ -n "$target_vocabulary" ] && prune=(--target-vocabulary-from "$target_vocabulary")
 "$bin/xf-convert" "$out/student.xfm" -o "$out/student-int8.xfm" --dtype int8 --shortlist "$out/lex.s2t" \
-  --shortlist-first "$frequent" --shortlist-best "$top_k"
+  --shortlist-first "$frequent" --shortlist-best "$top_k" "${prune[@]}"
 
-# 7. The card: BLEU (beam 4, each model's settings) on dev and test by source length, and
-#    sentences/s on one thread at batch 1 and 32 (int8, the test sources).
-score() {  # MODEL NAME SPLIT FILE
+# 7. The card: BLEU (beam 4, each model's settings) on dev and test by source length, on test's
+#    long version (2-4 pairs joined: xf-join --seed 1) and its casual one (lowercase, no final
+#    punctuation); sentences/s on one thread at batch 1 and 32 (int8, the test sources), at the
+#    native instruction set and each --isa level, and the student's speed over the teacher's.
+score() {  # MODEL NAME SET FILE
   "$bin/xf-eval" --ref-tsv "$4" --print-sources > "$out/eval/$3.src"
   "$bin/xf-run" --model "$1" --threads "$threads" < "$out/eval/$3.src" > "$out/eval/$2.$3.hyp"
   "$bin/xf-eval" --hyp "$out/eval/$2.$3.hyp" --ref-tsv "$4" --by-length > "$out/eval/$2.$3.scores"
 }
-speed() {  # MODEL NAME BATCH
-  "$bin/xf-bench" --model "$1" --input "$out/eval/test.src" --threads 1 --dtype int8 --batch "$3" \
-    > "$out/eval/$2.speed$3" 2>&1
-  sed -n 's/^ *sentences\/s *//p' "$out/eval/$2.speed$3" | head -1
+speed() {  # MODEL NAME BATCH ISA
+  local cap=()
+  [ "$4" != native ] && cap=(env "ONEDNN_MAX_CPU_ISA=$4")
+  "${cap[@]}" "$bin/xf-bench" --model "$1" --input "$out/eval/test.src" --threads 1 --dtype int8 \
+    --batch "$3" > "$out/eval/$2.speed$3.$4" 2>&1
+  sed -n 's/^ *sentences\/s *//p' "$out/eval/$2.speed$3.$4" | head -1
 }
-for split in dev test; do
-  file=$dev
-  [ "$split" = test ] && file=$test
-  score "$teacher" teacher "$split" "$file"
-  score "$out/student-int8.xfm" student "$split" "$file"
+[ -s "$out/eval/test-long.tsv" ] || "$bin/xf-join" --in "$test" --out "$out/eval/test-long.tsv" --seed 1
+[ -s "$out/eval/test-casual.tsv" ] || "$bin/xf-join" --in "$test" --out "$out/eval/test-casual.tsv" \
+  --modify lowercase,no-final-punctuation
+sets=(dev:$dev test:$test test-long:$out/eval/test-long.tsv test-casual:$out/eval/test-casual.tsv)
+for set in "${sets[@]}"; do
+  score "$teacher" teacher "${set%%:*}" "${set#*:}"
+  score "$out/student-int8.xfm" student "${set%%:*}" "${set#*:}"
 done
 {
   echo "# Student card ($(date -u +%Y-%m-%d), $(uname -m), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
   echo
-  echo "Teacher: $teacher. Distilled: $out/distilled.tsv ($(wc -l < "$out/distilled.tsv") pairs of $corpus)."
-  echo "Student: xf-train ${student[*]}, $minutes minutes, ${#checkpoints[@]} checkpoints averaged;"
-  echo "int8 with a shortlist (top $top_k per source piece, first $frequent target ids)."
+  echo "Teacher: $teacher. Distilled: $out/distilled.tsv ($(wc -l < "$out/distilled.tsv") pairs of $corpus, n-best $n_best)."
+  echo "Student: xf-train ${init[*]} ${student[*]}, $minutes minutes, ${#checkpoints[@]} checkpoints averaged;"
+  echo "int8 with a shortlist (top $top_k per source piece, first $frequent target ids)${prune:+, target vocabulary of ${prune[1]}}."
   echo
-  for split in dev test; do
+  for set in "${sets[@]}"; do
     for who in teacher student; do
-      echo "## $who, $split.tsv (beam 4)"
+      echo "## $who, ${set%%:*} (beam 4)"
       echo
-      cat "$out/eval/$who.$split.scores"
+      cat "$out/eval/$who.${set%%:*}.scores"
       echo
     done
   done
   echo "## Speed, one thread, int8, $(wc -l < "$out/eval/test.src") test sources (xf-bench)"
   echo
-  echo "| model | batch 1 sentences/s | batch 32 sentences/s |"
-  echo "| --- | --- | --- |"
-  echo "| teacher | $(speed "$teacher" teacher 1) | $(speed "$teacher" teacher 32) |"
-  echo "| student | $(speed "$out/student-int8.xfm" student 1) | $(speed "$out/student-int8.xfm" student 32) |"
+  echo "| model | instruction set | batch 1 sentences/s | batch 32 sentences/s |"
+  echo "| --- | --- | --- | --- |"
+  for isa in native $isa_levels; do
+    t1=$(speed "$teacher" teacher 1 "$isa") t32=$(speed "$teacher" teacher 32 "$isa")
+    s1=$(speed "$out/student-int8.xfm" student 1 "$isa") s32=$(speed "$out/student-int8.xfm" student 32 "$isa")
+    echo "| teacher | $isa | $t1 | $t32 |"
+    echo "| student | $isa | $s1 | $s32 |"
+    echo "| student / teacher | $isa | $(awk -v a="$s1" -v b="$t1" 'BEGIN { printf "%.2f", a / b }') | $(awk -v a="$s32" -v b="$t32" 'BEGIN { printf "%.2f", a / b }') |"
+  done
 } > "$out/card.md"
 log "wrote $out/card.md"
