@@ -18,6 +18,7 @@
 #   --target-vocabulary-from FILE   prune the student's target vocabulary to FILE's (as the
 #                     bundled teacher's: xf-convert --target-vocabulary-from)
 #   --average N       checkpoints averaged (default 3: the last N kept)
+#   --length-penalty A  the student's decoding.length_penalty, stored in its file (default: none)
 #   --top-k K, --frequent N   the shortlist (default 50, 50)
 #   --isa "L1 L2"     speed also with ONEDNN_MAX_CPU_ISA=L (default: native only; e.g. AVX2)
 #   --bin DIR         the tools (default build/bin)
@@ -32,10 +33,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/build/bin threads=2 minutes=60 average=3 top_k=50 frequent=50 subset=0 n_best=1
-teacher="" train="" dev="" test="" out="" init_layers="" target_vocabulary="" isa_levels=""
+teacher="" train="" dev="" test="" out="" init_layers="" target_vocabulary="" isa_levels="" length_penalty=""
 student=(--encoder-layers 6 --decoder-layers 2 --decoder-cell ssru --d-model 256 --heads 4 --d-ff 1024
          --norm pre --vocab-size 8000)
-usage() { sed -n '8,26p' "$0" >&2; exit 2; }
+usage() { sed -n '8,27p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --teacher) teacher=$2; shift 2 ;;
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --init-layers) init_layers=$2; shift 2 ;;
     --target-vocabulary-from) target_vocabulary=$2; shift 2 ;;
     --isa) isa_levels=$2; shift 2 ;;
+    --length-penalty) length_penalty=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
     --average) average=$2; shift 2 ;;
@@ -115,10 +117,11 @@ mapfile -t checkpoints < <(ls -d "$out/train"/step-* | sort | tail -n "$average"
   --top-k "$top_k" --frequent "$frequent"
 
 # 6. int8 with the shortlist stored (and the target vocabulary pruned, if asked).
-prune=()
+prune=() penalty=()
 [ -n "$target_vocabulary" ] && prune=(--target-vocabulary-from "$target_vocabulary")
+[ -n "$length_penalty" ] && penalty=(--metadata "decoding.length_penalty=$length_penalty")
 "$bin/xf-convert" "$out/student.xfm" -o "$out/student-int8.xfm" --dtype int8 --shortlist "$out/lex.s2t" \
-  --shortlist-first "$frequent" --shortlist-best "$top_k" "${prune[@]}"
+  --shortlist-first "$frequent" --shortlist-best "$top_k" "${prune[@]}" "${penalty[@]}"
 
 # 7. The card: BLEU (beam 4, each model's settings) on dev and test by source length, on test's
 #    long version (2-4 pairs joined: xf-join --seed 1) and its casual one (lowercase, no final

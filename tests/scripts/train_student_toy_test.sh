@@ -30,7 +30,7 @@ student=(--encoder-layers 1 --decoder-layers 1 --decoder-cell ssru --d-model 32
 run() {
   "$script" --teacher "$work/teacher.xfm" --train "$work/train.tsv" --dev "$work/dev.tsv" --test "$work/test.tsv" \
     --out "$work/out" --subset 200 --n-best 2 --threads 1 --minutes 5 --bin "$bin" --top-k 5 --frequent 10 \
-    --init-layers 1/0 --target-vocabulary-from "$work/train.tsv" --isa AVX2 -- "${student[@]}"
+    --init-layers 1/0 --target-vocabulary-from "$work/train.tsv" --isa AVX2 --length-penalty 1.2 -- "${student[@]}"
 }
 run 2> "$work/first.log" || { cat "$work/first.log" >&2; exit 1; }
 for file in train-subset.tsv distilled.tsv distilled.tsv.progress init.xfm student.xfm lex.s2t student-int8.xfm card.md; do
@@ -56,6 +56,7 @@ grep -Eq '^\| student / teacher \| AVX2 \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/ca
 grep -Eq 'decoder_layer_kind +ssru' "$work/inspect.txt" || { echo "FAIL: not an SSRU decoder" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 grep -qi 'shortlist' "$work/inspect.txt" || { echo "FAIL: no stored shortlist" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 grep -Eq '^ *shared_embeddings +0$' "$work/inspect.txt" || { echo "FAIL: the target vocabulary is not pruned" >&2; exit 1; }
+grep -Eq '^ *length_penalty +1.2 ' "$work/inspect.txt" || { echo "FAIL: no stored length penalty" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 # Run again: distillation finds its run complete, training resumes at its last step.
 run 2> "$work/second.log" || { cat "$work/second.log" >&2; exit 1; }
 grep -q 'is already complete' "$work/second.log" || { echo "FAIL: distillation was redone" >&2; exit 1; }
