@@ -92,7 +92,10 @@ log "distilling $corpus with $teacher"
 init=()
 if [ -n "$init_layers" ]; then
   shared=()
-  "$bin/xf-inspect" "$teacher" | grep -Eq '^ *shared_embeddings +0$' && shared=(--shared-vocabulary)
+  # Read whole before grep: grep -q leaving early broke xf-inspect's pipe, which pipefail then
+  # took for "not found" now and then.
+  inspected=$("$bin/xf-inspect" "$teacher")
+  grep -Eq '^ *shared_embeddings +0$' <<< "$inspected" && shared=(--shared-vocabulary)
   "$bin/xf-convert" "$teacher" -o "$out/init.xfm" "${shared[@]}" \
     --keep-encoder-layers "${init_layers%/*}" --keep-decoder-layers "${init_layers#*/}"
   init=(--init-matching-from "$out/init.xfm")

@@ -9,7 +9,6 @@ bin=${1:?BIN_DIR}
 script=${2:?SCRIPT}
 work=$(mktemp -d "${TMPDIR:-/tmp}/xf-train-student-XXXXXX")
 trap '[ -n "${XF_KEEP:-}" ] || rm -rf "$work"' EXIT
-"$bin/xf_test_write_tiny_model" "$work/teacher.xfm"
 words=(the a cat dog sat on mat house red big small runs sees le la chat chien sur maison rouge)
 make_tsv() {  # LINES SEED
   awk -v n="$1" -v seed="$2" -v words="${words[*]}" 'BEGIN { srand(seed); split(words, w, " ");
@@ -20,6 +19,18 @@ make_tsv() {  # LINES SEED
 make_tsv 300 1 > "$work/train.tsv"
 make_tsv 20 2 > "$work/dev.tsv"
 make_tsv 20 3 > "$work/test.tsv"
+# The teacher as the bundled one is: trained a few steps with tied embeddings, then its target
+# vocabulary pruned, so source and target pieces differ (shared_embeddings 0) and the student's
+# init must share them again (a random test model's untied output could not be).
+"$bin/xf-train" --train "$work/train.tsv" --out "$work/teacher-run" --encoder-layers 2 --decoder-layers 1 \
+  --d-model 32 --heads 4 --d-ff 64 --norm post --max-positions 128 --vocab-size 60 --max-steps 10 \
+  --save-every 10 --valid-every 0 --batch-tokens 400 --threads 1 > "$work/teacher.log" 2>&1 ||
+  { cat "$work/teacher.log" >&2; exit 1; }
+"$bin/xf-convert" "$work/teacher-run"/step-* -o "$work/tied.xfm" 2> /dev/null
+"$bin/xf-convert" "$work/tied.xfm" -o "$work/teacher.xfm" --target-vocabulary-from "$work/train.tsv" 2> /dev/null
+"$bin/xf-inspect" "$work/teacher.xfm" > "$work/teacher-inspect.txt"
+grep -Eq '^ *shared_embeddings +0$' "$work/teacher-inspect.txt" ||
+  { echo "FAIL: the teacher's vocabulary is still shared" >&2; exit 1; }
 # The student: one layer a side with the recipe's SSRU decoder, started from the teacher's second
 # encoder layer and first decoder layer (the teacher's width, vocabulary and norm position), 30
 # steps; the runtime decodes it (with its stored shortlist, its target vocabulary pruned) for the
