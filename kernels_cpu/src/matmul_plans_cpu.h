@@ -72,7 +72,12 @@ struct CpuEngine::Impl {
   // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
   // and int8_panel_products_512 without VNNI the 7-bit copy (seven_bits), with VNNI the stored
   // values. (One process makes one kind, fixed by cpu_isa(), so the two never meet in `packed`.)
-  std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool seven_bits);
+  // halve: to_seven_bits() each value on the way and double the row scales.
+  std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool halve);
+
+  // For int8 weights stored in panels (read in place): each padded row's 128 * sum(w) (s32, the
+  // memory) and its row scale (row_scales, zeros past n): what int8_panels() puts beside its copy.
+  std::shared_ptr<PackedWeights> int8_panel_sums(const WeightMatrix& weights);
 
   std::shared_ptr<PackedWeights> seven_bit_copy(const WeightMatrix& weights);
 };
