@@ -339,7 +339,7 @@ void ModelFile::parse_and_validate() {
     // The layout's bytes (rows: elements x dtype size; panels pad rows to 16 and int8 columns to
     // 4), computed in 128 bits: no overflow on a hostile shape.
     unsigned __int128 wide = static_cast<unsigned __int128>(elements) * dtype_size(view.dtype);
-    if (view.layout != WeightLayout::rows) {
+    if (in_panels(view.layout)) {
       const unsigned __int128 panels = (static_cast<unsigned __int128>(view.shape[0]) + kPanelRows - 1) / kPanelRows;
       const unsigned __int128 k = view.shape[1];
       wide = view.dtype == DType::int8 ? panels * ((k + 3) / 4) * 4 * kPanelRows : panels * kPanelRows * k * 4;
