@@ -443,13 +443,54 @@ bool StaticMatmul::reads_weights_in_place() const {
   return impl_->packed == nullptr && !impl_->packed_slices;
 }
 
-bool StaticMatmul::holds_f32_weight_rows() const { return impl_->f32_panels; }
+namespace {
+// Where element (kk, j) of a [k, n] matrix lies in memory of a oneDNN blocked layout, in elements
+// (oneDNN's own memory_desc_wrapper::off_v: the inner blocks, innermost last, then the outer
+// strides).
+int64_t blocked_offset(const dnnl_memory_desc_t& d, int64_t kk, int64_t j) {
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  int64_t pos[2] = {kk, j};
+  int64_t offset = d.offset0, block_stride = 1;
+  for (int i = b.inner_nblks - 1; i >= 0; --i) {
+    const int dim = static_cast<int>(b.inner_idxs[i]);
+    offset += pos[dim] % b.inner_blks[i] * block_stride;
+    pos[dim] /= b.inner_blks[i];
+    block_stride *= b.inner_blks[i];
+  }
+  return offset + pos[0] * b.strides[0] + pos[1] * b.strides[1];
+}
+
+// Whether every slice's weights are a oneDNN packed copy in a blocked layout of two dimensions:
+// copy_weight_row can then read a row's values from it.
+bool slices_hold_blocked_copies(const std::vector<OnednnSlice>& slices) {
+  if (slices.empty()) return false;
+  for (const OnednnSlice& slice : slices) {
+    if (slice.packed == nullptr) return false;
+    const dnnl_memory_desc_t& d = slice.packed->desc.data;
+    if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.data_type != dnnl_f32) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool StaticMatmul::holds_f32_weight_rows() const {
+  return impl_->f32_panels || (!impl_->int8 && impl_->packed_slices && slices_hold_blocked_copies(impl_->slices));
+}
 
 void StaticMatmul::copy_weight_row(int64_t row, int64_t first, int64_t count, float* out) const {
   const Impl& s = *impl_;
-  if (!s.f32_panels) throw Error("StaticMatmul::copy_weight_row: no f32 copy of its own");
+  if (!holds_f32_weight_rows()) throw Error("StaticMatmul::copy_weight_row: no f32 copy of its own");
   if (row < 0 || row >= s.n || first < 0 || count < 0 || first + count > s.k)
     throw Error("StaticMatmul::copy_weight_row: outside the weights");
+  if (!s.f32_panels) {  // oneDNN's packed copy of the slice holding the row: B = [k, rows]
+    for (const OnednnSlice& slice : s.slices) {
+      if (row >= slice.first + slice.rows) continue;
+      const dnnl_memory_desc_t& d = slice.packed->desc.data;
+      const auto* values = static_cast<const float*>(slice.packed->memory.get_data_handle());
+      for (int64_t c = 0; c < count; ++c) out[c] = values[blocked_offset(d, first + c, row - slice.first)];
+      return;
+    }
+  }
   // The panel layout (f32_panel_products_avx2): a row's k values are kPanelColumns apart.
   const float* panels = s.f32_panel_data;
   const float* values = panels + row / kPanelColumns * kPanelColumns * s.k + row % kPanelColumns;

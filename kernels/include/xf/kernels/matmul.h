@@ -87,9 +87,11 @@ class StaticMatmul {
   // True when run() reads the WeightMatrix it was made with (int8, or f32 in the stored layout);
   // false when it reads a packed copy, so the caller may release the stored bytes.
   bool reads_weights_in_place() const;
-  // True when run() reads xf's own f32 copy of the weights (xf:f32_panels_avx2). A table tied to
-  // the output layer then reads its rows from that copy (copy_weight_row; embed() over a
-  // StaticMatmul) and its stored bytes need not stay resident beside it.
+  // True when run() reads an f32 copy of the weights: xf's panels (xf:f32_panels_avx2; or the
+  // model file's panels, read in place), or oneDNN's packed copy in a blocked layout (AVX-512's
+  // brgemm). A table tied to the output layer then reads its rows from that copy
+  // (copy_weight_row; embed() over a StaticMatmul) and its stored bytes need not stay resident
+  // beside it.
   bool holds_f32_weight_rows() const;
   // Columns [first, first + count) of weight row `row`, from that copy, into out (the values of
   // the WeightMatrix it was made with). An Error where holds_f32_weight_rows() is false.
