@@ -332,18 +332,21 @@ TEST(FormatRoundTripVersion4, EachLayoutStoresThePanelsAndReadsBackTheRows) {
   }
 }
 
+// The message of the xf::Error that `call` throws, or "no error".
+template <typename Call>
+std::string message(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(FormatWriter, RefusesLayoutsOutsideMatrices) {
   const ModelConfig config = tiny_config();
   ModelWriter writer(config);
   add_parameters(writer, random_parameters(config, DType::f32, 1));
-  auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string bias = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kBias;
   const std::string weight = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kWeight;
   EXPECT_EQ(message([&] { writer.set_layout(bias, WeightLayout::panels); }),
@@ -362,14 +365,6 @@ TEST(FormatWriter, RefusesBadTensors) {
   ModelWriter writer(config);
   const std::vector<float> values(8 * 8, 0.5f);
   const std::vector<float> scales(8, 1.0f);
-  auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {8, 8}, values.data(), 100); }),
             "tensor 'w': 100 bytes given, shape [8,8] in f32 needs 256");
   EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {}, values.data(), 4); }),
