@@ -482,8 +482,9 @@ TEST(StaticMatmul, WeightsInAKernelLayoutGiveTheRowsResultsInPlace) {
           StaticMatmul expected(engine, m, rows, true), product(engine, m, in_layout, true);
           // Panels are read where they lie; 7-bit rows at least where they are this level's layout
           // (elsewhere a product may still lay them out in panels of its own, as it does rows).
-          if (in_panels(layout) || layout == kernel_weight_layout(dtype))
+          if (in_panels(layout) || layout == kernel_weight_layout(dtype)) {
             EXPECT_TRUE(product.reads_weights_in_place()) << "m " << m;
+          }
           const std::vector<float> a = run(expected, x.data(), bias.data()), b = run(product, x.data(), bias.data());
           for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "m " << m << " value " << i;
         }
