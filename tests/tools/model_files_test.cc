@@ -160,7 +160,9 @@ TEST_F(ModelFiles, XfConvertLaysTheLayersOutInPanelsAndBack) {
       EXPECT_EQ(t.layout, layer_matrix ? expected : xf::WeightLayout::rows) << name;
       const bool said = inspect.out.find(std::to_string(t.bytes) + " in " + xf::weight_layout_name(t.layout) + "\n") !=
                         std::string::npos;
-      if (t.layout != xf::WeightLayout::rows) EXPECT_TRUE(said) << name << "\n" << inspect.out;
+      if (t.layout != xf::WeightLayout::rows) {
+        EXPECT_TRUE(said) << name << "\n" << inspect.out;
+      }
       EXPECT_EQ(rows_again->tensor(name).layout, xf::WeightLayout::rows);
     }
     EXPECT_EQ(xf::trainer::parameters_from_model_file(*rows_again), xf::trainer::parameters_from_model_file(*in_panels));
