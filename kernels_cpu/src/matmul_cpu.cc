@@ -260,8 +260,16 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   // stored in panels are read where they lie by the panel kernel at every row count.
   const bool stored_panels = in_panels(weights.layout);
   const bool stored_seven_bits = in_seven_bits(weights.layout);
+  // Rows whose panel copy a product of more rows made already (the runtime plans its largest
+  // row count first): the panel kernel at this count too (the same results bit for bit), so that
+  // the weights are kept once, as that copy, not also as the rows the row kernel reads.
+  std::shared_ptr<PackedWeights> made_panels;
   if (s.int8) {
     s.int8_panel_products = int8_panel_products_for(stored_panels ? std::numeric_limits<int64_t>::max() : m, s.k);
+    if (s.int8_panel_products == nullptr && !stored_panels &&
+        (made_panels = engine.impl_->existing_int8_panels(weights)) != nullptr) {
+      s.int8_panel_products = int8_panel_products_for(std::numeric_limits<int64_t>::max(), s.k);
+    }
     if (s.int8_panel_products == nullptr && m <= int8_row_kernel_max_rows()) {
       s.int8_row_products = int8_row_products_for(s.k);
     }
@@ -283,8 +291,10 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
       s.int8_row_scales = s.panel_sums->row_scales.data();
       s.shift_sums = static_cast<const int32_t*>(s.panel_sums->memory.get_data_handle());
     } else if (s.int8_panel_products != nullptr) {
-      s.packed = engine.impl_->int8_panels(
-          weights, /*halve=*/(int8_kernel_reads_panels() || int8_products_saturate()) && !stored_seven_bits);
+      s.packed = made_panels != nullptr ? made_panels
+                                        : engine.impl_->int8_panels(weights, /*halve=*/(int8_kernel_reads_panels() ||
+                                                                                        int8_products_saturate()) &&
+                                                                                           !stored_seven_bits);
       s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
       s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
       s.int8_row_scales = s.packed->row_scales.data();

@@ -137,6 +137,15 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::f32_panels(const WeightMatrix& w
   });
 }
 
+// int8_panels()'s description of its copy of `weights`.
+namespace {
+dnnl::memory::desc int8_panels_desc(const WeightMatrix& weights) {
+  const int64_t padded_n = padded_to_panels(weights.rows);
+  return dnnl::memory::desc({padded_n / kPanelColumns * panel_bytes(weights.cols) + padded_n * 4}, DataType::s8,
+                            dnnl::memory::format_tag::a);
+}
+}  // namespace
+
 // The weights in the panel layout (panel_bytes), followed by each padded row's 128 * sum(w)
 // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
 // and int8_panel_products_512 without VNNI the 7-bit copy (seven_bits), with VNNI the stored
@@ -146,9 +155,7 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panels(const WeightMatrix& 
     throw Error("int8_panels: the weights are not in rows");
   const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
   const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
-  const dnnl::memory::desc desc({panels_size + padded_n * 4}, DataType::s8,
-                                dnnl::memory::format_tag::a);
-  return shared_copy(weights, desc, [&](PackedWeights& made) {
+  return shared_copy(weights, int8_panels_desc(weights), [&](PackedWeights& made) {
     const auto* from = static_cast<const int8_t*>(weights.data);
     auto* to = static_cast<int8_t*>(made.memory.get_data_handle());
     auto* shift_sums = reinterpret_cast<int32_t*>(to + panels_size);
@@ -168,6 +175,18 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panels(const WeightMatrix& 
     const float scale_factor = seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
     for (int64_t r = 0; r < n; ++r) made.row_scales[r] = scale_factor * weights.row_scales[r];
   });
+}
+
+std::shared_ptr<PackedWeights> CpuEngine::Impl::existing_int8_panels(const WeightMatrix& weights) {
+  const dnnl::memory::desc desc = int8_panels_desc(weights);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& entry : packed) {
+    std::shared_ptr<PackedWeights> existing = entry.lock();
+    if (existing && existing->source == weights.data && existing->n == weights.rows && existing->k == weights.cols &&
+        existing->desc == desc)
+      return existing;
+  }
+  return nullptr;
 }
 
 std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panel_sums(const WeightMatrix& weights) {

@@ -60,6 +60,9 @@ struct CpuEngine::Impl {
   std::shared_ptr<PackedWeights> packed_copy(const WeightMatrix& weights,
                                              const dnnl::memory::desc& desc);
 
+  // The int8 panels int8_panels() made of `weights` while a StaticMatmul still holds them, or null.
+  std::shared_ptr<PackedWeights> existing_int8_panels(const WeightMatrix& weights);
+
   // 128 * the sum of each int8 weight row (s32 [n]): what the few-row kernel subtracts for its
   // u8 x. Made once per weight matrix, shared by the 16 row counts planned for it.
   std::shared_ptr<PackedWeights> row_shift_sums(const WeightMatrix& weights);

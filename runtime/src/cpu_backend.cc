@@ -88,11 +88,16 @@ class PlannedMatmul {
                 const WeightMatrix& weights, const float* bias)
       : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows) {
     const int64_t largest = buckets.padded_remainder(std::min(max_rows, buckets.chunk()));
-    for (int64_t count : buckets.counts()) {
-      if (count > largest) break;
-      by_count_.emplace_back(engine, count, weights, bias != nullptr);
+    // The largest count first: a copy it makes (int8 panels at AVX-512) then serves the smaller
+    // counts too (StaticMatmul), instead of their reading the stored rows beside it.
+    std::vector<int64_t> counts;
+    for (int64_t count : buckets.counts())
+      if (count <= largest) counts.push_back(count);
+    for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+      by_count_.emplace_back(engine, *it, weights, bias != nullptr);
       workspace_bytes_ = std::max(workspace_bytes_, by_count_.back().workspace_bytes());
     }
+    std::reverse(by_count_.begin(), by_count_.end());  // ascending, as buckets.index() counts
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
