@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <limits>
 #include <string>
 
@@ -36,8 +37,26 @@ void quantize_rows_int8(const float* values, size_t rows, size_t cols, int8_t* q
   }
 }
 
+void copy_rows(const TensorView& tensor, void* out) {
+  if (in_panels(tensor.layout)) {
+    unpack_panels(tensor.dtype, tensor.data, static_cast<int64_t>(tensor.rows()), static_cast<int64_t>(tensor.cols()),
+                  out);
+  } else {
+    std::memcpy(out, tensor.data, tensor.elements() * dtype_size(tensor.dtype));
+  }
+}
+
 void widen_to_f32(const TensorView& tensor, float* out) {
   const uint64_t count = tensor.elements(), rows = tensor.rows(), cols = tensor.cols();
+  if (in_panels(tensor.layout)) {  // row-major first
+    std::vector<uint8_t> values(count * dtype_size(tensor.dtype));
+    copy_rows(tensor, values.data());
+    TensorView in_rows = tensor;
+    in_rows.data = values.data();
+    in_rows.layout = WeightLayout::rows;
+    widen_to_f32(in_rows, out);
+    return;
+  }
   switch (tensor.dtype) {
     case DType::f32:
       std::memcpy(out, tensor.data, sizeof(float) * count);

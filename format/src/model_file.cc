@@ -321,11 +321,35 @@ void ModelFile::parse_and_validate() {
       if (view.shape[i] == 0) tensor_fail("has a zero dimension");
       if (!checked_multiply(elements, view.shape[i], &elements)) tensor_fail("shape overflows");
     }
-    uint64_t bytes = 0;
-    if (!checked_multiply(elements, dtype_size(view.dtype), &bytes) || bytes != t->size()) {
-      tensor_fail("size " + std::to_string(t->size()) + " bytes disagrees with shape " +
-                  shape_string(view.shape.data(), view.rank) + " in " + dtype_name(view.dtype));
+    const int layout_value = static_cast<int>(t->layout());
+    if (layout_value < 0 || layout_value >= kNumWeightLayouts) {
+      tensor_fail("unknown layout " + std::to_string(layout_value));
     }
+    view.layout = static_cast<WeightLayout>(layout_value);
+    if (view.layout != WeightLayout::rows) {
+      const std::string layout = weight_layout_name(view.layout);
+      if (format_version_ < 4) {
+        tensor_fail("layout " + layout + " needs format version 4, the file says " + std::to_string(format_version_));
+      }
+      if (view.rank != 2) tensor_fail("layout " + layout + " needs rank 2, not " + std::to_string(view.rank));
+      if (!layout_holds(view.layout, view.dtype)) {
+        tensor_fail("layout " + layout + " does not hold " + dtype_name(view.dtype));
+      }
+    }
+    // The layout's bytes (rows: elements x dtype size; panels pad rows to 16 and int8 columns to
+    // 4), computed in 128 bits: no overflow on a hostile shape.
+    unsigned __int128 wide = static_cast<unsigned __int128>(elements) * dtype_size(view.dtype);
+    if (in_panels(view.layout)) {
+      const unsigned __int128 panels = (static_cast<unsigned __int128>(view.shape[0]) + kPanelRows - 1) / kPanelRows;
+      const unsigned __int128 k = view.shape[1];
+      wide = view.dtype == DType::int8 ? panels * ((k + 3) / 4) * 4 * kPanelRows : panels * kPanelRows * k * 4;
+    }
+    if (wide != t->size()) {
+      tensor_fail("size " + std::to_string(t->size()) + " bytes disagrees with shape " +
+                  shape_string(view.shape.data(), view.rank) + " in " + dtype_name(view.dtype) +
+                  (view.layout != WeightLayout::rows ? std::string(" ") + weight_layout_name(view.layout) : ""));
+    }
+    const uint64_t bytes = t->size();
     auto check_range = [&](uint64_t offset, uint64_t length, const char* what) {
       if (offset % kBlobAlignment != 0) {
         tensor_fail(std::string(what) + " offset " + std::to_string(offset) +

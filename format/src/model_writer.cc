@@ -89,7 +89,10 @@ uint32_t ModelWriter::format_version() const {
   // The lowest version that holds the file: version 1 readers take a file without version 2's
   // fields (format/README.md, version rules).
   const uint32_t vocabularies = source_vocabulary_.empty() && target_vocabulary_.empty() ? 1 : 2;
-  return std::max(config_format_version(config_), vocabularies);
+  // Version 4: a tensor in a layout other than rows.
+  const bool layouts = std::any_of(tensors_.begin(), tensors_.end(),
+                                   [](const auto& entry) { return entry.second.layout != WeightLayout::rows; });
+  return std::max({config_format_version(config_), vocabularies, layouts ? 4u : 1u});
 }
 
 void ModelWriter::set_metadata(const std::string& key, const std::string& value) {
@@ -98,25 +101,54 @@ void ModelWriter::set_metadata(const std::string& key, const std::string& value)
 
 void ModelWriter::add_tensor(const std::string& name, DType dtype,
                              const std::vector<uint64_t>& shape, const void* data, size_t bytes,
-                             const float* row_scales) {
+                             const float* row_scales, WeightLayout layout) {
   if (shape.empty() || shape.size() > kMaxTensorRank) {
     throw Error("tensor '" + name + "': rank " + std::to_string(shape.size()) +
                 " outside [1, 4]");
   }
-  const uint64_t expected = element_count(shape) * dtype_size(dtype);
+  if (layout != WeightLayout::rows && (shape.size() != 2 || !layout_holds(layout, dtype))) {
+    throw Error("tensor '" + name + "': layout " + weight_layout_name(layout) + " is for rank-2 " +
+                (layout == WeightLayout::panels ? "int8 and f32" : "int8") + " matrices");
+  }
+  const uint64_t expected = layout == WeightLayout::rows ? element_count(shape) * dtype_size(dtype)
+                                                         : layout_bytes(dtype, layout, shape[0], shape[1]);
   if (bytes != expected) {
     throw Error("tensor '" + name + "': " + std::to_string(bytes) + " bytes given, shape " +
-                shape_string(shape) + " in " + dtype_name(dtype) + " needs " +
+                shape_string(shape) + " in " + dtype_name(dtype) +
+                (layout != WeightLayout::rows ? std::string(" ") + weight_layout_name(layout) : "") + " needs " +
                 std::to_string(expected));
   }
   if ((dtype == DType::int8) != (row_scales != nullptr)) {
     throw Error("tensor '" + name + "': row scales are required for int8 and only for int8");
   }
-  PendingTensor t{dtype, shape, {}, {}};
+  PendingTensor t{dtype, shape, {}, {}, layout};
   const auto* p = static_cast<const uint8_t*>(data);
   t.data.assign(p, p + bytes);
   if (row_scales) t.scales.assign(row_scales, row_scales + shape[0]);
   tensors_[name] = std::move(t);
+}
+
+void ModelWriter::set_layout(const std::string& name, WeightLayout layout) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error("set_layout: no tensor '" + name + "'");
+  PendingTensor& t = it->second;
+  if (layout == t.layout) return;
+  if (t.layout != WeightLayout::rows) throw Error("tensor '" + name + "': laid out already");
+  if (t.shape.size() != 2 || !layout_holds(layout, t.dtype)) {
+    throw Error("tensor '" + name + "': layout " + weight_layout_name(layout) + " is for rank-2 " +
+                (layout == WeightLayout::panels ? "int8 and f32" : "int8") + " matrices");
+  }
+  if (in_seven_bits(layout)) {
+    for (uint8_t& byte : t.data) byte = static_cast<uint8_t>(to_seven_bits(static_cast<int8_t>(byte)));
+    for (float& scale : t.scales) scale *= 2.0f;
+  }
+  if (in_panels(layout)) {
+    const auto n = static_cast<int64_t>(t.shape[0]), k = static_cast<int64_t>(t.shape[1]);
+    std::vector<uint8_t> panels(layout_bytes(t.dtype, layout, t.shape[0], t.shape[1]));
+    pack_panels(t.dtype, t.data.data(), n, k, panels.data());
+    t.data = std::move(panels);
+  }
+  t.layout = layout;
 }
 
 void ModelWriter::add_tensor_f32(const std::string& name, DType dtype,
@@ -181,7 +213,8 @@ std::vector<uint8_t> ModelWriter::serialize() const {
         tensor.scales.empty() ? 0 : append(tensor.scales.data(), tensor.scales.size() * 4);
     tensor_offsets.push_back(fb::CreateTensor(
         fbb, fbb.CreateString(name), static_cast<fb::DType>(tensor.dtype),
-        fbb.CreateVector(tensor.shape), offset, tensor.data.size(), scales_offset));
+        fbb.CreateVector(tensor.shape), offset, tensor.data.size(), scales_offset,
+        static_cast<fb::WeightLayout>(tensor.layout)));
   }
   blob.resize(align_up(blob.size(), kBlobAlignment), 0);
 

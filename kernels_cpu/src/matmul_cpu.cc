@@ -158,6 +158,29 @@ Int8RowProducts int8_row_products_for(int64_t k) {
 
 }  // namespace
 
+bool reads_layout_in_place(DType dtype, WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::rows: return true;
+    case WeightLayout::seven_bit_rows: return dtype == DType::int8;
+    case WeightLayout::panels:
+      return dtype == DType::int8 ? int8_panel_products_for(std::numeric_limits<int64_t>::max(), 1) != nullptr &&
+                                        !int8_kernel_reads_panels() && !int8_products_saturate()
+                                  : dtype == DType::f32 && f32_kernel_reads_panels();
+    case WeightLayout::seven_bit_panels:
+      return dtype == DType::int8 && int8_panel_products_for(std::numeric_limits<int64_t>::max(), 1) != nullptr;
+  }
+  return false;
+}
+
+WeightLayout kernel_weight_layout(DType dtype) {
+  if (dtype == DType::f32) return f32_kernel_reads_panels() ? WeightLayout::panels : WeightLayout::rows;
+  if (dtype != DType::int8) return WeightLayout::rows;
+  if (reads_layout_in_place(dtype, WeightLayout::panels)) return WeightLayout::panels;  // AVX-512 VNNI
+  if (reads_layout_in_place(dtype, WeightLayout::seven_bit_panels)) return WeightLayout::seven_bit_panels;
+  if (int8_row_products_for(1) == nullptr && int8_products_saturate()) return WeightLayout::seven_bit_rows;  // oneDNN
+  return WeightLayout::rows;
+}
+
 // oneDNN's products are cut into this many slices of weight rows (fewer where n is small; one
 // at one thread); four cost 8% more CPU time at one thread than two (every slice is a call).
 constexpr int64_t kOnednnSlices = 2, kOnednnMinSliceRows = 64;
@@ -190,7 +213,9 @@ struct StaticMatmul::Impl {
   int64_t int8_weight_row_bytes = 0;  // k, or in panels panel_bytes(k) / 16
   const float* int8_row_scales = nullptr;
   std::shared_ptr<PackedWeights> shift_sums_copy;  // the engine's, shared across row counts
-  bool f32_panels = false;  // f32 by xf's kernel, reading packed (f32_panel_products_avx2)
+  bool f32_panels = false;  // f32 by xf's kernel, reading panels (f32_panel_products_avx2)
+  const float* f32_panel_data = nullptr;  // those panels: packed's, or the stored ones in place
+  std::shared_ptr<PackedWeights> panel_sums;  // int8 panels read in place: shift sums, row scales
   const int32_t* shift_sums = nullptr;
   // oneDNN's product as one primitive a thread, each over a slice of the weight rows (the output
   // columns) on one OpenMP thread (xf/kernels_cpu/worker_pool.h: no OpenMP team of oneDNN's own).
@@ -216,6 +241,10 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   if (weights.dtype == DType::int8 && weights.row_scales == nullptr) {
     throw Error("StaticMatmul: int8 weights without row scales");
   }
+  if (!reads_layout_in_place(weights.dtype, weights.layout)) {
+    throw Error(std::string("StaticMatmul: ") + dtype_name(weights.dtype) + " weights in " +
+                weight_layout_name(weights.layout) + " are not read at this instruction set; give them in rows");
+  }
   Impl& s = *impl_;
   s.engine = &engine;
   s.m = m;
@@ -227,9 +256,20 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
   // OpenMP count: one, as each slice runs on one thread of the worker pool (run()).
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
 
-  // xf's kernel where one serves (see the top of this file), else oneDNN's primitives.
+  // xf's kernel where one serves (see the top of this file), else oneDNN's primitives. Weights
+  // stored in panels are read where they lie by the panel kernel at every row count.
+  const bool stored_panels = in_panels(weights.layout);
+  const bool stored_seven_bits = in_seven_bits(weights.layout);
+  // Rows whose panel copy a product of more rows made already (the runtime plans its largest
+  // row count first): the panel kernel at this count too (the same results bit for bit), so that
+  // the weights are kept once, as that copy, not also as the rows the row kernel reads.
+  std::shared_ptr<PackedWeights> made_panels;
   if (s.int8) {
-    s.int8_panel_products = int8_panel_products_for(m, s.k);
+    s.int8_panel_products = int8_panel_products_for(stored_panels ? std::numeric_limits<int64_t>::max() : m, s.k);
+    if (s.int8_panel_products == nullptr && !stored_panels &&
+        (made_panels = engine.impl_->existing_int8_panels(weights)) != nullptr) {
+      s.int8_panel_products = int8_panel_products_for(std::numeric_limits<int64_t>::max(), s.k);
+    }
     if (s.int8_panel_products == nullptr && m <= int8_row_kernel_max_rows()) {
       s.int8_row_products = int8_row_products_for(s.k);
     }
@@ -244,9 +284,17 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
                            ? int8_row_kernel_name()
                        : cpu_isa() == CpuIsa::avx512_vnni ? "xf:int8_panels_avx512_vnni"
                                                           : "xf:int8_panels_avx512";
-    if (s.int8_panel_products != nullptr) {
-      s.packed = engine.impl_->int8_panels(
-          weights, /*seven_bits=*/int8_kernel_reads_panels() || int8_products_saturate());
+    if (stored_panels) {  // the file's panels: only the row sums and padded scales made here
+      s.panel_sums = engine.impl_->int8_panel_sums(weights);
+      s.int8_weights = static_cast<const int8_t*>(weights.data);
+      s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
+      s.int8_row_scales = s.panel_sums->row_scales.data();
+      s.shift_sums = static_cast<const int32_t*>(s.panel_sums->memory.get_data_handle());
+    } else if (s.int8_panel_products != nullptr) {
+      s.packed = made_panels != nullptr ? made_panels
+                                        : engine.impl_->int8_panels(weights, /*halve=*/(int8_kernel_reads_panels() ||
+                                                                                        int8_products_saturate()) &&
+                                                                                           !stored_seven_bits);
       s.int8_weights = static_cast<const int8_t*>(s.packed->memory.get_data_handle());
       s.int8_weight_row_bytes = panel_bytes(s.k) / kPanelColumns;
       s.int8_row_scales = s.packed->row_scales.data();
@@ -254,7 +302,7 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
           s.int8_weights + padded_to_panels(s.n) / kPanelColumns * panel_bytes(s.k));
     } else {
       WeightMatrix read = weights;
-      if (int8_products_saturate()) {
+      if (int8_products_saturate() && !stored_seven_bits) {
         s.packed = engine.impl_->seven_bit_copy(weights);
         read.data = s.packed->memory.get_data_handle();
         read.row_scales = s.packed->row_scales.data();
@@ -265,8 +313,13 @@ StaticMatmul::StaticMatmul(CpuEngine& engine, int64_t m, const WeightMatrix& wei
       s.shift_sums_copy = engine.impl_->row_shift_sums(read);
       s.shift_sums = static_cast<const int32_t*>(s.shift_sums_copy->memory.get_data_handle());
     }
+  } else if (stored_panels) {  // f32 panels read in place, whether or not packing is on
+    s.f32_panels = true;
+    s.f32_panel_data = static_cast<const float*>(weights.data);
+    s.implementation = "xf:f32_panels_avx2";
   } else if (s.f32_panels) {
     s.packed = engine.impl_->f32_panels(weights);
+    s.f32_panel_data = static_cast<const float*>(s.packed->memory.get_data_handle());
     s.implementation = "xf:f32_panels_avx2";
   } else {
     make_onednn_slices(weights);
@@ -313,7 +366,7 @@ void StaticMatmul::make_onednn_slices(const WeightMatrix& weights) {
   Impl& s = *impl_;
   dnnl::engine& eng = s.engine->engine();
   WeightMatrix read = weights;
-  if (s.int8 && int8_products_saturate()) {
+  if (s.int8 && int8_products_saturate() && !in_seven_bits(weights.layout)) {
     s.packed = s.engine->impl_->seven_bit_copy(weights);
     read.data = s.packed->memory.get_data_handle();
     read.row_scales = s.packed->row_scales.data();
@@ -400,15 +453,56 @@ bool StaticMatmul::reads_weights_in_place() const {
   return impl_->packed == nullptr && !impl_->packed_slices;
 }
 
-bool StaticMatmul::holds_f32_weight_rows() const { return impl_->f32_panels; }
+namespace {
+// Where element (kk, j) of a [k, n] matrix lies in memory of a oneDNN blocked layout, in elements
+// (oneDNN's own memory_desc_wrapper::off_v: the inner blocks, innermost last, then the outer
+// strides).
+int64_t blocked_offset(const dnnl_memory_desc_t& d, int64_t kk, int64_t j) {
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  int64_t pos[2] = {kk, j};
+  int64_t offset = d.offset0, block_stride = 1;
+  for (int i = b.inner_nblks - 1; i >= 0; --i) {
+    const int dim = static_cast<int>(b.inner_idxs[i]);
+    offset += pos[dim] % b.inner_blks[i] * block_stride;
+    pos[dim] /= b.inner_blks[i];
+    block_stride *= b.inner_blks[i];
+  }
+  return offset + pos[0] * b.strides[0] + pos[1] * b.strides[1];
+}
+
+// Whether every slice's weights are a oneDNN packed copy in a blocked layout of two dimensions:
+// copy_weight_row can then read a row's values from it.
+bool slices_hold_blocked_copies(const std::vector<OnednnSlice>& slices) {
+  if (slices.empty()) return false;
+  for (const OnednnSlice& slice : slices) {
+    if (slice.packed == nullptr) return false;
+    const dnnl_memory_desc_t& d = slice.packed->desc.data;
+    if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.data_type != dnnl_f32) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool StaticMatmul::holds_f32_weight_rows() const {
+  return impl_->f32_panels || (!impl_->int8 && impl_->packed_slices && slices_hold_blocked_copies(impl_->slices));
+}
 
 void StaticMatmul::copy_weight_row(int64_t row, int64_t first, int64_t count, float* out) const {
   const Impl& s = *impl_;
-  if (!s.f32_panels) throw Error("StaticMatmul::copy_weight_row: no f32 copy of its own");
+  if (!holds_f32_weight_rows()) throw Error("StaticMatmul::copy_weight_row: no f32 copy of its own");
   if (row < 0 || row >= s.n || first < 0 || count < 0 || first + count > s.k)
     throw Error("StaticMatmul::copy_weight_row: outside the weights");
+  if (!s.f32_panels) {  // oneDNN's packed copy of the slice holding the row: B = [k, rows]
+    for (const OnednnSlice& slice : s.slices) {
+      if (row >= slice.first + slice.rows) continue;
+      const dnnl_memory_desc_t& d = slice.packed->desc.data;
+      const auto* values = static_cast<const float*>(slice.packed->memory.get_data_handle());
+      for (int64_t c = 0; c < count; ++c) out[c] = values[blocked_offset(d, first + c, row - slice.first)];
+      return;
+    }
+  }
   // The panel layout (f32_panel_products_avx2): a row's k values are kPanelColumns apart.
-  const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
+  const float* panels = s.f32_panel_data;
   const float* values = panels + row / kPanelColumns * kPanelColumns * s.k + row % kPanelColumns;
   for (int64_t c = 0; c < count; ++c) out[c] = values[(first + c) * kPanelColumns];
 }
@@ -458,7 +552,7 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
     const int threads = s.engine->threads();
     const int64_t slice =
         (s.n + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
-    const auto* panels = static_cast<const float*>(s.packed->memory.get_data_handle());
+    const float* panels = s.f32_panel_data;
     detail::parallel_for((s.n + slice - 1) / slice, threads, m * s.n * s.k >= (1 << 18),
                          [&](int64_t b) {
       const int64_t first = b * slice, slice_rows = std::min(slice, s.n - first);
@@ -522,10 +616,13 @@ struct GatheredInt8Kernel {
 };
 GatheredInt8Kernel gathered_int8_kernel(const WeightMatrix& w) {
   GatheredInt8Kernel kernel;
+  if (w.layout != WeightLayout::rows && w.layout != WeightLayout::seven_bit_rows)
+    throw Error("gather_weight_rows: the weights are not in rows");
   if (w.dtype != DType::int8) return kernel;
   kernel.panels = int8_panel_products_for(std::numeric_limits<int64_t>::max(), w.cols);
   if (kernel.panels == nullptr) kernel.rows = int8_row_products_for(w.cols);
-  kernel.seven_bits = int8_kernel_reads_panels() || int8_products_saturate();
+  // To be halved (values already in 7 bits are read as they are, with their row scales).
+  kernel.seven_bits = (int8_kernel_reads_panels() || int8_products_saturate()) && !in_seven_bits(w.layout);
   return kernel;
 }
 

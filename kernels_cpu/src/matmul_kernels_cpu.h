@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "xf/weight_layout.h"
+
 #if (defined(__x86_64__) || defined(__aarch64__)) && (defined(__GNUC__) || defined(__clang__))
 #define XF_INT8_ROW_KERNEL 1  // xf's kernels are built (GCC and Clang, x86-64 and aarch64)
 #endif
@@ -31,18 +33,17 @@ using Int8PanelProducts = void (*)(const uint8_t* x_shifted, int64_t m, const in
 
 // The panel layout of int8 weights (int8_panel_products_avx2): panels of 16 weight rows, the
 // last padded with zero rows; in a panel, for each group of 4 columns of K (the last padded with
-// zeros), the 4 bytes of each of the 16 rows.
-constexpr int64_t kPanelColumns = 16;
+// zeros), the 4 bytes of each of the 16 rows. f32 panels: for each k, the 16 rows' values. Both
+// are the model file's `panels` layout (xf/weight_layout.h), which the kernels read in place.
+constexpr int64_t kPanelColumns = kPanelRows;
 // f32 panels are read in blocks of this many k by tiles of 3 or more rows, so that the block
 // (16 columns x 256 x 4 bytes = 16 KB) stays in L1 while every tile passes over it: a whole
 // panel at k = 1024 (FFN's second product) is 64 KB, which each tile read from L2 (7% slower).
 // A tile's sums go through y from block to block: the same additions in the same order.
 constexpr int64_t kPanelBlockK = 256;
-constexpr int64_t panel_groups(int64_t k) { return (k + 3) / 4; }
-constexpr int64_t panel_bytes(int64_t k) { return panel_groups(k) * 4 * kPanelColumns; }
-constexpr int64_t padded_to_panels(int64_t n) {
-  return (n + kPanelColumns - 1) / kPanelColumns * kPanelColumns;
-}
+constexpr int64_t panel_bytes(int64_t k) { return int8_panel_bytes(k); }
+using xf::padded_to_panels;
+using xf::panel_groups;
 
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
 // acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones):

@@ -68,11 +68,7 @@ const char* onednn_isa_name() {
   }
 }
 
-int8_t to_seven_bits(int8_t value) {
-  // Round half away from zero (-127..127 -> -64..64), then clamp the two ends to +-63.
-  const int halved = value >= 0 ? (value + 1) / 2 : -((1 - value) / 2);
-  return static_cast<int8_t>(std::clamp(halved, -63, 63));
-}
+int8_t to_seven_bits(int8_t value) { return xf::to_seven_bits(value); }  // xf/weight_layout.h
 
 // The shared copy of `weights` in `desc`, made by `fill` when no StaticMatmul holds one yet.
 template <typename Fill>
@@ -141,16 +137,25 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::f32_panels(const WeightMatrix& w
   });
 }
 
+// int8_panels()'s description of its copy of `weights`.
+namespace {
+dnnl::memory::desc int8_panels_desc(const WeightMatrix& weights) {
+  const int64_t padded_n = padded_to_panels(weights.rows);
+  return dnnl::memory::desc({padded_n / kPanelColumns * panel_bytes(weights.cols) + padded_n * 4}, DataType::s8,
+                            dnnl::memory::format_tag::a);
+}
+}  // namespace
+
 // The weights in the panel layout (panel_bytes), followed by each padded row's 128 * sum(w)
 // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
 // and int8_panel_products_512 without VNNI the 7-bit copy (seven_bits), with VNNI the stored
 // values. (One process makes one kind, fixed by cpu_isa(), so the two never meet in `packed`.)
 std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panels(const WeightMatrix& weights, bool seven_bits) {
+  if (weights.layout != WeightLayout::rows && weights.layout != WeightLayout::seven_bit_rows)
+    throw Error("int8_panels: the weights are not in rows");
   const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
   const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
-  const dnnl::memory::desc desc({panels_size + padded_n * 4}, DataType::s8,
-                                dnnl::memory::format_tag::a);
-  return shared_copy(weights, desc, [&](PackedWeights& made) {
+  return shared_copy(weights, int8_panels_desc(weights), [&](PackedWeights& made) {
     const auto* from = static_cast<const int8_t*>(weights.data);
     auto* to = static_cast<int8_t*>(made.memory.get_data_handle());
     auto* shift_sums = reinterpret_cast<int32_t*>(to + panels_size);
@@ -169,6 +174,35 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panels(const WeightMatrix& 
     made.row_scales.assign(padded_n, 0.0f);
     const float scale_factor = seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
     for (int64_t r = 0; r < n; ++r) made.row_scales[r] = scale_factor * weights.row_scales[r];
+  });
+}
+
+std::shared_ptr<PackedWeights> CpuEngine::Impl::existing_int8_panels(const WeightMatrix& weights) {
+  const dnnl::memory::desc desc = int8_panels_desc(weights);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& entry : packed) {
+    std::shared_ptr<PackedWeights> existing = entry.lock();
+    if (existing && existing->source == weights.data && existing->n == weights.rows && existing->k == weights.cols &&
+        existing->desc == desc)
+      return existing;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panel_sums(const WeightMatrix& weights) {
+  const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
+  const dnnl::memory::desc desc({padded_n, 1}, DataType::s32, dnnl::memory::format_tag::ab);
+  return shared_copy(weights, desc, [&](PackedWeights& made) {
+    const auto* panels = static_cast<const int8_t*>(weights.data);
+    auto* sums = static_cast<int32_t*>(made.memory.get_data_handle());
+    std::fill(sums, sums + padded_n, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      int32_t sum = 0;
+      for (int64_t c = 0; c < k; ++c) sum += panels[panel_index(DType::int8, r, c, k)];
+      sums[r] = 128 * sum;
+    }
+    made.row_scales.assign(padded_n, 0.0f);
+    std::copy(weights.row_scales, weights.row_scales + n, made.row_scales.begin());
   });
 }
 

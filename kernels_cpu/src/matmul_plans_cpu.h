@@ -60,6 +60,9 @@ struct CpuEngine::Impl {
   std::shared_ptr<PackedWeights> packed_copy(const WeightMatrix& weights,
                                              const dnnl::memory::desc& desc);
 
+  // The int8 panels int8_panels() made of `weights` while a StaticMatmul still holds them, or null.
+  std::shared_ptr<PackedWeights> existing_int8_panels(const WeightMatrix& weights);
+
   // 128 * the sum of each int8 weight row (s32 [n]): what the few-row kernel subtracts for its
   // u8 x. Made once per weight matrix, shared by the 16 row counts planned for it.
   std::shared_ptr<PackedWeights> row_shift_sums(const WeightMatrix& weights);
@@ -72,7 +75,12 @@ struct CpuEngine::Impl {
   // (s32); row_scales padded with zeros. The panel kernels read it: int8_panel_products_avx2
   // and int8_panel_products_512 without VNNI the 7-bit copy (seven_bits), with VNNI the stored
   // values. (One process makes one kind, fixed by cpu_isa(), so the two never meet in `packed`.)
-  std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool seven_bits);
+  // halve: to_seven_bits() each value on the way and double the row scales.
+  std::shared_ptr<PackedWeights> int8_panels(const WeightMatrix& weights, bool halve);
+
+  // For int8 weights stored in panels (read in place): each padded row's 128 * sum(w) (s32, the
+  // memory) and its row scale (row_scales, zeros past n): what int8_panels() puts beside its copy.
+  std::shared_ptr<PackedWeights> int8_panel_sums(const WeightMatrix& weights);
 
   std::shared_ptr<PackedWeights> seven_bit_copy(const WeightMatrix& weights);
 };

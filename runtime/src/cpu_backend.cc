@@ -88,11 +88,16 @@ class PlannedMatmul {
                 const WeightMatrix& weights, const float* bias)
       : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows) {
     const int64_t largest = buckets.padded_remainder(std::min(max_rows, buckets.chunk()));
-    for (int64_t count : buckets.counts()) {
-      if (count > largest) break;
-      by_count_.emplace_back(engine, count, weights, bias != nullptr);
+    // The largest count first: a copy it makes (int8 panels at AVX-512) then serves the smaller
+    // counts too (StaticMatmul), instead of their reading the stored rows beside it.
+    std::vector<int64_t> counts;
+    for (int64_t count : buckets.counts())
+      if (count <= largest) counts.push_back(count);
+    for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+      by_count_.emplace_back(engine, *it, weights, bias != nullptr);
       workspace_bytes_ = std::max(workspace_bytes_, by_count_.back().workspace_bytes());
     }
+    std::reverse(by_count_.begin(), by_count_.end());  // ascending, as buckets.index() counts
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
@@ -316,11 +321,17 @@ class CpuOps {
   }
   // A matrix in a dtype the CPU products take: int8 or f32 when a conversion was asked for,
   // else as stored (f16 and bf16 widened to f32).
-  WeightMatrix matrix(const std::string& name) {
+  // in_place_layout: the file's panels where the products read them in place (the layers' own
+  // matrices; a table and the output layer, which other kernels read too, always in rows).
+  WeightMatrix matrix(const std::string& name, bool in_place_layout = false) {
     const DType stored = weights_.stored(name).dtype;
-    return as_matrix(weights_.get(name, matrix_dtype_.value_or(stored == DType::int8 ? DType::int8 : DType::f32)));
+    const DType dtype = matrix_dtype_.value_or(stored == DType::int8 ? DType::int8 : DType::f32);
+    if (!in_place_layout) return as_matrix(weights_.get(name, dtype));
+    return as_matrix(weights_.get_in_layout(name, dtype, [&](WeightLayout layout) {
+      return cpu::reads_layout_in_place(dtype, layout);
+    }));
   }
-  static WeightMatrix as_matrix(const WeightView& w) { return {w.dtype, w.data, w.row_scales, w.rows, w.cols}; }
+  static WeightMatrix as_matrix(const WeightView& w) { return {w.dtype, w.data, w.row_scales, w.rows, w.cols, w.layout}; }
 
   // The products of one weight matrix; the file's pages of the stored matrix are released when
   // they read a packed or converted copy (peak memory: the stored f32 weights would otherwise
@@ -328,7 +339,8 @@ class CpuOps {
   // step, unless a tied one reads the output layer's own f32 copy (table()).
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias) {
-    const WeightMatrix weights = matrix(weight_name);
+    const bool is_output = weight_name == param::output_projection(config_);
+    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output);
     auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
     // A table is read by embed() too, unless it reads the products' own f32 copy (table()).

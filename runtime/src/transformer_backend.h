@@ -241,6 +241,11 @@ void TransformerBackend<Ops>::bind_weights() {
   const int64_t encoder_rows = plan_.encoder_group_rows;
   const int64_t cross_rows = plan_.max_sentences * plan_.max_source_len;
   const int64_t decoder_rows = plan_.max_rows;
+  // The output projection first: the largest matrix, whose stored bytes and a copy made of them
+  // (oneDNN's packed f32 copy, released after) are then resident together while little else is,
+  // not on top of every other layer's copy (the peak resident memory of loading). Before the
+  // tables too: when tied and widened at load, the target table then shares the widened copy.
+  output_projection_ = ops_.output_projection(decoder_rows);
   // bias_in_product: the projection adds its bias; otherwise the kernel that follows does.
   for (uint32_t i = 0; i < config_.encoder_layers; ++i) {
     const std::string p = param::encoder_layer(i);
@@ -277,9 +282,6 @@ void TransformerBackend<Ops>::bind_weights() {
     encoder_final_norm_ = ops_.norm(schema::kEncoderFinalNorm.name);
     decoder_final_norm_ = ops_.norm(schema::kDecoderFinalNorm.name);
   }
-  // The output projection before the tables: when tied and widened at load, the target table
-  // then shares the widened copy.
-  output_projection_ = ops_.output_projection(decoder_rows);
   source_table_ = ops_.table(param::source_embedding(config_));
   target_table_ = ops_.table(param::target_embedding(config_));
   ops_.weights_bound();

@@ -21,7 +21,7 @@ WeightStore::HostCopy WeightStore::convert(const TensorView& t, DType dtype) {
   HostCopy c;
   c.values.resize(n * dtype_size(dtype));
   if (t.dtype == dtype) {
-    std::memcpy(c.values.data(), t.data, c.values.size());
+    copy_rows(t, c.values.data());  // panels unpacked
     if (dtype == DType::int8) c.row_scales.assign(t.row_scales, t.row_scales + t.rows());
     return c;
   }
@@ -52,14 +52,16 @@ WeightView WeightStore::get(const std::string& name, DType dtype, bool copy) {
   view.dtype = dtype;
   view.rows = static_cast<int64_t>(t.rows());
   view.cols = static_cast<int64_t>(t.cols());
-  if (!upload_ && !copy && t.dtype == dtype) {
+  // int8 values stay 7-bit through unpacking; a conversion to int8 quantizes to full range.
+  if (dtype == DType::int8 && t.dtype == DType::int8 && in_seven_bits(t.layout)) view.layout = WeightLayout::seven_bit_rows;
+  if (!upload_ && !copy && t.dtype == dtype && !in_panels(t.layout)) {
     view.data = t.data;
     view.row_scales = t.row_scales;
     return view;
   }
   const std::string key = copy_key(name, dtype);
   if (auto it = copies_.find(key); it != copies_.end()) return it->second;
-  if (upload_ && t.dtype == dtype) {  // the file's bytes go up as they are
+  if (upload_ && t.dtype == dtype && !in_panels(t.layout)) {  // the file's bytes go up as they are
     view.data = upload_(t.data, t.elements() * dtype_size(dtype));
     if (dtype == DType::int8) view.row_scales = static_cast<const float*>(upload_(t.row_scales, sizeof(float) * t.rows()));
     copies_.emplace(key, view);

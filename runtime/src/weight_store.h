@@ -24,6 +24,9 @@ struct WeightView {
   const void* data = nullptr;
   const float* row_scales = nullptr;
   int64_t rows = 0, cols = 0;
+  // rows, or seven_bit_rows for int8 values already in 7 bits (a 7-bit tensor of the file).
+  // get_in_layout() may also give the file's panels.
+  WeightLayout layout = WeightLayout::rows;
 };
 
 class WeightStore {
@@ -37,7 +40,18 @@ class WeightStore {
   // `name` in `dtype`. copy: never the file's own bytes, even in the stored dtype (a host
   // device's small vectors, which would otherwise fault back released pages of a neighbouring
   // matrix: the kernel maps a faulting page's cached neighbours with it).
+  // Always row-major: a tensor stored in panels (format version 4) is unpacked into a copy.
   WeightView get(const std::string& name, DType dtype, bool copy = false);
+  // The file's own bytes in their stored layout when it is `dtype` and `reads_layout(layout)`
+  // says a kernel reads that layout in place; else get(name, dtype).
+  template <typename ReadsLayout>
+  WeightView get_in_layout(const std::string& name, DType dtype, ReadsLayout reads_layout) {
+    const TensorView& t = file_.tensor(name);
+    if (!upload_ && t.dtype == dtype && t.layout != WeightLayout::rows && reads_layout(t.layout)) {
+      return {dtype, t.data, t.row_scales, static_cast<int64_t>(t.rows()), static_cast<int64_t>(t.cols()), t.layout};
+    }
+    return get(name, dtype);
+  }
   // Whether get(name, dtype) made a converted copy already.
   bool has_copy(const std::string& name, DType dtype) const;
 

@@ -136,8 +136,43 @@ std::vector<BadFileCase> bad_file_cases() {
     ModelWriter writer(tiny_config());
     add_parameters(writer, random_parameters(tiny_config(), DType::f32, 1));
     writer.set_format_version_for_testing(kFormatVersion + 1);
-    return BadFile{writer.serialize(), "format version 4 is newer than this reader supports (3); "
+    return BadFile{writer.serialize(), "format version 5 is newer than this reader supports (4); "
                                        "upgrade xf"};
+  });
+  // Version 4's layouts: only in a version 4 file, only on matrices, sized by the layout.
+  add("layout_in_a_version_3_file", [] {
+    ModelWriter writer(tiny_config());
+    add_parameters(writer, random_parameters(tiny_config(), DType::int8, 1));
+    writer.set_layout("decoder.layers.0.ffn.inner.weight", WeightLayout::panels);
+    writer.set_format_version_for_testing(3);
+    return BadFile{writer.serialize(), "tensor 'decoder.layers.0.ffn.inner.weight': layout panels needs "
+                                       "format version 4, the file says 3"};
+  });
+  add("unknown_layout", [] {
+    HandMadeModel m = HandMadeModel::describe(valid_model_bytes(tiny_config(), DType::int8, 1));
+    m.format_version = 4;
+    m.tensor("decoder.layers.0.ffn.inner.weight").layout = 4;
+    return BadFile{m.build(), "tensor 'decoder.layers.0.ffn.inner.weight': unknown layout 4"};
+  });
+  add("layout_on_a_vector", [] {
+    HandMadeModel m = HandMadeModel::describe(valid_model_bytes(tiny_config(), DType::int8, 1));
+    m.format_version = 4;
+    m.tensor("decoder.layers.0.ffn.inner.bias").layout = 1;
+    return BadFile{m.build(), "tensor 'decoder.layers.0.ffn.inner.bias': layout panels needs rank 2, not 1"};
+  });
+  add("seven_bit_f32", [] {
+    HandMadeModel m = HandMadeModel::describe(valid_model_bytes(tiny_config(), DType::f32, 1));
+    m.format_version = 4;
+    m.tensor("decoder.layers.0.ffn.inner.weight").layout = 3;
+    return BadFile{m.build(), "tensor 'decoder.layers.0.ffn.inner.weight': layout 7-bit panels does not hold f32"};
+  });
+  add("layout_size_of_rows", [] {
+    // ffn.inner [16, 8] int8: rows are 128 bytes; panels of 8 columns need 16 x 8 = 128 too, so
+    // take the output layer [12, 8]: 96 bytes in rows, one padded panel of 128 in panels.
+    HandMadeModel m = HandMadeModel::describe(valid_model_bytes(tiny_config(), DType::int8, 1));
+    m.format_version = 4;
+    m.tensor("embedding.shared").layout = 1;
+    return BadFile{m.build(), "tensor 'embedding.shared': size 96 bytes disagrees with shape [12,8] in int8 panels"};
   });
   add("version_zero", [] {
     ModelWriter writer(tiny_config());

@@ -106,6 +106,7 @@ HandMadeModel HandMadeModel::describe(const std::vector<uint8_t>& file_bytes) {
     e.offset = static_cast<const uint8_t*>(v.data) - blob;
     e.size = v.bytes;
     if (v.row_scales) e.scales_offset = reinterpret_cast<const uint8_t*>(v.row_scales) - blob;
+    e.layout = static_cast<int8_t>(v.layout);
     m.tensors.push_back(std::move(e));
   }
   m.blob.assign(blob, file_bytes.data() + file_bytes.size());
@@ -120,7 +121,8 @@ std::vector<uint8_t> HandMadeModel::build() const {
     const auto name = fbb.CreateString(t.name);
     const auto shape = fbb.CreateVector(t.shape);
     tensor_offsets.push_back(fb::CreateTensor(fbb, name, static_cast<fb::DType>(t.dtype), shape,
-                                              t.offset, t.size, t.scales_offset));
+                                              t.offset, t.size, t.scales_offset,
+                                              static_cast<fb::WeightLayout>(t.layout)));
   }
   std::vector<flatbuffers::Offset<fb::KeyValue>> metadata_offsets;
   for (const auto& [key, value] : metadata) {

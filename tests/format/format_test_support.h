@@ -39,6 +39,7 @@ struct TensorEntry {
   uint64_t offset = 0;
   uint64_t size = 0;
   uint64_t scales_offset = 0;
+  int8_t layout = 0;  // the raw schema byte (format version 4), so it can be unknown
 };
 
 // Everything the FlatBuffers header says, field by field, plus the blob that follows it.

@@ -270,19 +270,101 @@ TEST(FormatRoundTripConvert, AddTensorF32ConvertsEachDType) {
 }
 
 // The writer refuses what the reader would refuse, naming the tensor.
+// Version 4: every matrix in each layout (xf/weight_layout.h). The stored bytes are the layout's
+// (pack_panels of the rows, padding zero); copy_rows() and widen_to_f32() give the rows back
+// (7-bit layouts: to_seven_bits() of each value, the row scales doubled), so a reader gets the
+// same matrix whatever the layout; vectors stay rows; a file all in rows keeps its lower version.
+// Rows of 24 and 18 columns (d_ff 18): panels padded in both directions.
+TEST(FormatRoundTripVersion4, EachLayoutStoresThePanelsAndReadsBackTheRows) {
+  ModelConfig config = tiny_config();
+  config.d_ff = 18;
+  TempDir dir;
+  const std::vector<std::pair<DType, WeightLayout>> cases = {
+      {DType::int8, WeightLayout::panels},         {DType::int8, WeightLayout::seven_bit_rows},
+      {DType::int8, WeightLayout::seven_bit_panels}, {DType::f32, WeightLayout::panels},
+      {DType::int8, WeightLayout::rows}};
+  for (const auto& [dtype, layout] : cases) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + weight_layout_name(layout));
+    const auto parameters = random_parameters(config, dtype, 9);
+    ModelWriter writer(config);
+    add_parameters(writer, parameters);
+    for (const auto& [name, t] : parameters)
+      if (t.shape.size() == 2) writer.set_layout(name, layout);
+    const std::string path = dir.file(std::string("layout_") + std::to_string(static_cast<int>(layout)) + ".xfm");
+    writer.write(path);
+    const auto file = ModelFile::open(path);
+    EXPECT_EQ(file->format_version(), layout == WeightLayout::rows ? 1u : 4u);
+    for (const TensorView& t : file->tensors()) {
+      const TensorBytes& expected = parameters.at(std::string(t.name));
+      SCOPED_TRACE(std::string(t.name));
+      const bool matrix = expected.shape.size() == 2;
+      ASSERT_EQ(t.layout, matrix ? layout : WeightLayout::rows);
+      const uint64_t rows = t.rows(), cols = t.cols();
+      EXPECT_EQ(t.bytes, layout_bytes(t.dtype, t.layout, rows, cols));
+      // The expected row-major values and scales of the layout.
+      std::vector<uint8_t> values = expected.data;
+      std::vector<float> scales = expected.scales;
+      if (in_seven_bits(t.layout)) {
+        for (uint8_t& v : values) v = static_cast<uint8_t>(to_seven_bits(static_cast<int8_t>(v)));
+        for (float& scale : scales) scale *= 2.0f;
+      }
+      std::vector<uint8_t> read(values.size());
+      copy_rows(t, read.data());
+      EXPECT_EQ(read, values);
+      if (t.dtype == DType::int8) {
+        EXPECT_EQ(std::vector<float>(t.row_scales, t.row_scales + rows), scales);
+      }
+      if (in_panels(t.layout)) {  // the stored bytes: the panels of those rows
+        std::vector<uint8_t> panels(t.bytes);
+        pack_panels(t.dtype, values.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), panels.data());
+        EXPECT_EQ(std::memcmp(panels.data(), t.data, t.bytes), 0);
+      }
+      // widen_to_f32 reads the rows whatever the layout.
+      TensorView in_rows = t;
+      in_rows.data = values.data();
+      in_rows.layout = WeightLayout::rows;
+      in_rows.row_scales = scales.empty() ? nullptr : scales.data();
+      std::vector<float> widened(t.elements()), expected_widened(t.elements());
+      widen_to_f32(t, widened.data());
+      widen_to_f32(in_rows, expected_widened.data());
+      EXPECT_EQ(widened, expected_widened);
+    }
+  }
+}
+
+// The message of the xf::Error that `call` throws, or "no error".
+template <typename Call>
+std::string message(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
+TEST(FormatWriter, RefusesLayoutsOutsideMatrices) {
+  const ModelConfig config = tiny_config();
+  ModelWriter writer(config);
+  add_parameters(writer, random_parameters(config, DType::f32, 1));
+  const std::string bias = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kBias;
+  const std::string weight = param::decoder_layer(0) + schema::kFfnOuter.name + schema::kWeight;
+  EXPECT_EQ(message([&] { writer.set_layout(bias, WeightLayout::panels); }),
+            "tensor '" + bias + "': layout panels is for rank-2 int8 and f32 matrices");
+  EXPECT_EQ(message([&] { writer.set_layout(weight, WeightLayout::seven_bit_rows); }),
+            "tensor '" + weight + "': layout 7-bit rows is for rank-2 int8 matrices");
+  EXPECT_EQ(message([&] { writer.set_layout("none", WeightLayout::panels); }), "set_layout: no tensor 'none'");
+  writer.set_layout(weight, WeightLayout::panels);
+  EXPECT_EQ(message([&] { writer.set_layout(weight, WeightLayout::seven_bit_panels); }),
+            "tensor '" + weight + "': laid out already");
+  EXPECT_EQ(writer.format_version(), 4u);
+}
+
 TEST(FormatWriter, RefusesBadTensors) {
   const ModelConfig config = tiny_config();
   ModelWriter writer(config);
   const std::vector<float> values(8 * 8, 0.5f);
   const std::vector<float> scales(8, 1.0f);
-  auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {8, 8}, values.data(), 100); }),
             "tensor 'w': 100 bytes given, shape [8,8] in f32 needs 256");
   EXPECT_EQ(message([&] { writer.add_tensor("w", DType::f32, {}, values.data(), 4); }),

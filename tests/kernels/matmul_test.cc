@@ -407,16 +407,30 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
     const WeightMatrix weights{DType::int8, w.quantized.data(), w.row_scales.data(), n, k};
     const std::vector<float> x = random.uniform(general_rows * k, -3.0f, 3.0f);
     const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
-    StaticMatmul general(engine, general_rows, weights, true);
-    if (cpu_isa() == CpuIsa::avx512_vnni) {
-      EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512_vnni");
-    } else if (cpu_isa() == CpuIsa::avx512) {
-      EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512");
-    } else if (general_rows > int8_row_kernel_max_rows()) {
-      EXPECT_NE(std::string(general.implementation()).rfind("xf:", 0), 0u)
-          << general.implementation();
+    std::vector<float> expected;
+    std::string general_kernel;
+    {  // gone before the few-row products are made: they would read its panel copy (below)
+      StaticMatmul general(engine, general_rows, weights, true);
+      general_kernel = general.implementation();
+      if (cpu_isa() == CpuIsa::avx512_vnni) {
+        EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512_vnni");
+      } else if (cpu_isa() == CpuIsa::avx512) {
+        EXPECT_STREQ(general.implementation(), "xf:int8_panels_avx512");
+      } else if (general_rows > int8_row_kernel_max_rows()) {
+        EXPECT_NE(std::string(general.implementation()).rfind("xf:", 0), 0u)
+            << general.implementation();
+      }
+      expected = run(general, x.data(), bias.data());
+      // Made while the panel copy lives (the runtime plans its largest count first): the few
+      // rows read it too, with the same results.
+      StaticMatmul beside(engine, 3, weights, true);
+      if (cpu_isa() == CpuIsa::avx512_vnni || cpu_isa() == CpuIsa::avx512) {
+        EXPECT_EQ(std::string(beside.implementation()), general_kernel);
+        EXPECT_FALSE(beside.reads_weights_in_place());
+      }
+      const std::vector<float> y = run(beside, x.data() + 7 * k, bias.data());
+      for (int64_t i = 0; i < 3 * n; ++i) ASSERT_EQ(y[i], expected[7 * n + i]) << "beside, value " << i;
     }
-    const std::vector<float> expected = run(general, x.data(), bias.data());
     for (int64_t m : {1, 2, 3, 4, 5, 7, 16}) {
       StaticMatmul few(engine, m, weights, true);
       if (int8_row_kernel_available()) {
@@ -431,6 +445,69 @@ TEST(StaticMatmul, Int8FewRowKernelEqualsTheGeneralPathBitForBit) {
       }
     }
   }
+}
+
+// Weights in a layout the products read where it lies (reads_layout_in_place; the model file's
+// version-4 layouts, kernel_weight_layout() the one xf-convert --layout panels writes here) give
+// the results of the same weights in rows bit for bit at every row count, and the products read
+// panels in place (no copy); a layout not read at this level is refused. A 7-bit layout holds the
+// halved values and doubled scales: at a level that halves them itself (kernel_weight_layout is
+// 7-bit) it equals the 8-bit rows, elsewhere rows of those 7-bit values (the 7-bit model).
+// Shapes padded in rows (n not a multiple of 16) and in k (not a multiple of 4).
+TEST(StaticMatmul, WeightsInAKernelLayoutGiveTheRowsResultsInPlace) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  CpuEngine engine(2);
+  const bool level_halves = in_seven_bits(kernel_weight_layout(DType::int8));
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{5, 1}, {37, 30}, {300, 256}, {64, 1024}}) {
+    const Int8Case w = make_int8_weights(n, k, random);
+    const std::vector<float> bias = random.uniform(n, -1.0f, 1.0f);
+    const std::vector<float> x = random.uniform(40 * k, -3.0f, 3.0f);
+    for (DType dtype : {DType::int8, DType::f32}) {
+      for (WeightLayout layout : {WeightLayout::panels, WeightLayout::seven_bit_rows, WeightLayout::seven_bit_panels}) {
+        if (!layout_holds(layout, dtype)) continue;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + weight_layout_name(layout) + " n " + std::to_string(n) +
+                     " k " + std::to_string(k));
+        // The rows it is compared with, and the laid-out bytes.
+        const bool seven = in_seven_bits(layout);
+        std::vector<int8_t> values = w.quantized;
+        std::vector<float> scales = w.row_scales;
+        if (seven) {
+          for (int8_t& v : values) v = to_seven_bits(v);
+          for (float& scale : scales) scale *= 2.0f;
+        }
+        const void* row_data = dtype == DType::f32 ? static_cast<const void*>(w.weights.data())
+                                                   : seven && !level_halves ? values.data() : w.quantized.data();
+        const float* row_scales = dtype == DType::f32 ? nullptr : seven && !level_halves ? scales.data() : w.row_scales.data();
+        const WeightMatrix rows{dtype, row_data, row_scales, n, k};
+        std::vector<uint8_t> laid(layout_bytes(dtype, layout, n, k));
+        const void* from = dtype == DType::f32 ? static_cast<const void*>(w.weights.data()) : values.data();
+        if (in_panels(layout)) {
+          pack_panels(dtype, from, n, k, laid.data());
+        } else {
+          std::memcpy(laid.data(), from, laid.size());
+        }
+        const WeightMatrix in_layout{dtype, laid.data(), dtype == DType::f32 ? nullptr : scales.data(), n, k, layout};
+        if (!reads_layout_in_place(dtype, layout)) {
+          EXPECT_THROW(StaticMatmul(engine, 1, in_layout, true), Error);
+          continue;
+        }
+        for (int64_t m : {1, 3, 16, 17, 40}) {
+          StaticMatmul expected(engine, m, rows, true), product(engine, m, in_layout, true);
+          // Panels are read where they lie; 7-bit rows at least where they are this level's layout
+          // (elsewhere a product may still lay them out in panels of its own, as it does rows).
+          if (in_panels(layout) || layout == kernel_weight_layout(dtype)) {
+            EXPECT_TRUE(product.reads_weights_in_place()) << "m " << m;
+          }
+          const std::vector<float> a = run(expected, x.data(), bias.data()), b = run(product, x.data(), bias.data());
+          for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "m " << m << " value " << i;
+        }
+      }
+    }
+  }
+  // What xf-convert writes here is read in place.
+  EXPECT_TRUE(reads_layout_in_place(DType::int8, kernel_weight_layout(DType::int8)));
+  EXPECT_TRUE(reads_layout_in_place(DType::f32, kernel_weight_layout(DType::f32)));
 }
 
 // run() over fewer rows than planned (the runtime's padding left out): those rows come out as in

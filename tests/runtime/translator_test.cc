@@ -683,3 +683,95 @@ TEST(Translator, TiedTableReadsTheOutputLayersCopy) {
 
 }  // namespace
 }  // namespace xf
+
+namespace xf {
+namespace {
+
+// The model at `path` written again with each layer's matrices in `layout` (format version 4,
+// as xf-convert --layout panels writes them; embeddings and the output layer stay rows).
+std::string relaid_copy(const std::string& path, WeightLayout layout, const std::string& name) {
+  static const std::string dir = test::make_temp_dir("relaid");
+  const auto file = ModelFile::open(path);
+  ModelWriter writer(file->config());
+  if (!file->source_tokenizer().empty()) writer.set_source_tokenizer(std::string(file->source_tokenizer()));
+  for (const auto& [key, value] : file->metadata()) writer.set_metadata(key, value);
+  for (const TensorView& t : file->tensors()) {
+    const std::string tensor(t.name);
+    writer.add_tensor(tensor, t.dtype, std::vector<uint64_t>(t.shape.begin(), t.shape.begin() + t.rank), t.data,
+                      t.bytes, t.row_scales);
+    const bool layer_matrix = t.rank == 2 && (tensor.rfind("encoder.layers.", 0) == 0 || tensor.rfind("decoder.layers.", 0) == 0);
+    if (layer_matrix && layout_holds(layout, t.dtype)) writer.set_layout(tensor, layout);
+  }
+  const std::string out = dir + "/" + name + ".xfm";
+  writer.write(out);
+  return out;
+}
+
+void expect_identical_translations(const std::vector<TokenTranslation>& a, const std::vector<TokenTranslation>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].hypotheses.size(), b[i].hypotheses.size()) << "sentence " << i;
+    for (size_t k = 0; k < a[i].hypotheses.size(); ++k) {
+      EXPECT_EQ(a[i].hypotheses[k].ids, b[i].hypotheses[k].ids) << "sentence " << i << " hypothesis " << k;
+      EXPECT_EQ(a[i].hypotheses[k].score, b[i].hypotheses[k].score) << "sentence " << i << " hypothesis " << k;
+    }
+  }
+}
+
+// A file whose layer matrices are in another layout (format version 4) translates as the rows
+// file, bit for bit, at every level (this test runs at each, tests/runtime/CMakeLists.txt): where
+// the level's products read the layout (cpu::reads_layout_in_place) from the mapping, nothing of
+// those matrices released (read in place); where they do not (a file made for another level),
+// from row copies made at load, the stored matrices released. A 7-bit file holds the 7-bit model
+// (values halved, scales doubled): the rows file's results at a level that halves its weights
+// itself, elsewhere those of the same 7-bit values in rows (7-bit panels = 7-bit rows).
+TEST(Translator, FileInPanelsTranslatesAsTheRowsFile) {
+  for (DType dtype : {DType::int8, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TinyModelOptions options;
+    options.seed = 31;
+    options.with_tokenizer = false;
+    options.vocab_size = 300;
+    options.d_model = 64;
+    options.d_ff = 102;  // k of the FFN's second product: panels padded in k
+    options.matrix_dtype = dtype;
+    const std::string rows_path = test::tiny_model_file(options, std::string("rows_") + dtype_name(dtype));
+    const auto rows_model = Model::open(rows_path);
+    const auto sources = test::random_source_ids(8, rows_model->config().source_vocab_size, 32, 20);
+    for (const int beam : {1, 4}) {
+      TranslateOptions translate;
+      translate.beam = beam;
+      std::vector<TokenTranslation> from_rows, seven_bit_rows;
+      Translator(rows_model, {}).translate_ids(sources, translate, from_rows);
+      const bool level_halves = dtype == DType::int8 && in_seven_bits(cpu::kernel_weight_layout(DType::int8));
+      for (WeightLayout layout : {WeightLayout::seven_bit_rows, WeightLayout::panels, WeightLayout::seven_bit_panels}) {
+        if (!layout_holds(layout, dtype)) continue;
+        SCOPED_TRACE(std::string(weight_layout_name(layout)) + " beam " + std::to_string(beam));
+        const auto model = Model::open(relaid_copy(rows_path, layout,
+                                                   std::string(dtype_name(dtype)) + "_" + std::to_string(static_cast<int>(layout))));
+        ASSERT_EQ(model->file().format_version(), 4u);
+        std::vector<TokenTranslation> translations;
+        Translator(model, {}).translate_ids(sources, translate, translations);
+        if (!in_seven_bits(layout) || level_halves) {
+          expect_identical_translations(translations, from_rows);
+        } else if (layout == WeightLayout::seven_bit_rows) {
+          seven_bit_rows = translations;
+        } else {
+          expect_identical_translations(translations, seven_bit_rows);
+        }
+        // Read in place, or from copies with the stored matrices released.
+        const auto plan = runtime::make_memory_plan(model->config(), {});
+        auto backend = runtime::make_cpu_backend(*model, plan, 1);
+        const auto released = runtime::probe(*backend).released_weights();
+        for (const TensorView& t : model->file().tensors()) {
+          if (t.layout == WeightLayout::rows || !in_panels(t.layout)) continue;
+          const bool was_released = std::find(released.begin(), released.end(), &t) != released.end();
+          EXPECT_EQ(was_released, !cpu::reads_layout_in_place(dtype, t.layout)) << t.name;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xf

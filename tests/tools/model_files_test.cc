@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "run_command.h"
 #include "tiny_model.h"
 #include "xf/format/model_file.h"
 #include "xf/format/parameters.h"
+#include "xf/kernels/matmul.h"  // kernel_weight_layout
 #include "xf/trainer/checkpoint.h"
 #include "xf/trainer/data.h"
 
@@ -121,6 +123,51 @@ TEST_F(ModelFiles, XfConvertRewritesAPrunedModelFileInAnotherDtype) {
     EXPECT_EQ(after->tensor("output.weight").dtype == xf::DType::f32 ? "f32" : "f16", dtype);
     if (dtype == "f32") {
       EXPECT_EQ(xf::trainer::parameters_from_model_file(*after), xf::trainer::parameters_from_model_file(*before));
+    }
+  }
+}
+
+// xf-convert --layout panels writes each layer's matrices in the layout this machine's products
+// read (cpu::kernel_weight_layout; format version 4), the tables in rows; xf-inspect says "in
+// panels" (or the 7-bit layout's name) for them; --layout rows writes rows again from that file,
+// the same values (for the lossless int8 and f32 panels, the original file's; for 7-bit ones the
+// halved values with doubled scales).
+TEST_F(ModelFiles, XfConvertLaysTheLayersOutInPanelsAndBack) {
+  const std::string original = dir_ + "/tiny.xfm";
+  xf::test::write_tiny_model(original);
+  for (const std::string dtype : {"int8", "f32"}) {
+    SCOPED_TRACE(dtype);
+    const std::string rows = dir_ + "/rows-" + dtype + ".xfm", panels = dir_ + "/panels-" + dtype + ".xfm",
+                      back = dir_ + "/back-" + dtype + ".xfm";
+    // Back in f32: the values the panels file holds, exactly (a 7-bit file's requantized to int8
+    // would be another model, its halved values at full range).
+    for (const auto& [from, to, layout, to_dtype] :
+         {std::tuple{original, rows, "rows", dtype}, std::tuple{rows, panels, "panels", dtype},
+          std::tuple{panels, back, "rows", std::string("f32")}}) {
+      const Result r = run(std::string(XF_CONVERT) + " " + from + " -o " + to + " --dtype " + to_dtype + " --layout " + layout);
+      ASSERT_EQ(r.status, 0) << r.err;
+    }
+    const xf::DType stored = xf::parse_dtype(dtype);
+    const xf::WeightLayout expected = xf::cpu::kernel_weight_layout(stored);
+    const auto in_rows = xf::ModelFile::open(rows), in_panels = xf::ModelFile::open(panels), rows_again = xf::ModelFile::open(back);
+    EXPECT_EQ(in_panels->format_version(), expected == xf::WeightLayout::rows ? in_rows->format_version() : 4u);
+    EXPECT_LT(rows_again->format_version(), 4u);
+    const Result inspect = run(std::string(XF_INSPECT) + " " + panels);
+    ASSERT_EQ(inspect.status, 0) << inspect.err;
+    for (const xf::TensorView& t : in_panels->tensors()) {
+      const std::string name(t.name);
+      const bool layer_matrix = t.rank == 2 && (name.rfind("encoder.layers.", 0) == 0 || name.rfind("decoder.layers.", 0) == 0);
+      EXPECT_EQ(t.layout, layer_matrix ? expected : xf::WeightLayout::rows) << name;
+      const bool said = inspect.out.find(std::to_string(t.bytes) + " in " + xf::weight_layout_name(t.layout) + "\n") !=
+                        std::string::npos;
+      if (t.layout != xf::WeightLayout::rows) {
+        EXPECT_TRUE(said) << name << "\n" << inspect.out;
+      }
+      EXPECT_EQ(rows_again->tensor(name).layout, xf::WeightLayout::rows);
+    }
+    EXPECT_EQ(xf::trainer::parameters_from_model_file(*rows_again), xf::trainer::parameters_from_model_file(*in_panels));
+    if (!xf::in_seven_bits(expected)) {
+      EXPECT_EQ(xf::trainer::parameters_from_model_file(*in_panels), xf::trainer::parameters_from_model_file(*in_rows));
     }
   }
 }

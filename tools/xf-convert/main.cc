@@ -1,4 +1,4 @@
-// xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--metadata KEY=VALUE]...
+// xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--layout rows|panels] [--metadata KEY=VALUE]...
 //            [--target-vocabulary-from CORPUS] [--keep-encoder-layers LIST]
 //            [--keep-decoder-layers LIST] [--shared-vocabulary]
 // Averages the checkpoints (element-wise mean of their parameters) and writes a flat model file
@@ -9,6 +9,7 @@
 // Imports a model made by Marian or Hugging Face transformers (importers/).
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 
@@ -16,6 +17,8 @@
 #include "tool_main.h"
 #include "xf/error.h"
 #include "xf/format/model_file.h"
+#include "xf/format/schema.h"
+#include "xf/kernels/matmul.h"  // kernel_weight_layout: what --layout panels writes
 #include "xf/importers/importers.h"
 #include "xf/model.h"
 #include "xf/trainer/checkpoint.h"
@@ -25,7 +28,7 @@ namespace {
 using xf::cli::UsageError;
 
 constexpr const char* kUsage =
-    "usage: xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--metadata KEY=VALUE]...\n"
+    "usage: xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--layout rows|panels] [--metadata KEY=VALUE]...\n"
     "Writes a flat model file from one training checkpoint directory, or from the average of\n"
     "several (same config and tokenizer). Matrices take --dtype (default f32); biases and\n"
     "LayerNorm stay f32. --metadata adds or replaces a metadata entry (repeatable).\n"
@@ -42,6 +45,15 @@ constexpr const char* kUsage =
     "writes it, read for the written vocabularies), pruned as Marian's --shortlist LEX FIRST BEST:\n"
     "--shortlist-first N (default 100) target ids always in, --shortlist-best K (default 100)\n"
     "candidates per source piece; the runtime then computes the output layer over those rows.\n"
+    "--layout panels stores each layer's matrices (not the embeddings or the output layer) in the\n"
+    "layout the CPU's matrix products read at this machine's instruction set (ONEDNN_MAX_CPU_ISA\n"
+    "caps it), so that xf-run reads them where the file is mapped and copies nothing at load:\n"
+    "int8 panels at AVX-512 VNNI, 7-bit panels at AVX-512 and AVX2, 7-bit rows at SSE4.1 and\n"
+    "AVX; f32 panels at AVX2 and AVX-VNNI; rows elsewhere (format version 4, which xf before it\n"
+    "refuses). A 7-bit file holds the weights those levels compute with (each int8 value halved,\n"
+    "its row scale doubled): the same outputs there, AVX2's elsewhere. At another level xf-run\n"
+    "lays the panels out as it needs (a copy, as for a rows file). --layout rows (the default)\n"
+    "writes rows, also from a panels file.\n"
     "       xf-convert --from marian DIR|MODEL|CONFIG.yml -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
     "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
     "imports a Marian transformer (the .npz or Marian's binary .bin, or its folder with\n"
@@ -75,6 +87,7 @@ int run(int argc, char** argv) {
   std::string import_from;
   std::string shortlist_path;
   xf::TextShortlistOptions shortlist_options;
+  bool panels = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
@@ -86,6 +99,10 @@ int run(int argc, char** argv) {
         throw UsageError{"--dtype: '" + name + "' is not one of f32|f16|int8"};
       }
       dtype = xf::parse_dtype(name);
+    } else if (arg == "--layout") {
+      const std::string name = value();
+      if (name != "rows" && name != "panels") throw UsageError{"--layout: '" + name + "' is not one of rows|panels"};
+      panels = name == "panels";
     } else if (arg == "--target-vocabulary-from") {
       target_corpus = value();
     } else if (arg == "--keep-encoder-layers") {
@@ -128,8 +145,8 @@ int run(int argc, char** argv) {
       throw UsageError{"--from " + import_from + ": give one model (a folder or .npz), not " +
                        std::to_string(checkpoints.size())};
     if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty() ||
-        !shortlist_path.empty())
-      throw UsageError{"--from takes only -o, --dtype and --metadata"};
+        !shortlist_path.empty() || panels)
+      throw UsageError{"--from takes only -o, --dtype and --metadata (--layout panels: convert the imported file)"};
     const xf::importers::ImportOptions options{dtype, extra};
     std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
     if (import_from == "hf")
@@ -208,8 +225,18 @@ int run(int argc, char** argv) {
     std::cerr << "shortlist: " << shortlist->targets.size() << " candidates of " << shortlist->source_ids()
               << " source ids, the first " << shortlist->first_num << " target ids always in\n";
   }
+  // --layout panels: the layers' own matrices (a table and the output layer are read by other
+  // kernels too, in rows).
+  const auto layer_matrix_layout = [](const std::string& name, xf::DType tensor_dtype) {
+    const bool in_layer = name.rfind("encoder.layers.", 0) == 0 || name.rfind("decoder.layers.", 0) == 0;
+    const std::string weight = xf::schema::kWeight;
+    const bool matrix = name.size() > weight.size() && name.compare(name.size() - weight.size(), weight.size(), weight) == 0;
+    return in_layer && matrix ? xf::cpu::kernel_weight_layout(tensor_dtype) : xf::WeightLayout::rows;
+  };
   xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer,
-                                shortlist ? &*shortlist : nullptr);
+                                shortlist ? &*shortlist : nullptr,
+                                panels ? std::function<xf::WeightLayout(const std::string&, xf::DType)>(layer_matrix_layout)
+                                       : nullptr);
   std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ", "
             << checkpoint.parameters.size() << " parameters, " << checkpoints.size()
             << " input" << (checkpoints.size() > 1 ? "s averaged" : "") << ")\n";

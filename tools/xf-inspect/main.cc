@@ -19,7 +19,8 @@ constexpr const char* kUsage =
     "model (it must load and hold as many pieces as its vocabulary) and the decoding.* entries.\n"
     "Prints its format version, config, metadata, the decoding defaults (the model's decoding.*\n"
     "metadata, else xf's), tokenizers (bytes and pieces) and tensor table (name, dtype, shape,\n"
-    "bytes) with the total.\n"
+    "bytes, and for a matrix stored in another layout than rows \"in panels\", \"in 7-bit\n"
+    "panels\" or \"in 7-bit rows\": format version 4, xf-convert --layout panels) with the total.\n"
     "Exit status: 0 when the file is valid, 1 when it is not (one line on stderr saying why) or\n"
     "when the output cannot be written, 2 on a bad command line.\n\n";
 
@@ -94,9 +95,10 @@ void print_model(const xf::Model& checked) {
               "bytes");
   uint64_t total_bytes = 0, total_scale_bytes = 0;
   for (const auto& t : tensors) {
-    std::printf("  %-*.*s %-5s %-14s %zu\n", static_cast<int>(name_width),
+    std::printf("  %-*.*s %-5s %-14s %zu%s%s\n", static_cast<int>(name_width),
                 static_cast<int>(t.name.size()), t.name.data(), xf::dtype_name(t.dtype),
-                shape_string(t).c_str(), t.bytes);
+                shape_string(t).c_str(), t.bytes, t.layout == xf::WeightLayout::rows ? "" : " in ",
+                t.layout == xf::WeightLayout::rows ? "" : xf::weight_layout_name(t.layout));
     total_bytes += t.bytes;
     if (t.row_scales) total_scale_bytes += t.rows() * sizeof(float);
   }

@@ -84,9 +84,17 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
 
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
-                      const std::string& target_tokenizer, const LexicalShortlist* shortlist) {
+                      const std::string& target_tokenizer, const LexicalShortlist* shortlist,
+                      const std::function<WeightLayout(const std::string& name, DType dtype)>& layout_of) {
   ModelWriter writer = writer_of_parameters(checkpoint.config, checkpoint.parameters.data(),
                                     checkpoint.parameters.size(), dtype);
+  if (layout_of) {
+    for (const ParameterSpec& spec : transformer_parameters(checkpoint.config)) {
+      // writer_of_parameters keeps 1-D tensors (biases, norms) in f32, matrices in `dtype`.
+      const DType stored = spec.shape.size() >= 2 ? dtype : DType::f32;
+      writer.set_layout(spec.name, layout_of(spec.name, stored));
+    }
+  }
   writer.set_source_tokenizer(checkpoint.tokenizer_model);
   if (!target_tokenizer.empty()) writer.set_target_tokenizer(target_tokenizer);
   for (const auto& [key, value] : metadata) writer.set_metadata(key, value);

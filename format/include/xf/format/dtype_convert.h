@@ -20,6 +20,11 @@ struct TensorView;  // xf/format/model_file.h
 // A stored tensor's values as f32, whatever its dtype: f16 and bf16 widened, int8 times its
 // row's scale (row_scales[r] for row r of [rows, cols]), f32 copied. out: [tensor.elements()].
 // The one place the runtimes and tools widen whole tensors.
+// Layout-aware (version 4): a tensor in panels is read back into rows first.
 void widen_to_f32(const TensorView& tensor, float* out);
+// A stored tensor's values in its own dtype, row-major whatever its layout (panels unpacked; a
+// 7-bit tensor's values stay 7-bit, its row scales are tensor.row_scales). out: elements() x
+// dtype_size(dtype) bytes.
+void copy_rows(const TensorView& tensor, void* out);
 
 }  // namespace xf

@@ -14,12 +14,13 @@
 #include "xf/format/config.h"
 #include "xf/format/file_access.h"  // how ModelFile::open gets the bytes
 #include "xf/format/shortlist.h"
+#include "xf/weight_layout.h"
 
 namespace xf {
 
 // The newest version this code reads and writes; it writes the lowest version that holds a file
 // (format/README.md, version rules).
-inline constexpr uint32_t kFormatVersion = 3;
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr size_t kBlobAlignment = 256;       // tensor offsets are multiples of this
 inline constexpr size_t kMaxTensorRank = 4;
 inline constexpr const char* kFileIdentifier = "XFM1";
@@ -33,6 +34,9 @@ struct TensorView {
   const void* data = nullptr;       // aligned to kBlobAlignment
   size_t bytes = 0;
   const float* row_scales = nullptr;  // INT8 only: [shape[0]]
+  // How data is arranged (version 4; xf/weight_layout.h): bytes is layout_bytes() of it.
+  // Readers that want row-major values take rows_of() (xf/format/dtype_convert.h).
+  WeightLayout layout = WeightLayout::rows;
 
   uint64_t elements() const;
   uint64_t rows() const { return rank == 0 ? 1 : shape[0]; }

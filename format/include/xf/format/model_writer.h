@@ -9,6 +9,7 @@
 
 #include "xf/format/config.h"
 #include "xf/format/shortlist.h"
+#include "xf/weight_layout.h"
 
 namespace xf {
 
@@ -29,8 +30,15 @@ class ModelWriter {
   void set_shortlist(LexicalShortlist shortlist);
 
   // Raw bytes in the given dtype; for INT8 also one f32 scale per row (shape[0] of them).
+  // layout (format version 4, xf/weight_layout.h): how data is arranged; not rows: a rank-2
+  // matrix, bytes = layout_bytes(), the row scales in row order as ever. A file with any tensor
+  // not in rows is written as version 4.
   void add_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
-                  const void* data, size_t bytes, const float* row_scales = nullptr);
+                  const void* data, size_t bytes, const float* row_scales = nullptr,
+                  WeightLayout layout = WeightLayout::rows);
+  // Re-lays a tensor already added in rows out in `layout` (format version 4): panels packed
+  // (pack_panels), 7-bit layouts with each int8 value to_seven_bits() and its row scale doubled.
+  void set_layout(const std::string& name, WeightLayout layout);
   // Converts f32 values to `dtype` (f16/bf16 rounding, int8 per-row quantization).
   void add_tensor_f32(const std::string& name, DType dtype, const std::vector<uint64_t>& shape,
                       const float* values);
@@ -52,6 +60,7 @@ class ModelWriter {
     std::vector<uint64_t> shape;
     std::vector<uint8_t> data;
     std::vector<float> scales;
+    WeightLayout layout = WeightLayout::rows;
   };
   ModelConfig config_;
   std::optional<uint32_t> format_version_;  // unset: the lowest that holds the file

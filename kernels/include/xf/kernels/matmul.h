@@ -87,9 +87,11 @@ class StaticMatmul {
   // True when run() reads the WeightMatrix it was made with (int8, or f32 in the stored layout);
   // false when it reads a packed copy, so the caller may release the stored bytes.
   bool reads_weights_in_place() const;
-  // True when run() reads xf's own f32 copy of the weights (xf:f32_panels_avx2). A table tied to
-  // the output layer then reads its rows from that copy (copy_weight_row; embed() over a
-  // StaticMatmul) and its stored bytes need not stay resident beside it.
+  // True when run() reads an f32 copy of the weights: xf's panels (xf:f32_panels_avx2; or the
+  // model file's panels, read in place), or oneDNN's packed copy in a blocked layout (AVX-512's
+  // brgemm). A table tied to the output layer then reads its rows from that copy
+  // (copy_weight_row; embed() over a StaticMatmul) and its stored bytes need not stay resident
+  // beside it.
   bool holds_f32_weight_rows() const;
   // Columns [first, first + count) of weight row `row`, from that copy, into out (the values of
   // the WeightMatrix it was made with). An Error where holds_f32_weight_rows() is false.
@@ -155,6 +157,18 @@ class Bf16Gemm {
 // scale doubled (made once per weight matrix, shared like packed f32 copies).
 bool int8_products_saturate();
 int8_t to_seven_bits(int8_t value);
+
+// Weight layouts (xf/weight_layout.h; the model file's, version 4). reads_layout_in_place: whether
+// StaticMatmul at cpu_isa() reads a `dtype` matrix in `layout` where it lies, for every row
+// count, with the results of the row layout at this level bit for bit (rows and 7-bit rows
+// always; int8 panels with AVX-512 VNNI; int8 7-bit panels at AVX2 and AVX-512 with or without
+// VNNI; f32 panels at AVX2 and AVX-VNNI). Elsewhere the caller gives rows (unpack_panels).
+// kernel_weight_layout: the layout that StaticMatmul at cpu_isa() reads without a copy of its
+// own, what `xf-convert --layout panels` writes: int8 panels (AVX-512 VNNI), 7-bit panels
+// (AVX-512 without VNNI, AVX2), 7-bit rows (oneDNN where its int8 products saturate: SSE4.1,
+// AVX), rows (AVX-VNNI, aarch64); f32 panels (AVX2, AVX-VNNI), rows (oneDNN's packed copy).
+bool reads_layout_in_place(DType dtype, WeightLayout layout);
+WeightLayout kernel_weight_layout(DType dtype);
 
 // True where an int8 StaticMatmul of few rows (translating one sentence: the decoder's
 // step, the encoder) runs xf's own kernel instead of oneDNN: oneDNN 2.6 repacks the weights on

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "xf/dtype.h"
+#include "xf/weight_layout.h"
 
 struct __half;
 typedef struct CUstream_st* cudaStream_t;
@@ -45,6 +46,9 @@ struct WeightMatrix {
   const float* row_scales = nullptr;  // int8 only
   int64_t rows = 0;
   int64_t cols = 0;
+  // How data is arranged (xf/weight_layout.h): rows, or a layout the CPU's StaticMatmul reads in
+  // place where reads_layout_in_place() says so. Every other kernel takes rows.
+  WeightLayout layout = WeightLayout::rows;
 };
 
 // Element strides of a [batch, heads, positions, head_dim] view whose last dimension is

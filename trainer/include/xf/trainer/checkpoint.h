@@ -10,6 +10,7 @@
 // A checkpoint is written into a hidden temporary directory and renamed into place, so a crash
 // never leaves a half-written `step-*` directory.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,10 +89,12 @@ std::map<std::string, std::string> model_metadata(const Checkpoint& checkpoint,
 
 // Writes the checkpoint's parameters through writer_of_parameters() with the tokenizer and the metadata;
 // `target_tokenizer`, when not empty, is the target side's own SentencePiece model; `shortlist`,
-// when given, is stored in the file (xf-convert --shortlist).
+// when given, is stored in the file (xf-convert --shortlist); `layout_of`, when given, names each
+// tensor's layout (ModelWriter::set_layout; xf-convert --layout panels).
 void write_model_file(const Checkpoint& checkpoint, DType dtype,
                       const std::map<std::string, std::string>& metadata, const std::string& path,
-                      const std::string& target_tokenizer = {}, const LexicalShortlist* shortlist = nullptr);
+                      const std::string& target_tokenizer = {}, const LexicalShortlist* shortlist = nullptr,
+                      const std::function<WeightLayout(const std::string& name, DType dtype)>& layout_of = {});
 
 // Reads a lexical shortlist in Marian's text form (lex.s2t: "target source probability" lines,
 // pruned as `options` say) for the checkpoint's vocabularies: pieces are looked up in its
