@@ -492,8 +492,9 @@ TEST(DecodingOptions, ScoringGivesTeacherForcedLogProbabilities) {
   for (size_t i = 0; i < sources.size(); ++i)
     if (static_cast<int64_t>(outputs[i].size()) < runtime::max_output_length(
                                                       runtime::make_memory_plan(config, translator.options()),
-                                                      greedy, static_cast<int64_t>(sources[i].size()) + 1))
+                                                      greedy, static_cast<int64_t>(sources[i].size()) + 1)) {
       EXPECT_NEAR(scores[i].log_prob(), translations[i].hypotheses[0].log_prob, 1e-3) << i;
+    }
 
   // Bad requests name what is wrong.
   auto expect_error = [&](const std::vector<std::vector<int32_t>>& s, const std::vector<std::vector<int32_t>>& t,
@@ -548,7 +549,9 @@ TEST(DecodingOptions, LengthNormalizationsDivideAsComputedByHand) {
                                                                            : std::pow((5.0 + length) / 6.0, 2.0);
         EXPECT_NEAR(hypothesis.score, hypothesis.log_prob / divisor, 1e-5 * std::abs(hypothesis.log_prob))
             << "sentence " << i << " hypothesis " << h;
-        if (h > 0) EXPECT_GE(hypotheses[h - 1].score, hypothesis.score) << "sentence " << i;
+        if (h > 0) {
+          EXPECT_GE(hypotheses[h - 1].score, hypothesis.score) << "sentence " << i;
+        }
       }
       best[normalization == LengthNormalization::power].push_back(hypotheses[0].ids);
     }

@@ -672,7 +672,9 @@ TEST(Translator, TiedTableReadsTheOutputLayersCopy) {
   const std::pair<size_t, size_t> pages = mapped_pages(pagemap, *table);
   ::close(pagemap);
   EXPECT_EQ(table_released, reads_copy);
-  if (reads_copy) EXPECT_EQ(pages.first, 0u) << pages.first << " of " << pages.second << " pages still mapped";
+  if (reads_copy) {
+    EXPECT_EQ(pages.first, 0u) << pages.first << " of " << pages.second << " pages still mapped";
+  }
 
   const auto sources = test::random_source_ids(6, config.source_vocab_size, 24, 12);
   std::vector<TokenTranslation> from_mapped, from_memory;

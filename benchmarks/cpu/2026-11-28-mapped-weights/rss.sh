@@ -9,7 +9,7 @@
 # folios, which a mapping maps whole: up to 8 MB more for the same bytes), cold ones do not.
 # The files are made with BIN_DIR's xf-convert (a binary without --layout makes rows files only).
 set -euo pipefail
-bin=$1; out=$2; src=${SRC:-/work/notes/src_first.txt}; model=${MODEL:-models/enfr.xfm}
+bin=$1; out=$2; src=${SRC:?SRC: test.tsv distinct sources, one a line}; model=${MODEL:-models/enfr.xfm}
 mkdir -p "$out"; head -300 "$src" > "$out/in300.txt"
 for isa in native AVX512_CORE AVX2 SSE41; do
   if [ $isa = native ]; then unset ONEDNN_MAX_CPU_ISA; else export ONEDNN_MAX_CPU_ISA=$isa; fi
