@@ -60,10 +60,13 @@ class Backend {
   // A lexical shortlist for the batch last encoded (output_shortlist.h): the steps that follow
   // compute the output layer over these target ids alone (ascending, `count` of them; count 0:
   // the whole vocabulary again; encode() resets it), softmax and top_k() over them, and top_k()
-  // gives token ids.
-  // host_logits() then spreads them over whole rows, the other ids at -inf. ids must stay valid
-  // until the next encode(). Needs a plan with output_shortlist; a device without it throws.
-  virtual void restrict_output(const int32_t* ids, int64_t count);
+  // gives token ids. sentence_targets (null: none): [the batch's sentences, target vocab], 1
+  // where an id is in that sentence's own shortlist: each row's softmax and top-k then run over
+  // its sentence's own ids alone, so that a sentence decodes as it would alone.
+  // host_logits() then spreads them over whole rows, the other ids at -inf. ids and
+  // sentence_targets must stay valid until the next encode(). Needs a plan with output_shortlist;
+  // a device without it throws.
+  virtual void restrict_output(const int32_t* ids, int64_t count, const uint8_t* sentence_targets = nullptr);
 
   // Reorders the self-attention caches after a beam step: row i continues from row parents[i]
   // (positions 0..step). parents: [rows].

@@ -35,8 +35,8 @@ class ModuleBackend final : public Backend {
   bool logits_on_host() const override {
     return modules::call_module([&] { return inner_->logits_on_host(); });
   }
-  void restrict_output(const int32_t* ids, int64_t count) override {
-    modules::call_module([&] { inner_->restrict_output(ids, count); });
+  void restrict_output(const int32_t* ids, int64_t count, const uint8_t* sentence_targets) override {
+    modules::call_module([&] { inner_->restrict_output(ids, count, sentence_targets); });
   }
   void reorder_cache(const int32_t* parents, int64_t step) override {
     modules::call_module([&] { inner_->reorder_cache(parents, step); });

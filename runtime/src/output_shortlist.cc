@@ -1,5 +1,6 @@
 #include "output_shortlist.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -12,35 +13,39 @@
 namespace xf::runtime {
 
 OutputShortlist::OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
-                                 bool shared_vocabulary)
+                                 bool shared_vocabulary, int64_t max_sentences)
     : lists_(std::move(lists)), target_vocab_size_(target_vocab_size), shared_(shared_vocabulary),
-      chosen_(target_vocab_size), source_seen_(source_vocab_size) {
+      chosen_(target_vocab_size), own_(static_cast<size_t>(std::max<int64_t>(max_sentences, 1)) * target_vocab_size) {
+  (void)source_vocab_size;  // the lists were checked against it by whoever loaded them
   ids_.reserve(target_vocab_size);
 }
 
 const std::vector<int32_t>& OutputShortlist::select(const int32_t* source_ids, const int32_t* source_lengths,
                                                     int64_t sentences, int64_t stride) {
+  if (own_.size() < static_cast<size_t>(sentences) * target_vocab_size_)
+    own_.resize(static_cast<size_t>(sentences) * target_vocab_size_);
   std::fill(chosen_.begin(), chosen_.end(), 0);
-  std::fill(source_seen_.begin(), source_seen_.end(), 0);
   const uint64_t first = std::min<uint64_t>(lists_.first_num, target_vocab_size_);
-  std::fill(chosen_.begin(), chosen_.begin() + first, 1);
   const uint64_t listed = lists_.source_ids();
-  for (int64_t s = 0; s < sentences; ++s)
+  for (int64_t s = 0; s < sentences; ++s) {
+    uint8_t* own = own_.data() + s * target_vocab_size_;
+    std::fill(own, own + target_vocab_size_, 0);
+    std::fill(own, own + first, 1);
     for (int32_t t = 0; t < source_lengths[s]; ++t) {
       const int32_t id = source_ids[s * stride + t];
-      if (shared_) chosen_[id] = 1;
-      if (source_seen_[id]) continue;
-      source_seen_[id] = 1;
+      if (shared_) own[id] = 1;
       if (static_cast<uint64_t>(id) >= listed) continue;
-      for (uint64_t j = lists_.offsets[id]; j < lists_.offsets[id + 1]; ++j) chosen_[lists_.targets[j]] = 1;
+      for (uint64_t j = lists_.offsets[id]; j < lists_.offsets[id + 1]; ++j) own[lists_.targets[j]] = 1;
     }
-  size_t count = 0;
-  for (uint8_t c : chosen_) count += c;
-  for (uint64_t i = lists_.first_num; i < target_vocab_size_ && count % 8 != 0; ++i)
-    if (!chosen_[i]) {
-      chosen_[i] = 1;
-      ++count;
-    }
+    size_t count = 0;
+    for (uint32_t i = 0; i < target_vocab_size_; ++i) count += own[i];
+    for (uint64_t i = lists_.first_num; i < target_vocab_size_ && count % 8 != 0; ++i)
+      if (!own[i]) {
+        own[i] = 1;
+        ++count;
+      }
+    for (uint32_t i = 0; i < target_vocab_size_; ++i) chosen_[i] |= own[i];
+  }
   ids_.clear();
   for (uint32_t i = 0; i < target_vocab_size_; ++i)
     if (chosen_[i]) ids_.push_back(static_cast<int32_t>(i));
@@ -68,7 +73,8 @@ std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const
   if (options.shortlist == "none") return nullptr;
   if (options.shortlist.empty()) {
     if (!file.shortlist()) return nullptr;
-    return std::make_unique<OutputShortlist>(*file.shortlist(), c.source_vocab_size, c.target_vocab_size, shared);
+    return std::make_unique<OutputShortlist>(*file.shortlist(), c.source_vocab_size, c.target_vocab_size, shared,
+                                             options.max_batch);
   }
   const std::string& path = options.shortlist;
   LexicalShortlist lists;
@@ -107,7 +113,8 @@ std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const
   } catch (const Error& e) {
     throw Error(std::string("shortlist ") + e.what());
   }
-  return std::make_unique<OutputShortlist>(std::move(lists), c.source_vocab_size, c.target_vocab_size, shared);
+  return std::make_unique<OutputShortlist>(std::move(lists), c.source_vocab_size, c.target_vocab_size, shared,
+                                           options.max_batch);
 }
 
 }  // namespace xf::runtime

@@ -20,25 +20,32 @@ class OutputShortlist {
  public:
   // lists: checked against the vocabularies (check_shortlist) by whoever loaded them.
   // shared_vocabulary: one vocabulary serves both sides (Marian then adds the source ids too).
+  // max_sentences: the most sentences a batch has (more cost an allocation in select()).
   OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
-                  bool shared_vocabulary);
+                  bool shared_vocabulary, int64_t max_sentences = 1);
 
-  // The target ids of a batch, ascending, as Marian's BinaryShortlistGenerator::generate picks
-  // them: [0, first_num), the candidates of every source id of the batch (its real tokens, EOS
-  // included), the source ids themselves with a shared vocabulary, then the ids from first_num on
-  // that are not in yet until the count is a multiple of 8 (Marian pads for its int8 products;
-  // kept so that outputs are Marian's). source_ids: [sentences, stride]. Allocates nothing.
+  // The target ids of a batch, ascending: the union of its sentences' own selections
+  // (sentence_targets), each as Marian's BinaryShortlistGenerator::generate picks them for that
+  // sentence alone: [0, first_num), the candidates of every source id of the sentence (its real
+  // tokens, EOS included), the source ids themselves with a shared vocabulary, then the ids from
+  // first_num on that are not in yet until the count is a multiple of 8 (Marian pads for its int8
+  // products; kept so that outputs are Marian's with one sentence a batch, as its fixtures ran).
+  // Each sentence is then decoded over its own selection alone (Backend::restrict_output), so that
+  // it translates the same in any batch; Marian decodes every sentence of a batch over the union.
+  // source_ids: [sentences, stride]. Allocates nothing up to max_sentences.
   const std::vector<int32_t>& select(const int32_t* source_ids, const int32_t* source_lengths, int64_t sentences,
                                      int64_t stride);
+  // Sentence s's own selection of the last select(): [target vocab], 1 where the id is in it.
+  const uint8_t* sentence_targets(int64_t s) const { return own_.data() + s * target_vocab_size_; }
   const LexicalShortlist& lists() const { return lists_; }
 
  private:
   LexicalShortlist lists_;
   uint32_t target_vocab_size_;
   bool shared_;
-  std::vector<uint8_t> chosen_;       // [target vocab]
-  std::vector<uint8_t> source_seen_;  // [source vocab]
-  std::vector<int32_t> ids_;          // capacity: the target vocabulary
+  std::vector<uint8_t> chosen_;  // [target vocab]: the union
+  std::vector<uint8_t> own_;     // [sentences, target vocab]: each sentence's own selection
+  std::vector<int32_t> ids_;     // capacity: the target vocabulary
 };
 
 // The shortlist a Translator uses (TranslatorOptions::shortlist): the model file's own unless

@@ -19,7 +19,7 @@ void Backend::keep_sentences(const int32_t*, int64_t) {
   throw Error("internal: this backend cannot drop sentences from a batch");
 }
 
-void Backend::restrict_output(const int32_t*, int64_t count) {
+void Backend::restrict_output(const int32_t*, int64_t count, const uint8_t*) {
   if (count != 0) throw Error("internal: this backend cannot restrict its output layer to a shortlist");
 }
 
@@ -72,7 +72,7 @@ void Search::translate(Backend& backend, int64_t sentences, int64_t source_len, 
   backend.encode(source_ids_.data(), source_lengths_.data(), sentences, source_len);
   if (shortlist != nullptr) {
     const std::vector<int32_t>& ids = shortlist->select(source_ids_.data(), source_lengths_.data(), sentences, source_len);
-    backend.restrict_output(ids.data(), static_cast<int64_t>(ids.size()));
+    backend.restrict_output(ids.data(), static_cast<int64_t>(ids.size()), shortlist->sentence_targets(0));
   }
   for (int64_t s = 0; s < sentences; ++s) {
     max_length_[s] = max_output_length(plan_, options, source_lengths_[s]);

@@ -64,7 +64,9 @@ class TransformerBackend final : public Backend, public BackendProbe {
         host_row_tokens_(plan.max_sentences * plan.max_source_len),
         host_live_rows_(plan.max_rows), host_full_rows_(plan.max_rows), host_live_tokens_(plan.max_rows),
         host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * (plan.max_beam + 1)),
-        host_live_ids_(plan.max_rows * (plan.max_beam + 1)) {
+        host_live_ids_(plan.max_rows * (plan.max_beam + 1)),
+        short_sentences_(plan.output_shortlist ? plan.max_sentences : 0),
+        own_logits_(plan.output_shortlist ? vocab_ : 0), own_ids_(plan.output_shortlist ? vocab_ : 0) {
     bind_weights();
     plan_buffers();
   }
@@ -77,7 +79,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   bool top_k_has_spare() const override { return Ops::kLogitsOnHost; }
   float* host_logits() override;
   bool logits_on_host() const override { return Ops::kLogitsOnHost; }
-  void restrict_output(const int32_t* ids, int64_t count) override;
+  void restrict_output(const int32_t* ids, int64_t count, const uint8_t* sentence_targets) override;
   void reorder_cache(const int32_t* parents, int64_t step) override;
   bool can_drop_sentences() const override { return true; }
   void keep_sentences(const int32_t* kept, int64_t count) override;
@@ -149,10 +151,20 @@ class TransformerBackend final : public Backend, public BackendProbe {
   }
   // The shortlisted logits [computed rows, output_count_] as whole rows [.., vocab] at out, the
   // other ids at -inf (host backends).
+  // With sentence_targets_, only each row's sentence's own ids (the others at -inf too).
   void spread_short_logits(float* out) const {
     std::fill(out, out + computed_rows_ * vocab_, -std::numeric_limits<float>::infinity());
-    for (int64_t r = 0; r < computed_rows_; ++r)
-      for (int64_t i = 0; i < output_count_; ++i) out[r * vocab_ + output_ids_[i]] = short_logits_[r * output_count_ + i];
+    for (int64_t r = 0; r < computed_rows_; ++r) {
+      const uint8_t* own = own_targets(r);
+      for (int64_t i = 0; i < output_count_; ++i)
+        if (own == nullptr || own[output_ids_[i]]) out[r * vocab_ + output_ids_[i]] = short_logits_[r * output_count_ + i];
+    }
+  }
+  // Computed row i's sentence's own shortlist ([vocab], 1 where an id is in it), or null: every id.
+  const uint8_t* own_targets(int64_t i) const {
+    if (sentence_targets_ == nullptr) return nullptr;
+    const int64_t row = compacted_ ? host_live_rows_[i] : i;
+    return sentence_targets_ + short_sentences_[row / beam_] * vocab_;
   }
   const int32_t* upload_lengths() {
     return ops_.upload(lengths_input_, host_lengths_.data(), sentences_);
@@ -203,8 +215,13 @@ class TransformerBackend final : public Backend, public BackendProbe {
   // product over them reads (at most shortlist_rows_bytes(vocab)), and their bias ([vocab] at
   // most); the step's logits over them [rows, output_count_]; whether host_logits() has spread
   // them over logits_ this step (top_k() then reads logits_, as the search adjusted it).
+  // Each sentence's own ids among them (restrict_output's sentence_targets: [batch's sentences,
+  // vocab]; null: all of them), found through short_sentences_ (a sentence's place in the batch
+  // restrict_output saw, kept through keep_sentences()); a row's own logits and their ids, gathered
+  // for top_k ([vocab] each).
   const int32_t* output_ids_ = nullptr;
   int64_t output_count_ = 0;
+  const uint8_t* sentence_targets_ = nullptr;
   bool spread_ = false;
   void* short_rows_ = nullptr;
   float *short_bias_ = nullptr, *short_logits_ = nullptr;
@@ -234,6 +251,9 @@ class TransformerBackend final : public Backend, public BackendProbe {
   std::vector<float> host_live_offsets_;   // [max_rows] their top_k row offsets
   std::vector<float> host_live_values_;    // [max_rows * (max_beam + 1)] their top_k results
   std::vector<int32_t> host_live_ids_;
+  std::vector<int32_t> short_sentences_;
+  std::vector<float> own_logits_;
+  std::vector<int32_t> own_ids_;
 };
 
 template <typename Ops>
@@ -601,11 +621,13 @@ float* TransformerBackend<Ops>::host_logits() {
 }
 
 template <typename Ops>
-void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count) {
+void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count, const uint8_t* sentence_targets) {
   if (count < 0 || count > vocab_) throw Error("internal: restrict_output() outside the vocabulary");
   if (count > 0 && short_rows_ == nullptr) throw Error("internal: restrict_output() without a planned shortlist");
   output_ids_ = ids;
   output_count_ = count;
+  sentence_targets_ = count > 0 ? sentence_targets : nullptr;
+  for (int64_t s = 0; s < sentences_ && sentence_targets_ != nullptr; ++s) short_sentences_[s] = static_cast<int32_t>(s);
   spread_ = false;
   if constexpr (Ops::kLogitsOnHost) {
     if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_rows_, short_bias_);
@@ -624,6 +646,26 @@ void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* 
     if (shortlisted)
       for (int64_t i = 0; i < count; ++i) column_ids[i] = output_ids_[column_ids[i]];
   };
+  if (shortlisted && sentence_targets_ != nullptr) {
+    // Each row over its sentence's own ids alone, gathered in ascending order: the same values at
+    // the same places as when the sentence is the batch alone, so its softmax and top-k are too.
+    const int64_t rows = compacted_ ? computed_rows_ : rows_;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = compacted_ ? host_live_rows_[i] : i;
+      const uint8_t* own = own_targets(i);
+      const float* row_logits = short_logits_ + i * output_count_;
+      int64_t count = 0;
+      for (int64_t j = 0; j < output_count_; ++j)
+        if (own[output_ids_[j]]) {
+          own_ids_[count] = output_ids_[j];
+          own_logits_[count++] = row_logits[j];
+        }
+      ops_.top_k(own_logits_.data(), row_offsets != nullptr ? row_offsets + row : nullptr, 1, count, k,
+                 values + row * k, ids + row * k);
+      for (int64_t j = 0; j < k; ++j) ids[row * k + j] = own_ids_[ids[row * k + j]];
+    }
+    return;
+  }
   if (!compacted_) {
     ops_.top_k(logits, row_offsets, rows_, columns, k, values, ids);
     to_token_ids(ids, rows_ * k);
@@ -691,6 +733,8 @@ void TransformerBackend<Ops>::keep_sentences(const int32_t* kept, int64_t count)
       ops_.copy_blocks(cross_kv_ + kept[i] * block, cross_kv_ + i * block, block,
                        static_cast<int64_t>(decoder_.size()), cross_kv_layer_stride_);
   for (int64_t i = 0; i < count; ++i) host_lengths_[i] = host_lengths_[kept[i]];
+  if (sentence_targets_ != nullptr)
+    for (int64_t i = 0; i < count; ++i) short_sentences_[i] = short_sentences_[kept[i]];
   sentences_ = count;
   rows_ = sentences_ * beam_;
   source_lengths_ = upload_lengths();

@@ -1,5 +1,7 @@
 // A sentence translates the same alone and inside a batch of 32, greedy and beam 4, with the
-// bundled int8 model (int8 products quantize their input per row) and its f32 conversion.
+// bundled int8 model (int8 products quantize their input per row) and its f32 conversion, and with
+// the bundled student (SSRU decoder, its stored shortlist: a batch's shortlist is the union of its
+// sentences' candidates, so the output layer's rows differ with the batch).
 // Before the per-row scales, 20 of the first 200 test.tsv sentences changed with the batch.
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 namespace {
 
 const std::string kModel = std::string(XF_SOURCE_DIR) + "/models/enfr.xfm";
+const std::string kStudent = std::string(XF_SOURCE_DIR) + "/models/enfr-student.xfm";
 
 // 32 ordinary sentences, plus a long one and an odd one, which set the batch's extremes.
 std::vector<std::string> sentences() {
@@ -42,14 +45,14 @@ std::vector<std::vector<int32_t>> translate(xf::Translator& translator, const st
   return ids;
 }
 
-void expect_batch_independent(std::optional<xf::DType> weight_dtype) {
-  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " is not in this checkout";
+void expect_batch_independent(std::optional<xf::DType> weight_dtype, const std::string& model = kModel) {
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is not in this checkout";
   xf::TranslatorOptions options;
   options.max_batch = 32;
   options.max_beam = 4;
   options.threads = 2;
   options.weight_dtype = weight_dtype;
-  xf::Translator translator(xf::Model::open(kModel), options);
+  xf::Translator translator(xf::Model::open(model), options);
   const std::vector<std::string> lines = sentences();
   for (int beam : {1, 4}) {
     const auto batched = translate(translator, lines, beam, false);
@@ -62,5 +65,9 @@ void expect_batch_independent(std::optional<xf::DType> weight_dtype) {
 TEST(BatchIndependence, Int8ModelAloneOrInABatchOf32) { expect_batch_independent(std::nullopt); }
 
 TEST(BatchIndependence, F32ModelAloneOrInABatchOf32) { expect_batch_independent(xf::DType::f32); }
+
+TEST(BatchIndependence, StudentWithItsShortlistAloneOrInABatchOf32) {
+  expect_batch_independent(std::nullopt, kStudent);
+}
 
 }  // namespace

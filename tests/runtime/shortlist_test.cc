@@ -21,6 +21,7 @@
 #include "search_support.h"
 #include "tiny_model.h"
 #include "xf/format/shortlist.h"
+#include "xf/kernels_cpu/isa.h"
 #include "xf/translator.h"
 
 namespace xf {
@@ -43,7 +44,15 @@ LexicalShortlist random_lists(uint32_t source_vocab, uint32_t target_vocab, uint
   return lists;
 }
 
-TEST(ShortlistSelection, IsMarianGenerateUnionFirstIdsSourceIdsAndPaddingToEight) {
+// Which ids of a target vocabulary of `size` are 1 in mask.
+std::vector<int32_t> ids_in(const uint8_t* mask, uint32_t size) {
+  std::vector<int32_t> ids;
+  for (uint32_t i = 0; i < size; ++i)
+    if (mask[i]) ids.push_back(static_cast<int32_t>(i));
+  return ids;
+}
+
+TEST(ShortlistSelection, IsMarianGenerateForEachSentenceAloneAndTheirUnion) {
   LexicalShortlist lists;
   lists.first_num = 3;
   lists.offsets = {0, 0, 0, 0, 0, 0, 2, 3, 5};  // 5 -> {20, 30}; 6 -> {9}; 7 -> {11, 40}
@@ -51,18 +60,26 @@ TEST(ShortlistSelection, IsMarianGenerateUnionFirstIdsSourceIdsAndPaddingToEight
   // Two sentences of stride 4: [5, 6, 3(EOS), pad], [7, 3(EOS), 7(beyond the length), pad].
   const std::vector<int32_t> source = {5, 6, 3, 0, 7, 3, 6, 0};
   const std::vector<int32_t> lengths = {3, 2};
-  runtime::OutputShortlist separate(lists, 50, 50, /*shared_vocabulary=*/false);
-  // 0..2, 20, 30, 9, 11, 40 = 8 ids: already a multiple of 8, no padding.
-  EXPECT_EQ(separate.select(source.data(), lengths.data(), 2, 4), (std::vector<int32_t>{0, 1, 2, 9, 11, 20, 30, 40}));
-  // With one vocabulary the source ids come in too (3, 5, 6, 7): 12 ids, padded with the first
-  // ids from first_num on not in yet (4, 8, 10, 12) to 16.
-  runtime::OutputShortlist shared(lists, 50, 50, /*shared_vocabulary=*/true);
+  runtime::OutputShortlist separate(lists, 50, 50, /*shared_vocabulary=*/false, 2);
+  // Each sentence's own (Marian's generate for it alone): 0..2 and its candidates, padded with
+  // the first ids from first_num on not in yet to a multiple of 8; the batch: their union.
+  EXPECT_EQ(separate.select(source.data(), lengths.data(), 2, 4),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 9, 11, 20, 30, 40}));
+  EXPECT_EQ(ids_in(separate.sentence_targets(0), 50), (std::vector<int32_t>{0, 1, 2, 3, 4, 9, 20, 30}));
+  EXPECT_EQ(ids_in(separate.sentence_targets(1), 50), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 11, 40}));
+  // With one vocabulary the source ids come in too: the first sentence's 0..2, 3, 5, 6, 9, 20, 30
+  // padded with 4, 7, 8, 10..13 to 16; the second's 0..3, 7, 11, 40 with 4 to 8.
+  runtime::OutputShortlist shared(lists, 50, 50, /*shared_vocabulary=*/true, 2);
   EXPECT_EQ(shared.select(source.data(), lengths.data(), 2, 4),
-            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 20, 30, 40}));
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 30, 40}));
+  EXPECT_EQ(ids_in(shared.sentence_targets(0), 50),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 30}));
+  EXPECT_EQ(ids_in(shared.sentence_targets(1), 50), (std::vector<int32_t>{0, 1, 2, 3, 4, 7, 11, 40}));
   // One sentence: only its own candidates; a source id past the lists' end has none.
   const std::vector<int32_t> one = {6, 45, 3, 0};
   const std::vector<int32_t> one_length = {3};
   EXPECT_EQ(separate.select(one.data(), one_length.data(), 1, 4), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 9}));
+  EXPECT_EQ(ids_in(separate.sentence_targets(0), 50), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 9}));
 }
 
 std::shared_ptr<const Model> model_with_shortlist(const std::optional<LexicalShortlist>& lists, const std::string& name,
@@ -166,7 +183,7 @@ TEST(ShortlistOutput, OutputsStayInsideTheSelection) {
   TranslatorOptions options = test::plan_options(1, 4);
   options.max_source_len = 24;
   Translator translator(model, options);
-  runtime::OutputShortlist selection(lists, vocab, vocab, true);
+  runtime::OutputShortlist selection(lists, vocab, vocab, true, 1);
   const auto sources = test::random_source_ids(10, vocab, 6, 20);
   for (const auto& source : sources) {
     std::vector<int32_t> row = source;
@@ -177,6 +194,41 @@ TEST(ShortlistOutput, OutputsStayInsideTheSelection) {
     translator.translate_ids({source}, test::beam_options(4, 4), results);
     for (const TokenHypothesis& h : results[0].hypotheses)
       for (int32_t id : h.ids) EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), id)) << id;
+  }
+}
+
+// A sentence decodes the same alone and in a batch under a narrow shortlist: its rows' softmax and
+// top-k run over its own selection, not the batch's union (with the union, greedy picked ids that
+// only other sentences' sources bring in). Greedy, beam 4, and a repetition penalty (the search
+// then adjusts spread logits).
+TEST(ShortlistOutput, ASentenceDecodesAloneAsInABatch) {
+  const uint32_t vocab = test::TinyModelOptions{}.vocab_size;
+  auto model = model_with_shortlist(random_lists(vocab, vocab, 4, 3, 5), "alone_or_batch");
+  TranslatorOptions options = test::plan_options(12, 4);
+  options.max_source_len = 24;
+  Translator translator(model, options);
+  const auto sources = test::random_source_ids(12, vocab, 4, 20);
+  TranslateOptions penalty = test::beam_options(4, 4);
+  penalty.repetition_penalty = 1.5f;
+  const bool f32_rows_exact = cpu::cpu_isa() == cpu::CpuIsa::avx512 || cpu::cpu_isa() == cpu::CpuIsa::avx512_vnni;
+  for (const TranslateOptions& decoding : {test::beam_options(1), test::beam_options(4, 4), penalty}) {
+    std::vector<TokenTranslation> batch;
+    translator.translate_ids(sources, decoding, batch);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      std::vector<TokenTranslation> alone;
+      translator.translate_ids({sources[i]}, decoding, alone);
+      ASSERT_EQ(alone[0].hypotheses.size(), batch[i].hypotheses.size());
+      for (size_t h = 0; h < alone[0].hypotheses.size(); ++h) {
+        EXPECT_EQ(alone[0].hypotheses[h].ids, batch[i].hypotheses[h].ids) << "beam " << decoding.beam << " sentence " << i;
+        // Bit for bit where one f32 row's sums do not depend on the row count (AVX-512); below,
+        // xf's AVX2 panel kernel and oneDNN's SSE4.1 gemm sum a row in an order that does (open).
+        if (f32_rows_exact)
+          EXPECT_EQ(alone[0].hypotheses[h].score, batch[i].hypotheses[h].score) << "beam " << decoding.beam << " " << i;
+        else
+          EXPECT_NEAR(alone[0].hypotheses[h].score, batch[i].hypotheses[h].score,
+                      1e-5f * std::abs(alone[0].hypotheses[h].score)) << "beam " << decoding.beam << " " << i;
+      }
+    }
   }
 }
 
