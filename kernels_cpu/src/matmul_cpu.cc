@@ -706,7 +706,7 @@ void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count
     for (int64_t c0 = 0; c0 < cols; c0 += kGatherChunk) {
       const int64_t n = std::min(kGatherChunk, cols - c0);
       if (kernel.seven_bits) {
-        for (int64_t c = 0; c < n; ++c) chunk[c] = to_seven_bits(q[c0 + c]);
+        for (int64_t c = 0; c < n; ++c) chunk[c] = xf::to_seven_bits(q[c0 + c]);  // inline: vectorized
       } else {
         std::memcpy(chunk, q + c0, static_cast<size_t>(n));
       }
