@@ -154,7 +154,12 @@ done
   echo "# Student card ($(date -u +%Y-%m-%d), $(uname -m), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
   echo
   echo "Teacher: $teacher. Distilled: $out/distilled.tsv ($(wc -l < "$out/distilled.tsv") pairs of $corpus, n-best $n_best)."
-  echo "Student: xf-train ${init[*]} ${student[*]}, $minutes minutes, ${#checkpoints[@]} checkpoints averaged;"
+  # The training as the averaged file records it (its last checkpoint's steps and wall time, over
+  # every run that resumed it), not this run's --minutes (0 when only the later steps are redone).
+  trained=$("$bin/xf-inspect" "$out/student.xfm")
+  steps=$(sed -n 's/^ *training.steps *//p' <<< "$trained")
+  trained_minutes=$(sed -n 's/^ *training.wall_seconds *//p' <<< "$trained" | awk '{ printf "%.0f", $1 / 60 }')
+  echo "Student: xf-train ${init[*]} ${student[*]}, $steps steps in $trained_minutes minutes of training, ${#checkpoints[@]} checkpoints averaged;"
   echo "int8 with a shortlist (top $top_k per source piece, first $frequent target ids)${prune:+, target vocabulary of ${prune[1]}}."
   echo
   for set in "${sets[@]}"; do

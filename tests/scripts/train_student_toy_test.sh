@@ -64,6 +64,10 @@ done
 grep -Eq '^\| student / teacher \| AVX2 \| [0-9.]+ \| [0-9.]+ \|$' "$work/out/card.md" || { echo "FAIL: no ratio" >&2; exit 1; }
 # The student file: an SSRU decoder and a stored shortlist, as xf-inspect reads them.
 "$bin/xf-inspect" "$work/out/student-int8.xfm" > "$work/inspect.txt"
+# The card's training: the steps the file records (not the run's --minutes).
+steps=$(sed -n 's/^ *training.steps *//p' "$work/inspect.txt")
+grep -Eq "^Student: .*, $steps steps in [0-9]+ minutes of training, " "$work/out/card.md" ||
+  { echo "FAIL: the card does not give the $steps steps trained" >&2; cat "$work/out/card.md" >&2; exit 1; }
 grep -Eq 'decoder_layer_kind +ssru' "$work/inspect.txt" || { echo "FAIL: not an SSRU decoder" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 grep -qi 'shortlist' "$work/inspect.txt" || { echo "FAIL: no stored shortlist" >&2; cat "$work/inspect.txt" >&2; exit 1; }
 grep -Eq '^ *shared_embeddings +0$' "$work/inspect.txt" || { echo "FAIL: the target vocabulary is not pruned" >&2; exit 1; }
