@@ -12,11 +12,10 @@
 
 namespace xf::runtime {
 
-OutputShortlist::OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
-                                 bool shared_vocabulary, int64_t max_sentences)
+OutputShortlist::OutputShortlist(LexicalShortlist lists, uint32_t target_vocab_size, bool shared_vocabulary,
+                                 int64_t max_sentences)
     : lists_(std::move(lists)), target_vocab_size_(target_vocab_size), shared_(shared_vocabulary),
       chosen_(target_vocab_size), own_(static_cast<size_t>(std::max<int64_t>(max_sentences, 1)) * target_vocab_size) {
-  (void)source_vocab_size;  // the lists were checked against it by whoever loaded them
   ids_.reserve(target_vocab_size);
 }
 
@@ -73,8 +72,7 @@ std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const
   if (options.shortlist == "none") return nullptr;
   if (options.shortlist.empty()) {
     if (!file.shortlist()) return nullptr;
-    return std::make_unique<OutputShortlist>(*file.shortlist(), c.source_vocab_size, c.target_vocab_size, shared,
-                                             options.max_batch);
+    return std::make_unique<OutputShortlist>(*file.shortlist(), c.target_vocab_size, shared, options.max_batch);
   }
   const std::string& path = options.shortlist;
   LexicalShortlist lists;
@@ -113,8 +111,7 @@ std::unique_ptr<OutputShortlist> load_output_shortlist(const Model& model, const
   } catch (const Error& e) {
     throw Error(std::string("shortlist ") + e.what());
   }
-  return std::make_unique<OutputShortlist>(std::move(lists), c.source_vocab_size, c.target_vocab_size, shared,
-                                           options.max_batch);
+  return std::make_unique<OutputShortlist>(std::move(lists), c.target_vocab_size, shared, options.max_batch);
 }
 
 }  // namespace xf::runtime

@@ -21,8 +21,8 @@ class OutputShortlist {
   // lists: checked against the vocabularies (check_shortlist) by whoever loaded them.
   // shared_vocabulary: one vocabulary serves both sides (Marian then adds the source ids too).
   // max_sentences: the most sentences a batch has (more cost an allocation in select()).
-  OutputShortlist(LexicalShortlist lists, uint32_t source_vocab_size, uint32_t target_vocab_size,
-                  bool shared_vocabulary, int64_t max_sentences = 1);
+  OutputShortlist(LexicalShortlist lists, uint32_t target_vocab_size, bool shared_vocabulary,
+                  int64_t max_sentences = 1);
 
   // The target ids of a batch, ascending: the union of its sentences' own selections
   // (sentence_targets), each as Marian's BinaryShortlistGenerator::generate picks them for that

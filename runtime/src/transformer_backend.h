@@ -218,7 +218,7 @@ class TransformerBackend final : public Backend, public BackendProbe {
   // Each sentence's own ids among them (restrict_output's sentence_targets: [batch's sentences,
   // vocab]; null: all of them), found through short_sentences_ (a sentence's place in the batch
   // restrict_output saw, kept through keep_sentences()); a row's own logits and their ids, gathered
-  // for top_k ([vocab] each).
+  // for top_k ([vocab] each, planned with the shortlist).
   const int32_t* output_ids_ = nullptr;
   int64_t output_count_ = 0;
   const uint8_t* sentence_targets_ = nullptr;
@@ -638,17 +638,11 @@ template <typename Ops>
 void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) {
   if (k < 1 || k > plan_.max_beam + (top_k_has_spare() ? 1 : 0) || rows_ < 1)
     throw Error("internal: top_k() outside the plan");
-  // Over the shortlist's logits unless the search spread them (host_logits) to adjust them.
-  const bool shortlisted = output_count_ > 0 && !spread_;
-  const float* logits = shortlisted ? short_logits_ : logits_;
-  const int64_t columns = shortlisted ? output_count_ : vocab_;
-  auto to_token_ids = [&](int32_t* column_ids, int64_t count) {
-    if (shortlisted)
-      for (int64_t i = 0; i < count; ++i) column_ids[i] = output_ids_[column_ids[i]];
-  };
-  if (shortlisted && sentence_targets_ != nullptr) {
-    // Each row over its sentence's own ids alone, gathered in ascending order: the same values at
-    // the same places as when the sentence is the batch alone, so its softmax and top-k are too.
+  // Over the shortlist's logits unless the search spread them (host_logits) to adjust them: each
+  // row over its sentence's own ids (all of them without sentence_targets_), gathered in
+  // ascending order, the same values at the same places as when the sentence is the batch alone,
+  // so its softmax and top-k are too; ids mapped back to token ids.
+  if (output_count_ > 0 && !spread_) {
     const int64_t rows = compacted_ ? computed_rows_ : rows_;
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t row = compacted_ ? host_live_rows_[i] : i;
@@ -656,7 +650,7 @@ void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* 
       const float* row_logits = short_logits_ + i * output_count_;
       int64_t count = 0;
       for (int64_t j = 0; j < output_count_; ++j)
-        if (own[output_ids_[j]]) {
+        if (own == nullptr || own[output_ids_[j]]) {
           own_ids_[count] = output_ids_[j];
           own_logits_[count++] = row_logits[j];
         }
@@ -667,16 +661,14 @@ void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* 
     return;
   }
   if (!compacted_) {
-    ops_.top_k(logits, row_offsets, rows_, columns, k, values, ids);
-    to_token_ids(ids, rows_ * k);
+    ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
     return;
   }
   const int64_t rows = computed_rows_;
   if (row_offsets != nullptr)
     for (int64_t i = 0; i < rows; ++i) host_live_offsets_[i] = row_offsets[host_live_rows_[i]];
-  ops_.top_k(logits, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, columns, k,
+  ops_.top_k(logits_, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, vocab_, k,
              host_live_values_.data(), host_live_ids_.data());
-  to_token_ids(host_live_ids_.data(), rows * k);
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(host_live_values_.data() + i * k, k, values + host_live_rows_[i] * k);
     std::copy_n(host_live_ids_.data() + i * k, k, ids + host_live_rows_[i] * k);

@@ -60,7 +60,7 @@ TEST(ShortlistSelection, IsMarianGenerateForEachSentenceAloneAndTheirUnion) {
   // Two sentences of stride 4: [5, 6, 3(EOS), pad], [7, 3(EOS), 7(beyond the length), pad].
   const std::vector<int32_t> source = {5, 6, 3, 0, 7, 3, 6, 0};
   const std::vector<int32_t> lengths = {3, 2};
-  runtime::OutputShortlist separate(lists, 50, 50, /*shared_vocabulary=*/false, 2);
+  runtime::OutputShortlist separate(lists, 50, /*shared_vocabulary=*/false, 2);
   // Each sentence's own (Marian's generate for it alone): 0..2 and its candidates, padded with
   // the first ids from first_num on not in yet to a multiple of 8; the batch: their union.
   EXPECT_EQ(separate.select(source.data(), lengths.data(), 2, 4),
@@ -69,7 +69,7 @@ TEST(ShortlistSelection, IsMarianGenerateForEachSentenceAloneAndTheirUnion) {
   EXPECT_EQ(ids_in(separate.sentence_targets(1), 50), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 11, 40}));
   // With one vocabulary the source ids come in too: the first sentence's 0..2, 3, 5, 6, 9, 20, 30
   // padded with 4, 7, 8, 10..13 to 16; the second's 0..3, 7, 11, 40 with 4 to 8.
-  runtime::OutputShortlist shared(lists, 50, 50, /*shared_vocabulary=*/true, 2);
+  runtime::OutputShortlist shared(lists, 50, /*shared_vocabulary=*/true, 2);
   EXPECT_EQ(shared.select(source.data(), lengths.data(), 2, 4),
             (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 20, 30, 40}));
   EXPECT_EQ(ids_in(shared.sentence_targets(0), 50),
@@ -183,7 +183,7 @@ TEST(ShortlistOutput, OutputsStayInsideTheSelection) {
   TranslatorOptions options = test::plan_options(1, 4);
   options.max_source_len = 24;
   Translator translator(model, options);
-  runtime::OutputShortlist selection(lists, vocab, vocab, true, 1);
+  runtime::OutputShortlist selection(lists, vocab, true, 1);
   const auto sources = test::random_source_ids(10, vocab, 6, 20);
   for (const auto& source : sources) {
     std::vector<int32_t> row = source;
