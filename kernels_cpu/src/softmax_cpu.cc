@@ -94,6 +94,24 @@ void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t ro
   });
 }
 
+void log_softmax_top_k_columns(const float* logits, int64_t vocab, const int32_t* row_lists,
+                               const int32_t* columns, const int32_t* list_sizes, int64_t list_stride,
+                               const float* row_offsets, int64_t rows, int64_t k, float* top_values,
+                               int32_t* top_indices, float* scratch, int threads) {
+  if (k <= 0) return;
+  detail::parallel_for_on_threads(rows, threads, true, [&](int64_t r, int thread) {
+    const int32_t* list = columns + row_lists[r] * list_stride;
+    const int64_t size = list_sizes[row_lists[r]];
+    const float* row = logits + r * vocab;
+    float* gathered = scratch + thread * list_stride;
+    for (int64_t j = 0; j < size; ++j) gathered[j] = row[list[j]];
+    int32_t* indices = top_indices + r * k;
+    log_softmax_top_k_row(gathered, row_offsets != nullptr ? row_offsets[r] : 0.0f, size, k, top_values + r * k,
+                          indices);
+    for (int64_t i = 0; i < k; ++i) indices[i] = list[indices[i]];
+  });
+}
+
 void log_softmax(float* logits, int64_t rows, int64_t vocab, int threads) {
   detail::parallel_for(rows, threads, true,
                        [&](int64_t r) { log_softmax_row(logits + r * vocab, vocab); });

@@ -297,6 +297,15 @@ class CpuOps {
              int32_t* ids) {
     cpu::log_softmax_top_k(logits, row_offsets, rows, vocab, k, values, ids, threads_);
   }
+  // top_k of each row over its list of columns (cpu::log_softmax_top_k_columns); scratch:
+  // [threads(), list_stride].
+  void top_k_columns(const float* logits, int64_t vocab, const int32_t* row_lists, const int32_t* columns,
+                     const int32_t* list_sizes, int64_t list_stride, const float* row_offsets, int64_t rows, int64_t k,
+                     float* values, int32_t* ids, float* scratch) {
+    cpu::log_softmax_top_k_columns(logits, vocab, row_lists, columns, list_sizes, list_stride, row_offsets, rows, k,
+                                   values, ids, scratch, threads_);
+  }
+  int threads() const { return threads_; }
   void reorder_in_place(float* rows, int64_t slabs, int64_t slab_stride, int64_t stride, const int32_t* parents,
                         int64_t count, int64_t group, int64_t len) {
     cpu::reorder_rows_in_place(rows, slabs, slab_stride, stride, parents, count, group, len, reorder_scratch_,

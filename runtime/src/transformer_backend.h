@@ -22,7 +22,8 @@
 //             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
 //             a second copy (the SSRU cell states are reordered the same way); an Ops whose
 //             logits are on the host (kLogitsOnHost) also the lexical shortlist's
-//             shortlist_rows_bytes, gather_output_rows (once a batch) and rows_product (a step)
+//             shortlist_rows_bytes, gather_output_rows (once a batch), rows_product (a step),
+//             and top_k_columns with its scratch of threads() rows
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -66,7 +67,9 @@ class TransformerBackend final : public Backend, public BackendProbe {
         host_live_offsets_(plan.max_rows), host_live_values_(plan.max_rows * (plan.max_beam + 1)),
         host_live_ids_(plan.max_rows * (plan.max_beam + 1)),
         short_sentences_(plan.output_shortlist ? plan.max_sentences : 0),
-        own_logits_(plan.output_shortlist ? vocab_ : 0), own_ids_(plan.output_shortlist ? vocab_ : 0) {
+        short_columns_(plan.output_shortlist ? plan.max_sentences * vocab_ : 0),
+        short_list_sizes_(plan.output_shortlist ? plan.max_sentences : 0),
+        host_row_lists_(plan.output_shortlist ? plan.max_rows : 0) {
     bind_weights();
     plan_buffers();
   }
@@ -149,22 +152,21 @@ class TransformerBackend final : public Backend, public BackendProbe {
     ops_.project(layer.ffn_outer, hidden, sublayer, rows);
     residual(x, sublayer, layer.ffn_outer, layer.ffn_norm, rows);
   }
-  // The shortlisted logits [computed rows, output_count_] as whole rows [.., vocab] at out, the
-  // other ids at -inf (host backends).
-  // With sentence_targets_, only each row's sentence's own ids (the others at -inf too).
+  // The shortlisted logits [computed rows, output_count_] as whole rows [.., vocab] at out, each
+  // row's own ids (short_list) set, the others at -inf (host backends).
   void spread_short_logits(float* out) const {
     std::fill(out, out + computed_rows_ * vocab_, -std::numeric_limits<float>::infinity());
     for (int64_t r = 0; r < computed_rows_; ++r) {
-      const uint8_t* own = own_targets(r);
-      for (int64_t i = 0; i < output_count_; ++i)
-        if (own == nullptr || own[output_ids_[i]]) out[r * vocab_ + output_ids_[i]] = short_logits_[r * output_count_ + i];
+      const int32_t list = short_list(r);
+      const int32_t* columns = short_columns_.data() + list * vocab_;
+      for (int32_t j = 0; j < short_list_sizes_[list]; ++j)
+        out[r * vocab_ + output_ids_[columns[j]]] = short_logits_[r * output_count_ + columns[j]];
     }
   }
-  // Computed row i's sentence's own shortlist ([vocab], 1 where an id is in it), or null: every id.
-  const uint8_t* own_targets(int64_t i) const {
-    if (sentence_targets_ == nullptr) return nullptr;
+  // Computed row i's list of shortlisted columns (short_columns_): its sentence's.
+  int32_t short_list(int64_t i) const {
     const int64_t row = compacted_ ? host_live_rows_[i] : i;
-    return sentence_targets_ + short_sentences_[row / beam_] * vocab_;
+    return short_sentences_[row / beam_];
   }
   const int32_t* upload_lengths() {
     return ops_.upload(lengths_input_, host_lengths_.data(), sentences_);
@@ -216,15 +218,15 @@ class TransformerBackend final : public Backend, public BackendProbe {
   // most); the step's logits over them [rows, output_count_]; whether host_logits() has spread
   // them over logits_ this step (top_k() then reads logits_, as the search adjusted it).
   // Each sentence's own ids among them (restrict_output's sentence_targets: [batch's sentences,
-  // vocab]; null: all of them), found through short_sentences_ (a sentence's place in the batch
-  // restrict_output saw, kept through keep_sentences()); a row's own logits and their ids, gathered
-  // for top_k ([vocab] each, planned with the shortlist).
+  // vocab]; null: all of them), listed once a batch as columns of the step's shortlisted logits
+  // (short_columns_ [sentences, vocab], short_list_sizes_ of each; without sentence_targets list 0
+  // holds every column and each sentence reads it), found through short_sentences_ (a sentence's
+  // list, kept through keep_sentences()); the top-k's gather scratch [threads, vocab].
   const int32_t* output_ids_ = nullptr;
   int64_t output_count_ = 0;
-  const uint8_t* sentence_targets_ = nullptr;
   bool spread_ = false;
   void* short_rows_ = nullptr;
-  float *short_bias_ = nullptr, *short_logits_ = nullptr;
+  float *short_bias_ = nullptr, *short_logits_ = nullptr, *short_scratch_ = nullptr;
 
   // Host inputs and their way to the device.
   typename Ops::Input lengths_input_{}, positions_input_{}, tokens_input_{},
@@ -252,8 +254,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
   std::vector<float> host_live_values_;    // [max_rows * (max_beam + 1)] their top_k results
   std::vector<int32_t> host_live_ids_;
   std::vector<int32_t> short_sentences_;
-  std::vector<float> own_logits_;
-  std::vector<int32_t> own_ids_;
+  std::vector<int32_t> short_columns_, short_list_sizes_;
+  std::vector<int32_t> host_row_lists_;  // [max_rows] the computed rows' lists, for top_k
 };
 
 template <typename Ops>
@@ -373,6 +375,9 @@ void TransformerBackend<Ops>::plan_buffers() {
   const size_t short_rows = layout.reserve(short_rows_bytes);
   const size_t short_bias = layout.reserve_array<float>(shortlist ? vocab_ : 0);
   const size_t short_logits = layout.reserve_array<float>(shortlist ? dec_rows * vocab_ : 0);
+  size_t short_scratch_floats = 0;
+  if constexpr (Ops::kLogitsOnHost) short_scratch_floats = shortlist ? ops_.threads() * vocab_ : 0;
+  const size_t short_scratch = layout.reserve_array<float>(short_scratch_floats);
 
   char* base = static_cast<char*>(ops_.allocate(layout));
   auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
@@ -403,6 +408,7 @@ void TransformerBackend<Ops>::plan_buffers() {
     short_rows_ = base + short_rows;
     short_bias_ = reinterpret_cast<float*>(base + short_bias);
     short_logits_ = reinterpret_cast<float*>(base + short_logits);
+    short_scratch_ = reinterpret_cast<float*>(base + short_scratch);
   }
 }
 
@@ -626,9 +632,18 @@ void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count,
   if (count > 0 && short_rows_ == nullptr) throw Error("internal: restrict_output() without a planned shortlist");
   output_ids_ = ids;
   output_count_ = count;
-  sentence_targets_ = count > 0 ? sentence_targets : nullptr;
-  for (int64_t s = 0; s < sentences_ && sentence_targets_ != nullptr; ++s) short_sentences_[s] = static_cast<int32_t>(s);
   spread_ = false;
+  if (count == 0) return;
+  // Each sentence's own columns, listed once for the batch's steps (or one list of them all).
+  const int64_t lists = sentence_targets != nullptr ? sentences_ : 1;
+  for (int64_t s = 0; s < lists; ++s) {
+    int32_t* columns = short_columns_.data() + s * vocab_;
+    int32_t size = 0;
+    for (int32_t j = 0; j < count; ++j)
+      if (sentence_targets == nullptr || sentence_targets[s * vocab_ + ids[j]]) columns[size++] = j;
+    short_list_sizes_[s] = size;
+  }
+  for (int64_t s = 0; s < sentences_; ++s) short_sentences_[s] = sentence_targets != nullptr ? static_cast<int32_t>(s) : 0;
   if constexpr (Ops::kLogitsOnHost) {
     if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_rows_, short_bias_);
   }
@@ -639,36 +654,33 @@ void TransformerBackend<Ops>::top_k(const float* row_offsets, int64_t k, float* 
   if (k < 1 || k > plan_.max_beam + (top_k_has_spare() ? 1 : 0) || rows_ < 1)
     throw Error("internal: top_k() outside the plan");
   // Over the shortlist's logits unless the search spread them (host_logits) to adjust them: each
-  // row over its sentence's own ids (all of them without sentence_targets_), gathered in
-  // ascending order, the same values at the same places as when the sentence is the batch alone,
-  // so its softmax and top-k are too; ids mapped back to token ids.
-  if (output_count_ > 0 && !spread_) {
-    const int64_t rows = compacted_ ? computed_rows_ : rows_;
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t row = compacted_ ? host_live_rows_[i] : i;
-      const uint8_t* own = own_targets(i);
-      const float* row_logits = short_logits_ + i * output_count_;
-      int64_t count = 0;
-      for (int64_t j = 0; j < output_count_; ++j)
-        if (own == nullptr || own[output_ids_[j]]) {
-          own_ids_[count] = output_ids_[j];
-          own_logits_[count++] = row_logits[j];
-        }
-      ops_.top_k(own_logits_.data(), row_offsets != nullptr ? row_offsets + row : nullptr, 1, count, k,
-                 values + row * k, ids + row * k);
-      for (int64_t j = 0; j < k; ++j) ids[row * k + j] = own_ids_[ids[row * k + j]];
-    }
-    return;
-  }
-  if (!compacted_) {
+  // row over its sentence's own ids (short_list), gathered in ascending order, the same values at
+  // the same places as when the sentence is the batch alone, so its softmax and top-k are too;
+  // ids mapped back to token ids.
+  const bool shortlisted = output_count_ > 0 && !spread_;
+  if (!compacted_ && !shortlisted) {
     ops_.top_k(logits_, row_offsets, rows_, vocab_, k, values, ids);
     return;
   }
-  const int64_t rows = computed_rows_;
-  if (row_offsets != nullptr)
+  const int64_t rows = compacted_ ? computed_rows_ : rows_;
+  const float* offsets = row_offsets;
+  if (compacted_ && row_offsets != nullptr) {
     for (int64_t i = 0; i < rows; ++i) host_live_offsets_[i] = row_offsets[host_live_rows_[i]];
-  ops_.top_k(logits_, row_offsets != nullptr ? host_live_offsets_.data() : nullptr, rows, vocab_, k,
-             host_live_values_.data(), host_live_ids_.data());
+    offsets = host_live_offsets_.data();
+  }
+  float* out_values = compacted_ ? host_live_values_.data() : values;
+  int32_t* out_ids = compacted_ ? host_live_ids_.data() : ids;
+  if (shortlisted) {
+    if constexpr (Ops::kLogitsOnHost) {
+      for (int64_t i = 0; i < rows; ++i) host_row_lists_[i] = short_list(i);
+      ops_.top_k_columns(short_logits_, output_count_, host_row_lists_.data(), short_columns_.data(),
+                         short_list_sizes_.data(), vocab_, offsets, rows, k, out_values, out_ids, short_scratch_);
+      for (int64_t i = 0; i < rows * k; ++i) out_ids[i] = output_ids_[out_ids[i]];
+    }
+  } else {
+    ops_.top_k(logits_, offsets, rows, vocab_, k, out_values, out_ids);
+  }
+  if (!compacted_) return;
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(host_live_values_.data() + i * k, k, values + host_live_rows_[i] * k);
     std::copy_n(host_live_ids_.data() + i * k, k, ids + host_live_rows_[i] * k);
@@ -725,7 +737,7 @@ void TransformerBackend<Ops>::keep_sentences(const int32_t* kept, int64_t count)
       ops_.copy_blocks(cross_kv_ + kept[i] * block, cross_kv_ + i * block, block,
                        static_cast<int64_t>(decoder_.size()), cross_kv_layer_stride_);
   for (int64_t i = 0; i < count; ++i) host_lengths_[i] = host_lengths_[kept[i]];
-  if (sentence_targets_ != nullptr)
+  if (output_count_ > 0)
     for (int64_t i = 0; i < count; ++i) short_sentences_[i] = short_sentences_[kept[i]];
   sentences_ = count;
   rows_ = sentences_ * beam_;

@@ -130,6 +130,45 @@ TEST_P(LogSoftmaxTopK, TiesGoToTheLowerColumn) {
 
 XF_KERNEL_TEST_DEVICES(LogSoftmaxTopK, all_devices());
 
+// A lexical shortlist's top-k (CPU): each row over its sentence's list of columns, bit for bit as
+// log_softmax_top_k over the values gathered in that order, columns mapped back; the same with
+// any thread count (each thread gathers into its own scratch row).
+TEST(LogSoftmaxTopKColumns, EachRowOverItsListAsTheGatheredValues) {
+  RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t vocab = 700, rows = 13, k = 5, lists = 3;
+  std::vector<float> logits = random.uniform(rows * vocab, -8.0f, 8.0f);
+  for (int64_t r = 0; r < rows; ++r) logits[r * vocab + random.integer(0, vocab - 1)] = 9.0f;  // ties, some listed
+  for (int64_t r = 0; r < rows; ++r) logits[r * vocab + random.integer(0, vocab - 1)] = 9.0f;
+  std::vector<int32_t> columns(lists * vocab, -1), sizes(lists);
+  for (int64_t g = 0; g < lists; ++g)
+    for (int32_t c = 0; c < vocab; ++c)
+      if (random.integer(0, 2 + g) == 0) columns[g * vocab + sizes[g]++] = c;
+  std::vector<int32_t> row_lists(rows);
+  for (int64_t r = 0; r < rows; ++r) row_lists[r] = static_cast<int32_t>(random.integer(0, lists - 1));
+  const std::vector<float> offsets = random.uniform(rows, -20.0f, 0.0f);
+
+  std::vector<float> expected_values(rows * k);
+  std::vector<int32_t> expected_columns(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* list = &columns[row_lists[r] * vocab];
+    std::vector<float> gathered;
+    for (int32_t j = 0; j < sizes[row_lists[r]]; ++j) gathered.push_back(logits[r * vocab + list[j]]);
+    cpu::log_softmax_top_k(gathered.data(), &offsets[r], 1, static_cast<int64_t>(gathered.size()), k,
+                           &expected_values[r * k], &expected_columns[r * k], 1);
+    for (int64_t i = 0; i < k; ++i) expected_columns[r * k + i] = list[expected_columns[r * k + i]];
+  }
+  for (const int threads : {1, 2, 3}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    std::vector<float> values(rows * k), scratch(threads * vocab);
+    std::vector<int32_t> top(rows * k);
+    cpu::log_softmax_top_k_columns(logits.data(), vocab, row_lists.data(), columns.data(), sizes.data(), vocab,
+                                   offsets.data(), rows, k, values.data(), top.data(), scratch.data(), threads);
+    EXPECT_EQ(top, expected_columns);
+    EXPECT_EQ(values, expected_values);  // exactly (no NaN among them)
+  }
+}
+
 // ---- the trainer's cross-entropy --------------------------------------------------------------
 
 // The double reference itself: its gradient against finite differences of its loss, and one

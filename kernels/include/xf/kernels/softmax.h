@@ -7,6 +7,11 @@
 //   index first; NaN never ranked). Raw logits are ranked, then
 //   value = ((x - max) - log(sum exp(x - max))) + row_offset.
 //   logits: [rows, vocab]; top_values, top_indices: [rows, k]; 1 <= k <= vocab.
+// log_softmax_top_k_columns: log_softmax_top_k of each row over a chosen list of its columns (a
+//   lexical shortlist's, one list a sentence): row r reads logits[r, c] for the columns c of list
+//   g = row_lists[r], columns[g * list_stride + j] for j < list_sizes[g] (ascending, each list at
+//   least k long), bit for bit as log_softmax_top_k over those values gathered in that order;
+//   top_indices are columns of logits. logits: [rows, vocab]; scratch: [threads, list_stride].
 // log_softmax: in place over each row (the trainer's loss and the runtime's n-best scores).
 //                                                                         logits: [rows, vocab]
 // label_smoothed_cross_entropy: PyTorch's rule: the target distribution is
@@ -24,6 +29,11 @@ namespace xf::cpu {
 void log_softmax_top_k(const float* logits, const float* row_offsets, int64_t rows,
                        int64_t vocab, int64_t k, float* top_values, int32_t* top_indices,
                        int threads);
+
+void log_softmax_top_k_columns(const float* logits, int64_t vocab, const int32_t* row_lists,
+                               const int32_t* columns, const int32_t* list_sizes, int64_t list_stride,
+                               const float* row_offsets, int64_t rows, int64_t k, float* top_values,
+                               int32_t* top_indices, float* scratch, int threads);
 
 void log_softmax(float* logits, int64_t rows, int64_t vocab, int threads);
 
