@@ -77,13 +77,17 @@ void add_scaled_row(const WeightMatrix& table, int64_t id, float scale, float* o
 
 }  // namespace
 
+void write_sinusoids(PositionEncoding encoding, int64_t positions, int64_t dim, float* out) {
+  for (int64_t p = 0; p < positions; ++p) write_sinusoid(encoding, p, dim, out + p * dim);
+}
+
 namespace {
 
 // embed() over a table of `vocab` rows of `dim`: add_row(id, scale, out_row) adds a scaled row.
 template <typename AddRow>
 void embed_rows_of(int64_t vocab, int64_t dim, AddRow&& add_row, const int32_t* ids,
                    const int32_t* positions, int64_t count, float scale, float* out, int threads,
-                   PositionEncoding encoding) {
+                   PositionEncoding encoding, Sinusoids sinusoids) {
   // Checked here, before the parallel loop: an exception cannot leave an OpenMP region.
   for (int64_t i = 0; i < count; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
@@ -101,7 +105,9 @@ void embed_rows_of(int64_t vocab, int64_t dim, AddRow&& add_row, const int32_t* 
     int64_t cached_position = -1;
     for (int64_t i = begin; i < end; ++i) {
       float* out_row = out + i * dim;
-      if (dim <= kCachedDim) {
+      if (positions[i] < sinusoids.positions) {
+        std::memcpy(out_row, sinusoids.values + positions[i] * dim, dim * sizeof(float));
+      } else if (dim <= kCachedDim) {
         if (positions[i] != cached_position) {
           write_sinusoid(encoding, positions[i], dim, sinusoid);
           cached_position = positions[i];
@@ -122,15 +128,15 @@ void embed_rows_of(int64_t vocab, int64_t dim, AddRow&& add_row, const int32_t* 
 }  // namespace
 
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
-           float scale, float* out, int threads, PositionEncoding encoding) {
+           float scale, float* out, int threads, PositionEncoding encoding, Sinusoids sinusoids) {
   embed_rows_of(
       table.rows, table.cols,
       [&](int64_t id, float row_scale, float* out_row) { add_scaled_row(table, id, row_scale, out_row); },
-      ids, positions, count, scale, out, threads, encoding);
+      ids, positions, count, scale, out, threads, encoding, sinusoids);
 }
 
 void embed(const StaticMatmul& table, const int32_t* ids, const int32_t* positions, int64_t count,
-           float scale, float* out, int threads, PositionEncoding encoding) {
+           float scale, float* out, int threads, PositionEncoding encoding, Sinusoids sinusoids) {
   if (!table.holds_f32_weight_rows()) throw Error("embed: the product holds no f32 rows of its own");
   const int64_t dim = table.k();
   embed_rows_of(
@@ -145,7 +151,7 @@ void embed(const StaticMatmul& table, const int32_t* ids, const int32_t* positio
           scale_add(values, row_scale, width, out_row + begin);
         }
       },
-      ids, positions, count, scale, out, threads, encoding);
+      ids, positions, count, scale, out, threads, encoding, sinusoids);
 }
 
 template <typename T>

@@ -214,6 +214,7 @@ class CpuOps {
   int64_t padded_rows(int64_t rows) const { return buckets_.padded_rows(rows); }
   void reserve(ArenaLayout& layout) {
     scratch_offset_ = layout.reserve_array<float>(threads_ * longest_key_);
+    sinusoids_offset_ = layout.reserve_array<float>(tabled_positions() * config_.d_model);
     reorder_scratch_offset_ = layout.reserve_array<float>(threads_ * max_beam_ * max_target_len_ * config_.d_model);
     workspace_offset_ = layout.reserve(workspace_bytes_);
   }
@@ -224,11 +225,17 @@ class CpuOps {
     arena_ = std::make_unique<HostArena>(layout.bytes());
     char* base = static_cast<char*>(arena_->base());
     attention_scratch_ = reinterpret_cast<float*>(base + scratch_offset_);
+    float* sinusoids = reinterpret_cast<float*>(base + sinusoids_offset_);
+    cpu::write_sinusoids(config_.position_encoding, tabled_positions(), config_.d_model, sinusoids);
+    sinusoids_ = {sinusoids, tabled_positions()};
     workspace_ = base + workspace_offset_;
     reorder_scratch_ = reinterpret_cast<float*>(base + reorder_scratch_offset_);
     return base;
   }
   size_t arena_bytes() const { return arena_->bytes(); }
+  // The positions whose sinusoids are written once (sinusoids_): sentences' usual lengths, not
+  // every position a plan allows (1,024 x d floats would add 1 MB to a small model's memory).
+  int64_t tabled_positions() const { return std::min<int64_t>(longest_key_, 256); }
   std::optional<DeviceUsage> device_usage() const { return std::nullopt; }
 
   // ---- kernels
@@ -252,9 +259,9 @@ class CpuOps {
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,
              float* out) {
     if (table.copy != nullptr) {
-      cpu::embed(*table.copy, ids, positions, rows, scale, out, threads_, config_.position_encoding);
+      cpu::embed(*table.copy, ids, positions, rows, scale, out, threads_, config_.position_encoding, sinusoids_);
     } else {
-      cpu::embed(table.stored, ids, positions, rows, scale, out, threads_, config_.position_encoding);
+      cpu::embed(table.stored, ids, positions, rows, scale, out, threads_, config_.position_encoding, sinusoids_);
     }
   }
   void layer_norm(const float* x, const float* bias, const float* residual, const Norm& n, float epsilon,
@@ -379,9 +386,10 @@ class CpuOps {
   size_t workspace_bytes_ = 0;
   int64_t longest_key_;  // the attention scratch's row
   int64_t max_beam_, max_target_len_;
-  size_t scratch_offset_ = 0, workspace_offset_ = 0, reorder_scratch_offset_ = 0;
+  size_t scratch_offset_ = 0, workspace_offset_ = 0, reorder_scratch_offset_ = 0, sinusoids_offset_ = 0;
   std::unique_ptr<HostArena> arena_;
   float* attention_scratch_ = nullptr;  // [threads, longest key length]
+  cpu::Sinusoids sinusoids_;            // [tabled_positions(), d]
   void* workspace_ = nullptr;           // the matrix products' scratchpad
   float* reorder_scratch_ = nullptr;    // [threads, max_beam, max_target_len * d]
 };

@@ -229,6 +229,27 @@ TEST(WriteSinusoid, SinThenCosLayoutsMatchDoubleFormulas) {
   }
 }
 
+// With the sinusoids written once (the runtime's table), embed() gives what it computes without
+// them, bit for bit, for positions inside the table and beyond it, in every layout.
+TEST(EmbedSinusoids, TableRowsGiveTheComputedValues) {
+  const int64_t dim = 24, vocab = 5, count = 9, table_positions = 6;
+  std::vector<float> table_values(vocab * dim);
+  for (size_t i = 0; i < table_values.size(); ++i) table_values[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
+  const cpu::WeightMatrix table{DType::f32, table_values.data(), nullptr, vocab, dim};
+  const std::vector<int32_t> ids = {1, 4, 0, 2, 3, 1, 0, 4, 2}, positions = {0, 1, 2, 5, 0, 3, 6, 7, 40};
+  for (const PositionEncoding encoding :
+       {PositionEncoding::interleaved, PositionEncoding::sin_then_cos, PositionEncoding::marian_sin_then_cos}) {
+    std::vector<float> sinusoids(table_positions * dim), computed(count * dim), from_table(count * dim);
+    cpu::write_sinusoids(encoding, table_positions, dim, sinusoids.data());
+    for (const int threads : {1, 2}) {
+      cpu::embed(table, ids.data(), positions.data(), count, 1.5f, computed.data(), threads, encoding);
+      cpu::embed(table, ids.data(), positions.data(), count, 1.5f, from_table.data(), threads, encoding,
+                 cpu::Sinusoids{sinusoids.data(), table_positions});
+      EXPECT_EQ(from_table, computed) << "encoding " << static_cast<int>(encoding) << " threads " << threads;
+    }
+  }
+}
+
 // ---- backward ---------------------------------------------------------------------------------
 
 using trainer::testing::expect_gradient;

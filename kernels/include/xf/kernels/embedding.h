@@ -21,19 +21,29 @@ namespace xf::cpu {
 
 class StaticMatmul;  // xf/kernels/matmul.h
 
+// The sinusoids of positions [0, positions), written once by write_sinusoids (the runtime's, at
+// load): embed() copies a position's row from here rather than computing its sin/cos again (an
+// encoder's tokens each have their own position); positions beyond are computed. [positions, dim]
+struct Sinusoids {
+  const float* values = nullptr;
+  int64_t positions = 0;
+};
+
 // The table in any stored dtype (f16, bf16 and int8 rows widened on the fly).
 void embed(const WeightMatrix& table, const int32_t* ids, const int32_t* positions, int64_t count,
            float scale, float* out, int threads,
-           PositionEncoding encoding = PositionEncoding::interleaved);
+           PositionEncoding encoding = PositionEncoding::interleaved, Sinusoids sinusoids = {});
 
 // The same over the rows of a product's own f32 copy of a table tied to the output layer
 // (StaticMatmul::holds_f32_weight_rows()): equal to embed() over the table itself, bit for bit.
 void embed(const StaticMatmul& table, const int32_t* ids, const int32_t* positions, int64_t count,
            float scale, float* out, int threads,
-           PositionEncoding encoding = PositionEncoding::interleaved);
+           PositionEncoding encoding = PositionEncoding::interleaved, Sinusoids sinusoids = {});
 
 // The sinusoid of `encoding` at `position`, `dim` columns (embed() adds it).    out: [dim]
 void write_sinusoid(PositionEncoding encoding, int64_t position, int64_t dim, float* out);
+// Those of positions [0, positions), one row after another.           out: [positions, dim]
+void write_sinusoids(PositionEncoding encoding, int64_t positions, int64_t dim, float* out);
 
 // The trainer's embed over an f32 or f64 table (float: embed(); double: plain loops,
 // interleaved only).
