@@ -169,15 +169,6 @@ XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m2
       : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
 }
 
-// The bias of the panel of `columns` output columns at r (null without a bias): in place, or for a
-// last panel of fewer than 16 columns copied into `padded` and zero-filled, since a tile loads 16.
-inline const float* panel_bias_of(const float* bias, int64_t r, int64_t columns,
-                                  float (&padded)[kPanelColumns]) {
-  if (bias == nullptr || columns == kPanelColumns) return bias != nullptr ? bias + r : nullptr;
-  std::fill(padded, padded + kPanelColumns, 0.0f);
-  std::memcpy(padded, bias + r, columns * sizeof(float));
-  return padded;
-}
 
 // acc[i] += x row i's 4 bytes (x_bytes[i]) times the group's 64 bytes at `group`.
 template <int kRows>

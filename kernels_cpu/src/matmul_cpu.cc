@@ -63,6 +63,9 @@ const char* int8_row_kernel_name() {
     case CpuIsa::avx2_vnni: return "xf:int8_row_avx2_vnni";
     case CpuIsa::neon: return "xf:int8_row_neon";
     case CpuIsa::neon_dotprod: return "xf:int8_row_neon_dotprod";
+#if defined(__x86_64__)
+    case CpuIsa::baseline: return cpu_has_sse41() ? "xf:int8_panels_sse41" : nullptr;
+#endif
     default: return nullptr;
   }
 #else
@@ -98,11 +101,13 @@ XF_VECTORIZED_BODY uint8_t* shift_to_unsigned_body(int8_t* x, int64_t count) {
 }
 XF_DISPATCH_BY_ISA(shift_to_unsigned)
 
-// Whether the kernel at cpu_isa() reads the 7-bit weights in panels (int8_panel_products_avx2):
-// plain AVX2, where it serves every row count, so no row-major copy is needed.
+// Whether the kernel at cpu_isa() reads the 7-bit weights in panels (int8_panel_products_avx2,
+// or _sse41 below AVX2 where the CPU has SSE4.1): plain AVX2 and below, where it serves every
+// row count, so no row-major copy is needed.
 bool int8_kernel_reads_panels() {
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
-  return cpu_isa() == CpuIsa::avx2;
+  static const bool sse41 = cpu_has_sse41();
+  return cpu_isa() == CpuIsa::avx2 || (cpu_isa() == CpuIsa::baseline && sse41);
 #else
   return false;
 #endif
@@ -119,11 +124,12 @@ bool f32_kernel_reads_panels() {
 }
 
 // The panel kernel for m rows of length k at cpu_isa(), or null where there is none: at plain
-// AVX2 every row count (7-bit weights), at AVX-512 above int8_row_kernel_max_rows() (the row
+// AVX2 and below (SSE4.1) every row count (7-bit weights), at AVX-512 above int8_row_kernel_max_rows() (the row
 // kernel reads the stored weights, or without VNNI their 7-bit copy, below).
 Int8PanelProducts int8_panel_products_for(int64_t m, int64_t k) {
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
-  if (int8_kernel_reads_panels()) return avx2_int8_panel_kernel(k);
+  if (int8_kernel_reads_panels())
+    return cpu_isa() == CpuIsa::avx2 ? avx2_int8_panel_kernel(k) : sse41_int8_panel_kernel(k);
   if (cpu_isa() == CpuIsa::avx512_vnni && m > int8_row_kernel_max_rows()) {
     return avx512_vnni_int8_panel_kernel(k);
   }

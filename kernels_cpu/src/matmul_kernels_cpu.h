@@ -5,7 +5,9 @@
 // matmul_neon_cpu.cc (aarch64). Which one runs is matmul_cpu.cc's choice.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "xf/weight_layout.h"
 
@@ -45,6 +47,16 @@ constexpr int64_t panel_bytes(int64_t k) { return int8_panel_bytes(k); }
 using xf::padded_to_panels;
 using xf::panel_groups;
 
+// The bias of the panel of `columns` output columns at r (null without a bias): in place, or for a
+// last panel of fewer than 16 columns copied into `padded` and zero-filled, since a tile loads 16.
+inline const float* panel_bias_of(const float* bias, int64_t r, int64_t columns,
+                                  float (&padded)[kPanelColumns]) {
+  if (bias == nullptr || columns == kPanelColumns) return bias != nullptr ? bias + r : nullptr;
+  std::fill(padded, padded + kPanelColumns, 0.0f);
+  std::memcpy(padded, bias + r, columns * sizeof(float));
+  return padded;
+}
+
 #if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
 // acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones):
 // the 4-byte dot product without VNNI, on ymm (AVX2) or zmm (AVX-512 BW) operands.
@@ -79,6 +91,11 @@ Int8PanelProducts avx512_bw_int8_panel_kernel(int64_t k);
 Int8RowProducts avx2_int8_row_kernel(int64_t k);
 Int8RowProducts avx_vnni_int8_row_kernel(int64_t k);
 Int8PanelProducts avx2_int8_panel_kernel(int64_t k);
+
+// matmul_sse41_cpu.cc: the int8 panel kernel on xmm registers (7-bit panels, every row count),
+// for x86-64 CPUs below AVX2 that have SSE4.1 (cpu_has_sse41()).
+Int8PanelProducts sse41_int8_panel_kernel(int64_t k);
+bool cpu_has_sse41();
 // y[i][r] = x[i] . w[r] (+ bias[r]) for m rows of x (row stride k) and `rows` f32 weight rows in
 // 16-row panels (CpuEngine::Impl::f32_panels); y's row stride is ldy.
 void f32_panel_products_avx2(const float* x, int64_t m, const float* w, int64_t k, int64_t rows,

@@ -561,8 +561,10 @@ TEST(StaticMatmul, Int8RowSumsAreSharedAcrossRowCounts) {
   std::vector<StaticMatmul> matmuls;
   for (int64_t m = 1; m <= 16; ++m) matmuls.emplace_back(engine, m, weights, false);
   // The sums, and where int8 products saturate the 7-bit copy they are sums of; at plain AVX2
-  // the copy is in panels of 16 rows (n = 300 padded to 304; k = 256 is whole groups of 4).
-  const bool panels = std::string(matmuls[0].implementation()) == "xf:int8_panels_avx2";
+  // and SSE4.1 the copy is in panels of 16 rows (n = 300 padded to 304; k = 256 is whole groups
+  // of 4).
+  const std::string implementation = matmuls[0].implementation();
+  const bool panels = implementation == "xf:int8_panels_avx2" || implementation == "xf:int8_panels_sse41";
   const size_t rows = panels ? 304 : n;
   const size_t seven_bit_copy = int8_products_saturate() ? rows * k : 0;
   EXPECT_EQ(engine.packed_weight_bytes(), rows * sizeof(int32_t) + seven_bit_copy);
