@@ -47,7 +47,8 @@ class Backend {
   // k best values (descending) and their token ids. values, ids: [rows, k], host memory.
   virtual void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) = 0;
   // Whether top_k() also takes k = max_beam + 1: a spare candidate a row, for a search that
-  // skips a token after the softmax (the unknown token, DecodingDefaults::allow_unk).
+  // skips a token after the softmax (the unknown token, DecodingDefaults::allow_unk); a
+  // Translator for a model that needs it refuses a plan without it.
   virtual bool top_k_has_spare() const { return false; }
 
   // The last step's logits [rows, target_vocab] in host memory, writable: the search adjusts

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,6 +171,7 @@ class CpuOps {
   static constexpr size_t kAlignment = 64;
   static constexpr bool kLogitsOnHost = true;
   static constexpr bool kReorderInPlace = true;
+  static constexpr int64_t kMaxTopK = std::numeric_limits<int64_t>::max();  // any k
 
   CpuOps(const Model& model, const MemoryPlan& plan, int threads, std::optional<DType> matrix_dtype)
       : config_(model.config()), buckets_(plan), threads_(use_openmp_threads(threads)), engine_(threads),

@@ -128,6 +128,7 @@ class CudaOps {
   static constexpr size_t kAlignment = cuda::kArenaAlignment;
   static constexpr bool kLogitsOnHost = false;
   static constexpr bool kReorderInPlace = false;  // two copies of the caches, one gather kernel
+  static constexpr int64_t kMaxTopK = cuda::kMaxTopK;  // the top-k kernel's candidates a row
 
   CudaOps(const Model& model, const MemoryPlan& plan, int device)
       : config_(model.config()), plan_(plan), device_(device),
@@ -164,7 +165,8 @@ class CudaOps {
   // ---- memory: the device arena, and a pinned host block for what crosses the bus
   int64_t padded_rows(int64_t rows) const { return rows; }
   void reserve(ArenaLayout& layout) {
-    const int64_t top = plan_.max_rows * plan_.max_beam;
+    // A spare candidate a row where the kernel allows one (Backend::top_k_has_spare).
+    const int64_t top = plan_.max_rows * std::min<int64_t>(plan_.max_beam + 1, kMaxTopK);
     cublas_workspace_bytes_ = cuda::recommended_cublas_workspace_bytes(device_);
     cublas_workspace_ = layout.reserve(cublas_workspace_bytes_);
     attention_workspace_ = layout.reserve(cuda::cached_attention_workspace_bytes(

@@ -78,8 +78,9 @@ class TransformerBackend final : public Backend, public BackendProbe {
               int64_t source_len) override;
   void decode_step(const int32_t* tokens, int64_t beam, int64_t step, const int32_t* live) override;
   void top_k(const float* row_offsets, int64_t k, float* values, int32_t* ids) override;
-  // The host's top-k buffers (the CPU's) hold max_beam + 1 candidates a row; the device's max_beam.
-  bool top_k_has_spare() const override { return Ops::kLogitsOnHost; }
+  // The top-k buffers hold max_beam + 1 candidates a row where the Ops' top-k allows that many
+  // (on CUDA, beams up to cuda::kMaxTopK - 1).
+  bool top_k_has_spare() const override { return plan_.max_beam < Ops::kMaxTopK; }
   float* host_logits() override;
   bool logits_on_host() const override { return Ops::kLogitsOnHost; }
   void restrict_output(const int32_t* ids, int64_t count, const uint8_t* sentence_targets) override;

@@ -129,6 +129,11 @@ Translator::Translator(std::shared_ptr<const Model> model, const TranslatorOptio
   search_ = std::make_unique<runtime::Search>(*plan_, model_->config());
   search_->shortlist = shortlist_.get();
   search_->allow_unk = model_->decoding_defaults().allow_unk;
+  // The search skips the unknown token through a spare top-k candidate a row (top_k_has_spare);
+  // without one it would come out.
+  if (!search_->allow_unk && !backend_->top_k_has_spare())
+    throw Error(std::string("device ") + device_name(options_.device) + ": beam " + std::to_string(plan_->max_beam) +
+                " leaves no spare top-k candidate to skip the unknown token (the model's decoding.allow_unk is 0): use a smaller beam");
   batch_results_.resize(plan_->max_sentences);
   batch_scores_.resize(plan_->max_sentences);
 }

@@ -326,6 +326,46 @@ INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden, ::testing::ValuesIn(gol
 INSTANTIATE_TEST_SUITE_P(Reference, cuda_runtime_golden_search, ::testing::ValuesIn(golden_cases(false)),
                          golden_case_label);
 
+// A model whose decoding.allow_unk is 0 (Marian's allow-unk false): the unknown token is skipped
+// after the softmax on CUDA as on the CPU (a spare top-k candidate a row), so both give the same
+// outputs, none holding it; a beam that leaves no spare candidate is refused with one line.
+TEST(cuda_runtime_search, AllowUnkZeroSkipsTheUnknownTokenAsOnTheCpu) {
+  XF_SKIP_WITHOUT_GPU();
+  test::TinyModelOptions tiny = test::TinyModelOptions::without_tokenizer(7);
+  tiny.unk_bias = 1.5f;  // the unknown token comes up in outputs
+  tiny.eos_bias = 4.0f;
+  tiny.metadata = {{"decoding.allow_unk", "0"}};
+  const auto model = Model::open(test::tiny_model_file(tiny, "cuda-unk-not-allowed"));
+  const int32_t unk = model->config().unk_id;
+  const auto sources = test::random_source_ids(12, model->config().source_vocab_size, 39, 10);
+  for (const int beam : {1, 4}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    TranslatorOptions options = cuda_options(4, beam, 16);
+    options.device = Device::cpu;
+    Translator cpu(model, options);
+    options.device = Device::cuda;
+    Translator gpu(model, options);
+    TranslateOptions translate;
+    translate.beam = beam;
+    translate.disable_loop_guard = true;
+    std::vector<TokenTranslation> expected, actual;
+    cpu.translate_ids(sources, translate, expected);
+    gpu.translate_ids(sources, translate, actual);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(actual[i].hypotheses[0].ids, expected[i].hypotheses[0].ids) << "sentence " << i;
+      EXPECT_EQ(std::count(actual[i].hypotheses[0].ids.begin(), actual[i].hypotheses[0].ids.end(), unk), 0)
+          << "sentence " << i;
+    }
+  }
+  try {
+    Translator gpu(model, cuda_options(2, 16, 16));
+    FAIL() << "beam 16 was accepted for a model that forbids the unknown token";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beam 16 leaves no spare top-k candidate"), std::string::npos) << e.what();
+  }
+}
+
 // ---- fresh random models: long caches, top-k and the beam reorder ----------------------------
 
 // imported: "" (xf's own graph), "marian" (swish, Marian's sinusoid, zero start embedding) or
