@@ -50,16 +50,53 @@ XF_VECTORIZED_BODY void attend_one_query_body(const float* q, const float* k, in
     if (probabilities != nullptr) std::fill(probabilities, probabilities + key_len, 0.0f);
     return;
   }
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < visible; ++j) {
-    scores[j] = scale * dot(q, k + j * k_position_stride, head_dim);
-    max = scores[j] > max ? scores[j] : max;
+  // Four keys at a time: four independent dot products (one each would wait on its own sum's
+  // latency and horizontal reduction), each summed as dot() sums it.
+  int64_t j = 0;
+  for (; j + 4 <= visible; j += 4) {
+    const float* k0 = k + j * k_position_stride;
+    const float* k1 = k0 + k_position_stride;
+    const float* k2 = k1 + k_position_stride;
+    const float* k3 = k2 + k_position_stride;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float qd = q[d];
+      s0 += qd * k0[d];
+      s1 += qd * k1[d];
+      s2 += qd * k2[d];
+      s3 += qd * k3[d];
+    }
+    scores[j] = scale * s0;
+    scores[j + 1] = scale * s1;
+    scores[j + 2] = scale * s2;
+    scores[j + 3] = scale * s3;
   }
+  for (; j < visible; ++j) scores[j] = scale * dot(q, k + j * k_position_stride, head_dim);
+  float max = -std::numeric_limits<float>::infinity();
+  for (j = 0; j < visible; ++j) max = scores[j] > max ? scores[j] : max;
   // q is fully read: from here on out may be written even when it aliases q.
   const float sum = exp_shifted(scores, visible, max);
   scale_in_place(scores, visible, 1.0f / sum);
   std::fill(out, out + head_dim, 0.0f);
-  for (int64_t j = 0; j < visible; ++j) axpy(scores[j], v + j * v_position_stride, head_dim, out);
+  // Four value rows a pass over out, added in key order (the sums of one axpy a key).
+  for (j = 0; j + 4 <= visible; j += 4) {
+    const float* v0 = v + j * v_position_stride;
+    const float* v1 = v0 + v_position_stride;
+    const float* v2 = v1 + v_position_stride;
+    const float* v3 = v2 + v_position_stride;
+    const float p0 = scores[j], p1 = scores[j + 1], p2 = scores[j + 2], p3 = scores[j + 3];
+#pragma omp simd
+    for (int64_t d = 0; d < head_dim; ++d) {
+      float o = out[d];
+      o += p0 * v0[d];
+      o += p1 * v1[d];
+      o += p2 * v2[d];
+      o += p3 * v3[d];
+      out[d] = o;
+    }
+  }
+  for (; j < visible; ++j) axpy(scores[j], v + j * v_position_stride, head_dim, out);
   if (probabilities != nullptr) {
     std::copy(scores, scores + visible, probabilities);
     std::fill(probabilities + visible, probabilities + key_len, 0.0f);

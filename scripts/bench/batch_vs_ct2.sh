@@ -13,7 +13,11 @@
 # Length penalty 0.6 in both. Prints farm-bench's report per configuration; quote the A/B cpu
 # median (CPU seconds: the steadier figure on a shared machine).
 # Environment: XF_BIN [REPO/build/bin], PYTHON (with ctranslate2) [python3], RUNS [3],
-# THREADS [1], BEAM [4], BATCH [32], ISAS ["best AVX2"], DTYPES ["int8 f32"].
+# THREADS [1], BEAM [4], BATCH [32], ISAS ["best AVX2"], DTYPES ["int8 f32"];
+# XF_ARGS, CT2_ARGS: more options of each engine [""]. A model with random weights never
+# chooses EOS: give both id input and the same output length, e.g. for sources of 8 pieces and
+# 18 output tokens XF_ARGS="--ids --max-decoding-length 18" CT2_ARGS="--ids --max-len-b 9"
+# (ct2_run.py's limit is the source's tokens + EOS + max_len_b).
 set -euo pipefail
 [[ $# -eq 4 ]] || { echo "usage: $0 MODEL.xfm INPUT.txt CT2_F32_DIR CT2_INT8_DIR" >&2; exit 2; }
 model=$1 input=$2 ct2_f32=$3 ct2_int8=$4
@@ -30,7 +34,7 @@ for isa in ${ISAS:-best AVX2}; do
     else xf_env="ONEDNN_MAX_CPU_ISA=$isa" ct2_env="ONEDNN_MAX_CPU_ISA=$isa CT2_FORCE_CPU_ISA=$isa"; fi
     echo "== $dtype, ISA $isa, batch $batch, beam $beam, $threads thread(s); load $(cut -d' ' -f1-3 /proc/loadavg)"
     farm-bench -n "${RUNS:-3}" --timeout 3600 \
-      --vs "sh -c 'exec env $ct2_env $python $here/ct2_run.py --model $ct2 --beam $beam --max-batch $batch --threads $threads --length-penalty 0.6 < $input'" \
-      -- sh -c "exec env $xf_env $xf_bin/xf-run --model $model --dtype $dtype --beam $beam --max-batch $batch --threads $threads --length-penalty 0.6 < $input"
+      --vs "sh -c 'exec env $ct2_env $python $here/ct2_run.py --model $ct2 --beam $beam --max-batch $batch --threads $threads --length-penalty 0.6 ${CT2_ARGS:-} < $input'" \
+      -- sh -c "exec env $xf_env $xf_bin/xf-run --model $model --dtype $dtype --beam $beam --max-batch $batch --threads $threads --length-penalty 0.6 ${XF_ARGS:-} < $input"
   done
 done

@@ -8,7 +8,9 @@
 # Writes OUT_DIR/xf.perf.txt (perf's report by symbol) and OUT_DIR/xf.ops.txt (the ops), and with
 # CT2_MODEL=DIR (a model made by xfm_to_ctranslate2.py) OUT_DIR/ct2.perf.txt and ct2.ops.txt too.
 # Options after INPUT go to xf-run (e.g. --beam 4 --max-batch 32 --dtype int8 --ids); ct2_run.py
-# gets the same --beam/--max-batch/--ids from BEAM [4], BATCH [32], IDS [unset]. ISA=AVX2 caps
+# gets the same --beam/--max-batch/--ids from BEAM [4], BATCH [32], IDS [unset], and CT2_ARGS
+# [""] after them (e.g. "--max-len-b 9 --length-penalty 0" to match xf-run's
+# --max-decoding-length 18 --length-penalty 0 on sources of 8 pieces). ISA=AVX2 caps
 # both (ONEDNN_MAX_CPU_ISA, which xf's own kernels follow; CTranslate2: CT2_FORCE_CPU_ISA and its
 # oneDNN's ONEDNN_MAX_CPU_ISA). One thread each (perf's shares are of CPU time, so the
 # machine's load moves them little). perf: Debian's linux-perf, a measurement tool that nothing
@@ -54,6 +56,6 @@ if [[ -n ${CT2_MODEL:-} ]]; then
   [[ -n ${IDS:-} ]] && ids=(--ids)
   isa_env+=("${ct2_isa[@]}")
   profile ct2 "$python" "$here/ct2_run.py" --model "$CT2_MODEL" --threads 1 --beam "${BEAM:-4}" \
-    --max-batch "${BATCH:-32}" "${ids[@]}"
+    --max-batch "${BATCH:-32}" "${ids[@]}" ${CT2_ARGS:-}
 fi
 head -30 "$out"/*.ops.txt
