@@ -35,6 +35,26 @@ inline void scale_in_place(float* x, int64_t n, float factor) {
   for (int64_t j = 0; j < n; ++j) x[j] *= factor;
 }
 
+// sums[i * sums_stride] = scale * dot(x, rows[i]) for four rows, in one pass over x: four
+// independent sums (one at a time, each would wait on its own latency and horizontal sum).
+inline void scaled_dots_of_four(const float* x, const float* const (&rows)[4], int64_t n, float scale,
+                                float* sums, int64_t sums_stride) {
+  const float *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t d = 0; d < n; ++d) {
+    const float xd = x[d];
+    s0 += r0[d] * xd;
+    s1 += r1[d] * xd;
+    s2 += r2[d] * xd;
+    s3 += r3[d] * xd;
+  }
+  sums[0] = scale * s0;
+  sums[sums_stride] = scale * s1;
+  sums[2 * sums_stride] = scale * s2;
+  sums[3 * sums_stride] = scale * s3;
+}
+
 inline void axpy(float a, const float* x, int64_t n, float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
@@ -50,27 +70,13 @@ XF_VECTORIZED_BODY void attend_one_query_body(const float* q, const float* k, in
     if (probabilities != nullptr) std::fill(probabilities, probabilities + key_len, 0.0f);
     return;
   }
-  // Four keys at a time: four independent dot products (one each would wait on its own sum's
-  // latency and horizontal reduction), each summed as dot() sums it.
+  // Four keys at a time, each summed as dot() sums it.
   int64_t j = 0;
   for (; j + 4 <= visible; j += 4) {
-    const float* k0 = k + j * k_position_stride;
-    const float* k1 = k0 + k_position_stride;
-    const float* k2 = k1 + k_position_stride;
-    const float* k3 = k2 + k_position_stride;
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const float qd = q[d];
-      s0 += qd * k0[d];
-      s1 += qd * k1[d];
-      s2 += qd * k2[d];
-      s3 += qd * k3[d];
-    }
-    scores[j] = scale * s0;
-    scores[j + 1] = scale * s1;
-    scores[j + 2] = scale * s2;
-    scores[j + 3] = scale * s3;
+    const float* key = k + j * k_position_stride;
+    const float* keys[4] = {key, key + k_position_stride, key + 2 * k_position_stride,
+                            key + 3 * k_position_stride};
+    scaled_dots_of_four(q, keys, head_dim, scale, scores + j, 1);
   }
   for (; j < visible; ++j) scores[j] = scale * dot(q, k + j * k_position_stride, head_dim);
   float max = -std::numeric_limits<float>::infinity();
@@ -136,22 +142,8 @@ XF_VECTORIZED_BODY void attend_query_block_body(const QueryBlock& block, const f
     max_visible = std::max(max_visible, visible[i]);
   }
   // Scores for every key some query of the block sees (the others' extra scores are ignored).
-  for (int64_t j = 0; j < max_visible; ++j) {
-    const float* key = k + j * k_position_stride;
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const float kd = key[d];
-      s0 += q[0][d] * kd;
-      s1 += q[1][d] * kd;
-      s2 += q[2][d] * kd;
-      s3 += q[3][d] * kd;
-    }
-    scores[0][j] = scale * s0;
-    scores[1][j] = scale * s1;
-    scores[2][j] = scale * s2;
-    scores[3][j] = scale * s3;
-  }
+  for (int64_t j = 0; j < max_visible; ++j)
+    scaled_dots_of_four(k + j * k_position_stride, q, head_dim, scale, &scores[0][j], kMaxBlockKeys);
   // Every q is read: outputs may be written from here on, even where they alias queries.
   for (int64_t i = 0; i < kQueryBlock; ++i) {
     std::fill(out[i], out[i] + head_dim, 0.0f);

@@ -14,9 +14,11 @@
 # median (CPU seconds: the steadier figure on a shared machine).
 # Environment: XF_BIN [REPO/build/bin], PYTHON (with ctranslate2) [python3], RUNS [3],
 # THREADS [1], BEAM [4], BATCH [32], ISAS ["best AVX2"], DTYPES ["int8 f32"];
-# XF_ARGS, CT2_ARGS: more options of each engine [""]. A model with random weights never
-# chooses EOS: give both id input and the same output length, e.g. for sources of 8 pieces and
-# 18 output tokens XF_ARGS="--ids --max-decoding-length 18" CT2_ARGS="--ids --max-len-b 9"
+# XF_ARGS, CT2_ARGS: more options of each engine, after the ones above (a repeated option's
+# last value wins) [""]. A model with random weights seldom chooses EOS and repeats tokens,
+# which xf's loop guard would cut: give both id input and the same output length, e.g. for
+# sources of 8 pieces and 18 output tokens XF_ARGS="--ids --max-decoding-length 18
+# --length-penalty 0 --disable-loop-guard" CT2_ARGS="--ids --max-len-b 9 --length-penalty 0"
 # (ct2_run.py's limit is the source's tokens + EOS + max_len_b).
 set -euo pipefail
 [[ $# -eq 4 ]] || { echo "usage: $0 MODEL.xfm INPUT.txt CT2_F32_DIR CT2_INT8_DIR" >&2; exit 2; }
