@@ -82,12 +82,19 @@ class RowBuckets {
   std::vector<int64_t> counts_;
 };
 
-// One weight's products, one static oneDNN primitive per row count the buckets can give it.
+// One weight's products, one static oneDNN primitive per row count the buckets can give it; or,
+// for int8 weights under Marian's arithmetic (Int8Arithmetic::marian_intgemm_avx2), one
+// cpu::marian_int8_product over all the rows of a call, whose one activation scale spans them.
 class PlannedMatmul {
  public:
   PlannedMatmul(cpu::CpuEngine& engine, const RowBuckets& buckets, int64_t max_rows,
-                const WeightMatrix& weights, const float* bias)
-      : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows) {
+                const WeightMatrix& weights, const float* bias, Int8Arithmetic arithmetic)
+      : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows), threads_(engine.threads()) {
+    if (weights.dtype == DType::int8 && arithmetic == Int8Arithmetic::marian_intgemm_avx2) {
+      marian_weights_ = weights;
+      workspace_bytes_ = cpu::marian_int8_workspace_bytes(buckets.padded_rows(max_rows), in_);
+      return;
+    }
     const int64_t largest = buckets.padded_remainder(std::min(max_rows, buckets.chunk()));
     // The largest count first: a copy it makes (int8 panels at AVX-512) then serves the smaller
     // counts too (StaticMatmul), instead of their reading the stored rows beside it.
@@ -102,10 +109,14 @@ class PlannedMatmul {
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
-  // One of its products (they share one copy of the weights).
-  const cpu::StaticMatmul& any_product() const { return by_count_.front(); }
+  // The product whose f32 copy of the weights a tied table can read (holds_f32_weight_rows), or
+  // null.
+  const cpu::StaticMatmul* f32_rows_copy() const {
+    return !by_count_.empty() && by_count_.front().holds_f32_weight_rows() ? &by_count_.front() : nullptr;
+  }
   // False when every product reads a packed copy of the weights it was given.
   bool reads_weights_in_place() const {
+    if (marian_weights_.data != nullptr) return true;
     for (const cpu::StaticMatmul& m : by_count_)
       if (m.reads_weights_in_place()) return true;
     return false;
@@ -113,6 +124,10 @@ class PlannedMatmul {
 
   // y[rows, out] = x[rows, in] W^T (+ bias). x and y hold buckets.padded_rows(rows) rows.
   void run(int64_t rows, const float* x, float* y, void* workspace) const {
+    if (marian_weights_.data != nullptr) {
+      cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_);
+      return;
+    }
     const int64_t chunk = buckets_->chunk();
     while (rows > 0) {
       const int64_t count = rows >= chunk ? chunk : buckets_->padded_remainder(rows);
@@ -129,6 +144,8 @@ class PlannedMatmul {
   const RowBuckets* buckets_;
   const float* bias_;
   int64_t in_, out_;
+  int threads_;
+  WeightMatrix marian_weights_{};  // set under Marian's arithmetic (then by_count_ is empty)
   std::vector<cpu::StaticMatmul> by_count_;
   size_t workspace_bytes_ = 0;
 };
@@ -176,7 +193,7 @@ class CpuOps {
   CpuOps(const Model& model, const MemoryPlan& plan, int threads, std::optional<DType> matrix_dtype)
       : config_(model.config()), buckets_(plan), threads_(use_openmp_threads(threads)), engine_(threads),
         weights_(model.file()), matrix_dtype_(matrix_dtype), longest_key_(std::max(plan.max_source_len, plan.max_target_len)),
-        max_beam_(plan.max_beam), max_target_len_(plan.max_target_len) {}
+        max_beam_(plan.max_beam), max_target_len_(plan.max_target_len), arithmetic_(model.int8_arithmetic()) {}
 
   // ---- binding
   Linear linear(const std::string& prefix, int64_t max_rows, bool bias_in_product) {
@@ -192,8 +209,12 @@ class CpuOps {
     Logits l;
     l.bias = config_.output_bias ? vector(param::kOutputBias) : nullptr;
     l.weights = matrix(param::output_projection(config_));
+    // Under Marian's arithmetic a shortlist's gathered int8 rows would be multiplied by xf's.
+    if (arithmetic_ == Int8Arithmetic::marian_intgemm_avx2 && l.weights.dtype == DType::int8)
+      throw Error("int8.arithmetic marian-intgemm-avx2 needs an f32 output layer (Marian's students keep "
+                  "their tied table f32): this model's is int8");
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
-    if (l.product->any_product().holds_f32_weight_rows()) tied_copy_ = &l.product->any_product();
+    tied_copy_ = l.product->f32_rows_copy();
     workspace_bytes_ = std::max(workspace_bytes_, cpu::gathered_product_workspace_bytes(l.weights, buckets_.chunk()));
     return l;
   }
@@ -358,13 +379,16 @@ class CpuOps {
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias) {
     const bool is_output = weight_name == param::output_projection(config_);
-    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output);
-    auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias);
+    // Marian's arithmetic reads int8 rows (a panels file's are unpacked into a copy).
+    const bool marian = arithmetic_ == Int8Arithmetic::marian_intgemm_avx2 &&
+                        matrix_dtype_.value_or(weights_.stored(weight_name).dtype) == DType::int8;
+    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !marian);
+    auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, arithmetic_);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
     // A table is read by embed() too, unless it reads the products' own f32 copy (table()).
     const bool is_table = weight_name == param::source_embedding(config_) ||
                           weight_name == param::target_embedding(config_);
-    const bool table_reads_copy = m->any_product().holds_f32_weight_rows();
+    const bool table_reads_copy = m->f32_rows_copy() != nullptr;
     const TensorView& stored = weights_.stored(weight_name);
     // Not read when the products read a converted copy (int8, widened) or a packed one.
     if ((!is_table || table_reads_copy) && (weights.data != stored.data || !m->reads_weights_in_place())) {
@@ -388,6 +412,7 @@ class CpuOps {
   size_t workspace_bytes_ = 0;
   int64_t longest_key_;  // the attention scratch's row
   int64_t max_beam_, max_target_len_;
+  Int8Arithmetic arithmetic_;  // the model's: how int8 products are computed
   size_t scratch_offset_ = 0, workspace_offset_ = 0, reorder_scratch_offset_ = 0, sinusoids_offset_ = 0;
   std::unique_ptr<HostArena> arena_;
   float* attention_scratch_ = nullptr;  // [threads, longest key length]

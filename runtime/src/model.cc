@@ -201,10 +201,26 @@ bool DecodingDefaults::set_by_model(const std::string& name) const {
   return std::find(from_model.begin(), from_model.end(), name) != from_model.end();
 }
 
+Int8Arithmetic int8_arithmetic_from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata) {
+  Int8Arithmetic arithmetic = Int8Arithmetic::xf;
+  for (const auto& [key, value] : metadata) {
+    if (key != "int8.arithmetic") continue;
+    if (value == "xf") {
+      arithmetic = Int8Arithmetic::xf;
+    } else if (value == "marian-intgemm-avx2") {
+      arithmetic = Int8Arithmetic::marian_intgemm_avx2;
+    } else {
+      throw Error("metadata int8.arithmetic: expected xf or marian-intgemm-avx2, got '" + value + "'");
+    }
+  }
+  return arithmetic;
+}
+
 Model::Model(std::shared_ptr<const ModelFile> file) : file_(std::move(file)) {
   const ModelConfig& c = file_->config();
   try {
     decoding_defaults_ = DecodingDefaults::from_metadata(file_->metadata());
+    int8_arithmetic_ = int8_arithmetic_from_metadata(file_->metadata());
   } catch (const Error& e) {
     throw Error(file_->path() + ": " + e.what());
   }

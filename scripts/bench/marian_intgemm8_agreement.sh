@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How many lines xf's int8 import of the marian-student fixture gives equal to Marian's intgemm8
 # outputs (recorded by scripts/fixtures/make_marian_fixtures.py --only intgemm8-lines: pymarian,
-# AVX2, one sentence a batch, on 200 test.tsv sources), greedy and beam 4, and the BLEU of xf's
+# AVX2, one sentence a batch, on 200 test.tsv sources), greedy and beam 4, with xf's own int8
+# arithmetic and with Marian's (int8.arithmetic marian-intgemm-avx2), and the BLEU of xf's
 # lines with Marian's as the reference; with XF_DATA, both engines' BLEU against test.tsv's first
 # reference of each source. With PYTHON (a python with pymarian), also Marian's own outputs at
 # mini-batch 16 against its mini-batch 1 ones (how much Marian's per-batch activation scale moves
@@ -14,6 +15,10 @@ fixture=$here/../../tests/import/data/marian-student
 mkdir -p "$out"
 "$build/bin/xf-convert" --from marian "$fixture/model.intgemm8.bin" -o "$out/int8.xfm" --dtype int8 \
   > /dev/null 2> "$out/convert.log" || { cat "$out/convert.log" >&2; exit 1; }
+# The same import computing Marian's arithmetic (one activation multiplier a product, AVX2's
+# saturating 16-bit sums: xf/model.h, Int8Arithmetic).
+"$build/bin/xf-convert" --from marian "$fixture/model.intgemm8.bin" -o "$out/int8-marian.xfm" --dtype int8 \
+  --metadata int8.arithmetic=marian-intgemm-avx2 > /dev/null 2>> "$out/convert.log" || { cat "$out/convert.log" >&2; exit 1; }
 python3 - "$fixture/intgemm8_lines.json" "$out" "${XF_DATA:-}" <<'PY'
 import json, os, sys
 recorded = json.load(open(sys.argv[1], encoding="utf-8"))
@@ -35,14 +40,21 @@ PY
 lines=$(wc -l < "$out/sources.txt")
 for beam in 1 4; do
   name=$([ "$beam" = 1 ] && echo greedy || echo beam4)
-  "$build/bin/xf-run" --model "$out/int8.xfm" --beam "$beam" --shortlist none --length-penalty 0 \
-    --length-normalization power --max-len-a 3 --max-len-b 0 --disable-loop-guard \
-    --disable-sentence-splitting --max-batch 32 < "$out/sources.txt" > "$out/xf_$name.txt" 2> /dev/null
-  equal=$(paste -d '\t' "$out/xf_$name.txt" "$out/marian_$name.txt" | awk -F '\t' '$1 == $2 { n++ } END { print n + 0 }')
-  echo "$name: xf equals Marian's intgemm8 on $equal of $lines lines;" \
-       "xf against Marian: $("$build/bin/xf-eval" --hyp "$out/xf_$name.txt" --ref "$out/marian_$name.txt" | head -1)"
+  # xf's arithmetic (any batch gives the same lines), then Marian's at one sentence a batch (as
+  # Marian's lines were recorded) and at 32.
+  for run in xf:int8:32 xf_marian_arithmetic:int8-marian:1 xf_marian_arithmetic_batch32:int8-marian:32; do
+    IFS=: read -r label model batch <<< "$run"
+    "$build/bin/xf-run" --model "$out/$model.xfm" --beam "$beam" --shortlist none --length-penalty 0 \
+      --length-normalization power --max-len-a 3 --max-len-b 0 --disable-loop-guard \
+      --disable-sentence-splitting --max-batch "$batch" < "$out/sources.txt" > "$out/${label}_$name.txt" 2> /dev/null
+    equal=$(paste -d '\t' "$out/${label}_$name.txt" "$out/marian_$name.txt" | awk -F '\t' '$1 == $2 { n++ } END { print n + 0 }')
+    echo "$name: $label (--max-batch $batch) equals Marian's intgemm8 on $equal of $lines lines;" \
+         "against Marian: $("$build/bin/xf-eval" --hyp "$out/${label}_$name.txt" --ref "$out/marian_$name.txt" | head -1)"
+  done
   if [ -f "$out/references.txt" ]; then
     echo "  against test.tsv: xf $("$build/bin/xf-eval" --hyp "$out/xf_$name.txt" --ref "$out/references.txt" | head -1)"
+    echo "  against test.tsv: xf_marian_arithmetic $("$build/bin/xf-eval" --hyp "$out/xf_marian_arithmetic_$name.txt" \
+      --ref "$out/references.txt" | head -1)"
     echo "  against test.tsv: Marian $("$build/bin/xf-eval" --hyp "$out/marian_$name.txt" --ref "$out/references.txt" | head -1)"
   fi
   if [ -n "${PYTHON:-}" ]; then

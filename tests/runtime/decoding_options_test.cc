@@ -642,6 +642,35 @@ TEST(DecodingOptions, BadDecodingMetadataIsRefusedAtOpen) {
   }
 }
 
+// int8.arithmetic (xf/model.h): a name xf does not know is refused at open, naming the entry;
+// Marian's arithmetic refuses an int8 output layer (a shortlist's gathered rows would be
+// multiplied by xf's) with one line when a translator is made, and is read from the file.
+TEST(DecodingOptions, Int8ArithmeticMetadataIsCheckedAtOpen) {
+  test::TinyModelOptions options;
+  options.metadata = {{"int8.arithmetic", "marian"}};
+  try {
+    model_named(options, "bad_int8_arithmetic");
+    ADD_FAILURE() << "int8.arithmetic=marian was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata int8.arithmetic: expected xf or marian-intgemm-avx2, got 'marian'"),
+              std::string::npos)
+        << e.what();
+  }
+  options.matrix_dtype = DType::int8;
+  options.metadata = {{"int8.arithmetic", "marian-intgemm-avx2"}};
+  const auto model = model_named(options, "int8_marian_arithmetic");
+  EXPECT_EQ(model->int8_arithmetic(), Int8Arithmetic::marian_intgemm_avx2);
+  EXPECT_EQ(default_model()->int8_arithmetic(), Int8Arithmetic::xf);
+  try {
+    Translator translator(model, small_translator());
+    ADD_FAILURE() << "an int8 output layer was accepted under Marian's arithmetic";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("int8.arithmetic marian-intgemm-avx2 needs an f32 output layer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DecodingOptions, BatchesCutByTokensGiveTheSameTranslations) {
   auto model = default_model();
   TranslatorOptions topts = small_translator();

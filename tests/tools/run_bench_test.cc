@@ -470,6 +470,13 @@ TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
   EXPECT_NE(bad_convert.err.find("metadata decoding.beam: expected an integer from 1 to 1024, got '0'"), std::string::npos)
       << bad_convert.err;
   EXPECT_FALSE(std::ifstream(work_dir() + "/not_written.xfm").good());
+  const ProgramRun bad_arithmetic =
+      run(XF_CONVERT, path + " -o " + work_dir() + "/not_written.xfm --metadata int8.arithmetic=intgemm");
+  EXPECT_EQ(bad_arithmetic.status, 1);
+  EXPECT_NE(bad_arithmetic.err.find("metadata int8.arithmetic: expected xf or marian-intgemm-avx2, got 'intgemm'"),
+            std::string::npos)
+      << bad_arithmetic.err;
+  EXPECT_FALSE(std::ifstream(work_dir() + "/not_written.xfm").good());
 
   const ProgramRun inspect = run(XF_INSPECT, path);
   ASSERT_EQ(inspect.status, 0) << inspect.err;

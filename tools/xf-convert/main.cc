@@ -64,7 +64,11 @@ constexpr const char* kUsage =
     "(config.json, model.safetensors or pytorch_model.bin, vocab.json, source.spm, target.spm;\n"
     "read without PyTorch): one .xfm that xf-run translates from text. The model's beam size\n"
     "(decoder.yml beam-size, num_beams) becomes its decoding.beam. What xf cannot compute is\n"
-    "refused with one line naming the key.\n"
+    "refused with one line naming the key. --metadata int8.arithmetic=marian-intgemm-avx2 makes\n"
+    "the CPU compute the int8 products as Marian's intgemm8 does on AVX2 (one activation scale a\n"
+    "product, saturating 16-bit sums: Marian's outputs, slower, and a sentence's depends on its\n"
+    "batch; --max-batch 1 gives Marian's --mini-batch 1); int8.arithmetic=xf, the default, is\n"
+    "xf's own.\n"
     "Before anything is written, the SentencePiece model(s) must load and hold as many pieces as\n"
     "the vocabulary. Progress on stderr. Exit status: 0 on success, 1 on bad input or a failed\n"
     "write, 2 on a bad command line.\n\n";
@@ -134,9 +138,11 @@ int run(int argc, char** argv) {
       checkpoints.push_back(arg);
     }
   }
-  // decoding.* entries become the defaults of every translation with the model: a bad one is
-  // refused here, not by the first program that opens the file.
+  // decoding.* entries become the defaults of every translation with the model, int8.arithmetic
+  // how its int8 products are computed: a bad one is refused here, not by the first program
+  // that opens the file.
   xf::DecodingDefaults::from_metadata({extra.begin(), extra.end()});
+  xf::int8_arithmetic_from_metadata({extra.begin(), extra.end()});
   if (checkpoints.empty() || output.empty()) {
     throw UsageError{"need at least one CHECKPOINT and -o MODEL.xfm (try --help)"};
   }

@@ -47,6 +47,22 @@ struct XF_API DecodingDefaults {
   bool set_by_model(const std::string& name) const;
 };
 
+// How the CPU computes the products of int8 weight matrices, from the file's metadata entry
+// "int8.arithmetic" (xf-convert --metadata int8.arithmetic=marian-intgemm-avx2):
+//   xf (the default): activations quantized per row, exact int32 sums (a 7-bit copy of the
+//     weights where the CPU's int8 instructions saturate); a sentence translates the same in
+//     any batch.
+//   marian-intgemm-avx2: Marian's intgemm8 arithmetic as its AVX2 kernel computes it (one
+//     activation multiplier per product, saturating 16-bit lane sums: cpu::marian_int8_product),
+//     for an imported Marian int8 model whose outputs must be Marian's. Like Marian's, a
+//     sentence's output then depends on its batch: --max-batch 1 gives Marian's --mini-batch 1.
+//     Slower than xf's kernels; the CPU only (CUDA computes its own way); f32 output layers
+//     only (Marian's students keep their tied table f32).
+enum class Int8Arithmetic { xf, marian_intgemm_avx2 };
+// The metadata's "int8.arithmetic" entry (xf when absent). Throws xf::Error naming the entry and
+// the names it takes when its value is not one of them.
+XF_API Int8Arithmetic int8_arithmetic_from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata);
+
 class XF_API Model {
  public:
   // Opens and validates the file. Throws xf::Error("<path>: <problem>").
@@ -65,6 +81,8 @@ class XF_API Model {
   const ModelConfig& config() const;
   // The decoding settings stored in the file, else xf's (read and checked at open).
   const DecodingDefaults& decoding_defaults() const { return decoding_defaults_; }
+  // The file's int8.arithmetic (read and checked at open).
+  Int8Arithmetic int8_arithmetic() const { return int8_arithmetic_; }
   const ModelFile& file() const { return *file_; }
 
   // True when the file stores a SentencePiece model (the text API needs one).
@@ -108,6 +126,7 @@ class XF_API Model {
   std::unique_ptr<Side> source_;
   std::unique_ptr<Side> target_;
   DecodingDefaults decoding_defaults_;
+  Int8Arithmetic int8_arithmetic_ = Int8Arithmetic::xf;
   size_t longest_source_piece_ = 0;  // bytes; 0 without a tokenizer
 };
 
