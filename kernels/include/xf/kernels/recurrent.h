@@ -6,7 +6,9 @@
 //   s = sigmoid(f);  c = s * c_previous + (1 - s) * x  (c_previous = 0 at the first step);
 //   out = relu(c)
 // (Marian's highway(c, x, f) then relu). ssru_forget_weight and ssru_next_cell below are that
-// math, once, for every kernel of the family on host and device.
+// math, once, for every kernel of the family on host and device; the CPU's decoding step
+// (ssru_step) computes the sigmoid's exp with the CPU kernels' vectorizable exp (simd_cpu.h,
+// within 2e-7 of std::exp), as the CPU's softmax and swish do.
 //
 // ssru_step (runtime): for each of `rows` rows r, [x | f] = in[r] ([rows, 2 * dim]: candidate
 //   then forget gate, bias included) and c the row's cell state at cell + state_row * dim
