@@ -82,15 +82,27 @@ class RowBuckets {
   std::vector<int64_t> counts_;
 };
 
+// The intgemm kernel whose sums a model's Marian arithmetic asks for; none for xf's own.
+std::optional<cpu::IntgemmKernel> intgemm_kernel(Int8Arithmetic arithmetic) {
+  switch (arithmetic) {
+    case Int8Arithmetic::xf: return std::nullopt;
+    case Int8Arithmetic::marian_intgemm_avx2: return cpu::IntgemmKernel::avx2;
+    case Int8Arithmetic::marian_intgemm_avx512bw: return cpu::IntgemmKernel::avx512bw;
+    case Int8Arithmetic::marian_intgemm_avx512vnni: return cpu::IntgemmKernel::avx512vnni;
+  }
+  return std::nullopt;
+}
+
 // One weight's products, one static oneDNN primitive per row count the buckets can give it; or,
-// for int8 weights under Marian's arithmetic (Int8Arithmetic::marian_intgemm_avx2), one
-// cpu::marian_int8_product over all the rows of a call, whose one activation scale spans them.
+// for int8 weights under Marian's arithmetic (Int8Arithmetic), one cpu::marian_int8_product
+// over all the rows of a call, whose one activation scale spans them.
 class PlannedMatmul {
  public:
   PlannedMatmul(cpu::CpuEngine& engine, const RowBuckets& buckets, int64_t max_rows,
                 const WeightMatrix& weights, const float* bias, Int8Arithmetic arithmetic)
       : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows), threads_(engine.threads()) {
-    if (weights.dtype == DType::int8 && arithmetic == Int8Arithmetic::marian_intgemm_avx2) {
+    if (weights.dtype == DType::int8 && intgemm_kernel(arithmetic)) {
+      intgemm_kernel_ = *intgemm_kernel(arithmetic);
       marian_weights_ = weights;
       workspace_bytes_ = cpu::marian_int8_workspace_bytes(buckets.padded_rows(max_rows), in_);
       return;
@@ -125,7 +137,7 @@ class PlannedMatmul {
   // y[rows, out] = x[rows, in] W^T (+ bias). x and y hold buckets.padded_rows(rows) rows.
   void run(int64_t rows, const float* x, float* y, void* workspace) const {
     if (marian_weights_.data != nullptr) {
-      cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_);
+      cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_, intgemm_kernel_);
       return;
     }
     const int64_t chunk = buckets_->chunk();
@@ -146,6 +158,7 @@ class PlannedMatmul {
   int64_t in_, out_;
   int threads_;
   WeightMatrix marian_weights_{};  // set under Marian's arithmetic (then by_count_ is empty)
+  cpu::IntgemmKernel intgemm_kernel_ = cpu::IntgemmKernel::avx2;
   std::vector<cpu::StaticMatmul> by_count_;
   size_t workspace_bytes_ = 0;
 };
@@ -210,8 +223,8 @@ class CpuOps {
     l.bias = config_.output_bias ? vector(param::kOutputBias) : nullptr;
     l.weights = matrix(param::output_projection(config_));
     // Under Marian's arithmetic a shortlist's gathered int8 rows would be multiplied by xf's.
-    if (arithmetic_ == Int8Arithmetic::marian_intgemm_avx2 && l.weights.dtype == DType::int8)
-      throw Error("int8.arithmetic marian-intgemm-avx2 needs an f32 output layer (Marian's students keep "
+    if (arithmetic_ != Int8Arithmetic::xf && l.weights.dtype == DType::int8)
+      throw Error("int8.arithmetic marian-intgemm-* needs an f32 output layer (Marian's students keep "
                   "their tied table f32): this model's is int8");
     l.product = planned_matmul(param::output_projection(config_), max_rows, l.bias);
     tied_copy_ = l.product->f32_rows_copy();
@@ -380,7 +393,7 @@ class CpuOps {
                                                 const float* bias) {
     const bool is_output = weight_name == param::output_projection(config_);
     // Marian's arithmetic reads int8 rows (a panels file's are unpacked into a copy).
-    const bool marian = arithmetic_ == Int8Arithmetic::marian_intgemm_avx2 &&
+    const bool marian = arithmetic_ != Int8Arithmetic::xf &&
                         matrix_dtype_.value_or(weights_.stored(weight_name).dtype) == DType::int8;
     const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !marian);
     auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, arithmetic_);

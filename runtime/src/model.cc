@@ -202,16 +202,21 @@ bool DecodingDefaults::set_by_model(const std::string& name) const {
 }
 
 Int8Arithmetic int8_arithmetic_from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata) {
+  static const std::pair<const char*, Int8Arithmetic> kNames[] = {
+      {"xf", Int8Arithmetic::xf},
+      {"marian-intgemm-avx2", Int8Arithmetic::marian_intgemm_avx2},
+      {"marian-intgemm-avx512bw", Int8Arithmetic::marian_intgemm_avx512bw},
+      {"marian-intgemm-avx512vnni", Int8Arithmetic::marian_intgemm_avx512vnni}};
   Int8Arithmetic arithmetic = Int8Arithmetic::xf;
   for (const auto& [key, value] : metadata) {
     if (key != "int8.arithmetic") continue;
-    if (value == "xf") {
-      arithmetic = Int8Arithmetic::xf;
-    } else if (value == "marian-intgemm-avx2") {
-      arithmetic = Int8Arithmetic::marian_intgemm_avx2;
-    } else {
-      throw Error("metadata int8.arithmetic: expected xf or marian-intgemm-avx2, got '" + value + "'");
+    const auto it = std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return value == n.first; });
+    if (it == std::end(kNames)) {
+      std::string names;
+      for (const auto& n : kNames) names += std::string(names.empty() ? "" : ", ") + n.first;
+      throw Error("metadata int8.arithmetic: expected " + names + "; got '" + value + "'");
     }
+    arithmetic = it->second;
   }
   return arithmetic;
 }

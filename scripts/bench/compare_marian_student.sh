@@ -13,8 +13,11 @@
 # 3. The input: the first LINES distinct English sentences of XF_DATA/test.tsv that are exactly
 #    PIECES pieces long (LINES_B1 for batch 1), each REPEAT times, as text: each engine tokenizes
 #    with the same .spm. Greedy (Bergamot's students decode with beam 1). The outputs' length
-#    limit is set equal: Marian's --max-length-factor FACTOR, xf-run --max-len-a FACTOR
-#    --max-len-b 0, and xf's loop guard off (Marian has none; random weights repeat a token to
+#    limit is set equal: Marian's --max-length-factor FACTOR (FACTOR x the source's pieces and
+#    its EOS), xf-run --max-len-a FACTOR --max-len-b B with B = floor(FACTOR x (PIECES + 1)) -
+#    floor(FACTOR x PIECES) (the same count for sources of PIECES pieces; 1 by default; the
+#    tables before 2026-11-29 had B = 0, one token fewer than Marian's), and xf's loop guard off
+#    (Marian has none; random weights repeat a token to
 #    the limit). The engines' int8 products differ, so their outputs do (the table counts the
 #    lines that agree and the output tokens of each).
 # 4. Each configuration (ISA: AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 for xf; INTGEMM_CPUID=AVX2 and
@@ -43,6 +46,7 @@ repeat=${REPEAT:-4}
 pieces=${PIECES:-10}
 factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
+len_b=$(awk -v f="$factor" -v p="$pieces" 'BEGIN { print int(f * (p + 1)) - int(f * p) }')
 updates=${UPDATES:-1}
 isas=${ISAS:-AVX2 native}
 student=$work/student
@@ -89,7 +93,7 @@ config() {
     local tag="${label// /_}.$isa.r$round"
     run "$label" "$isa" xf "$round" "$count" "$work/out.xf.$tag" \
       env "${xf_env[@]}" "$xf_bin/xf-run" --model "$work/xf_int8.xfm" --input "$work/$in.txt" --beam 1 \
-      --max-batch "$batch" --threads 1 --length-penalty 0 --max-len-a "$factor" --max-len-b 0 --disable-loop-guard
+      --max-batch "$batch" --threads 1 --length-penalty 0 --max-len-a "$factor" --max-len-b "$len_b" --disable-loop-guard
     run "$label" "$isa" marian "$round" "$count" "$work/out.marian.$tag" \
       env "${marian_env[@]}" "$python" -m pymarian decode -m "$student/model.intgemm8.bin" \
       -v "$student/vocab.enfr.spm" "$student/vocab.enfr.spm" --shortlist "$student/lex.50.50.s2t.bin" false \

@@ -652,7 +652,7 @@ TEST(DecodingOptions, Int8ArithmeticMetadataIsCheckedAtOpen) {
     model_named(options, "bad_int8_arithmetic");
     ADD_FAILURE() << "int8.arithmetic=marian was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("metadata int8.arithmetic: expected xf or marian-intgemm-avx2, got 'marian'"),
+    EXPECT_NE(std::string(e.what()).find("metadata int8.arithmetic: expected xf, marian-intgemm-avx2, marian-intgemm-avx512bw, marian-intgemm-avx512vnni; got 'marian'"),
               std::string::npos)
         << e.what();
   }
@@ -661,11 +661,15 @@ TEST(DecodingOptions, Int8ArithmeticMetadataIsCheckedAtOpen) {
   const auto model = model_named(options, "int8_marian_arithmetic");
   EXPECT_EQ(model->int8_arithmetic(), Int8Arithmetic::marian_intgemm_avx2);
   EXPECT_EQ(default_model()->int8_arithmetic(), Int8Arithmetic::xf);
+  for (const auto& [name, arithmetic] : {std::pair<std::string, Int8Arithmetic>{"xf", Int8Arithmetic::xf},
+                                         {"marian-intgemm-avx512bw", Int8Arithmetic::marian_intgemm_avx512bw},
+                                         {"marian-intgemm-avx512vnni", Int8Arithmetic::marian_intgemm_avx512vnni}})
+    EXPECT_EQ(int8_arithmetic_from_metadata({{"training.note", "x"}, {"int8.arithmetic", name}}), arithmetic) << name;
   try {
     Translator translator(model, small_translator());
     ADD_FAILURE() << "an int8 output layer was accepted under Marian's arithmetic";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("int8.arithmetic marian-intgemm-avx2 needs an f32 output layer"),
+    EXPECT_NE(std::string(e.what()).find("int8.arithmetic marian-intgemm-* needs an f32 output layer"),
               std::string::npos)
         << e.what();
   }

@@ -52,13 +52,15 @@ struct XF_API DecodingDefaults {
 //   xf (the default): activations quantized per row, exact int32 sums (a 7-bit copy of the
 //     weights where the CPU's int8 instructions saturate); a sentence translates the same in
 //     any batch.
-//   marian-intgemm-avx2: Marian's intgemm8 arithmetic as its AVX2 kernel computes it (one
-//     activation multiplier per product, saturating 16-bit lane sums: cpu::marian_int8_product),
-//     for an imported Marian int8 model whose outputs must be Marian's. Like Marian's, a
-//     sentence's output then depends on its batch: --max-batch 1 gives Marian's --mini-batch 1.
-//     Slower than xf's kernels; the CPU only (CUDA computes its own way); f32 output layers
-//     only (Marian's students keep their tied table f32).
-enum class Int8Arithmetic { xf, marian_intgemm_avx2 };
+//   marian-intgemm-avx2, marian-intgemm-avx512bw, marian-intgemm-avx512vnni: Marian's intgemm8
+//     arithmetic as the intgemm kernel of that name computes it (one activation multiplier per
+//     product; saturating 16-bit lane sums on AVX2 and AVX512BW, exact ones on AVX512VNNI:
+//     cpu::marian_int8_product), for an imported Marian int8 model whose outputs must be those
+//     Marian gives on a CPU of that kind. Like Marian's, a sentence's output then depends on its
+//     batch: --max-batch 1 gives Marian's --mini-batch 1. Slower than xf's kernels; the CPU only
+//     (CUDA computes its own way); f32 output layers only (Marian's students keep their tied
+//     table f32).
+enum class Int8Arithmetic { xf, marian_intgemm_avx2, marian_intgemm_avx512bw, marian_intgemm_avx512vnni };
 // The metadata's "int8.arithmetic" entry (xf when absent). Throws xf::Error naming the entry and
 // the names it takes when its value is not one of them.
 XF_API Int8Arithmetic int8_arithmetic_from_metadata(const std::vector<std::pair<std::string, std::string>>& metadata);

@@ -123,18 +123,20 @@ void gathered_rows_product(const WeightMatrix& w, const float* x, const void* ga
 
 // Marian's intgemm8 arithmetic, for an imported Marian int8 model whose outputs must be
 // Marian's own (the model's int8.arithmetic metadata, xf/model.h): y[rows, N] = x W^T (+ bias)
-// as marian-nmt's intgemm8 path computes it with intgemm's AVX2 Int8 kernel. x is quantized
-// with ONE multiplier for all `rows` rows, q = 127 / max|x| (Marian's per-product scale: a
-// row's result depends on the others), nearbyint(x q) clipped to +-127; each output sums 16
-// int16 lanes in int32, lane j adding with saturation (vpaddsw) the pair products (32b + 2j,
-// 32b + 2j + 1) of every 32-value block b of the inner dimension (vpmaddubsw of |x| and W
-// signed by x); then sum x (1 / (q x q_w)) + bias, q_w = 1 / the weight row's scale. W: int8
-// rows. intgemm's instructions at AVX2 and above, the same sums written out in C++ below: the
-// same results at every ISA level and thread count; workspace:
+// as marian-nmt's intgemm8 path computes it with one of intgemm's Int8 kernels, which Marian
+// picks by the CPU it runs on. x is quantized with ONE multiplier for all `rows` rows,
+// q = 127 / max|x| (Marian's per-product scale: a row's result depends on the others),
+// nearbyint(x q) clipped to +-127; the pair products (vpmaddubsw of |x| and W signed by x) are
+// summed as `kernel` sums them: avx2 in 16 int16 lanes over each 32-value chunk of the inner
+// dimension with saturation (vpaddsw), avx512bw likewise in 32 lanes over 64-value chunks,
+// avx512vnni exactly in int32; then sum x (1 / (q x q_w)) + bias, q_w = 1 / the weight row's
+// scale. W: int8 rows. intgemm's instructions at AVX2 and above, the same sums written out in
+// C++ below: the same results at every ISA level and thread count; workspace:
 // marian_int8_workspace_bytes(rows, K), 64-byte aligned. No allocation.
+enum class IntgemmKernel { avx2, avx512bw, avx512vnni };
 size_t marian_int8_workspace_bytes(int64_t rows, int64_t k);
 void marian_int8_product(const WeightMatrix& w, const float* x, int64_t rows, const float* bias, float* y,
-                         void* workspace, int threads);
+                         void* workspace, int threads, IntgemmKernel kernel);
 
 // C[M, N] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
 // For the trainer (dnnl_sgemm; allocates inside oneDNN, so never on the runtime's hot path).
