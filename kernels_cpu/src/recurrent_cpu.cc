@@ -16,10 +16,14 @@ namespace {
 // which kept the decoding step's loop scalar (7.5% of the student's batch-32 time, perf).
 XF_VECTORIZED_BODY void ssru_row_body(const float* x, const float* f, float* c, bool first, int64_t dim,
                                       float* out) {
+  // The first step's previous cell is 0 (c may hold anything then), read as 0 x the finite
+  // candidate row: a load under a condition (first ? 0 : c[i]) kept GCC from vectorizing.
+  const float* previous = first ? x : c;
+  const float keep = first ? 0.0f : 1.0f;
 #pragma omp simd
   for (int64_t i = 0; i < dim; ++i) {
     const float forget = 1.0f / (1.0f + detail::exp_vectorizable(-f[i]));
-    const float next = ssru_next_cell(forget, first ? 0.0f : c[i], x[i]);
+    const float next = ssru_next_cell(forget, keep * previous[i], x[i]);
     c[i] = next;
     out[i] = next > 0.0f ? next : 0.0f;
   }
