@@ -102,6 +102,16 @@ void write_imported_model(const ImportedModel& model, const std::string& output,
                         t.int8_row_scales.data());
     }
   }
+  if (options.layout_of) {
+    for (const ParameterSpec& spec : transformer_parameters(model.config)) {
+      // The dtype each tensor was stored in just above.
+      const bool own_int8 = !model.tensors.at(spec.name).int8_values.empty();
+      const DType stored = spec.shape.size() < 2                               ? DType::f32
+                           : options.dtype != DType::int8 || own_int8 || !original_int8 ? options.dtype
+                                                                                   : DType::f32;
+      writer.set_layout(spec.name, options.layout_of(spec.name, stored));
+    }
+  }
   writer.set_source_tokenizer(model.source_tokenizer);
   if (!model.target_tokenizer.empty() && model.target_tokenizer != model.source_tokenizer)
     writer.set_target_tokenizer(model.target_tokenizer);

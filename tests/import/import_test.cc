@@ -854,6 +854,43 @@ TEST(ImportMarianInput, TheConfigGivenNamesModelVocabularyAndShortlist) {
   EXPECT_EQ(file->metadata_value("decoding.beam"), "1");
 }
 
+// xf-convert --from ... --layout panels stores the layers' matrices in the layout this machine's
+// products read (cpu::kernel_weight_layout of their dtype: Marian's own int8 values, or f32), the
+// tables and the output layer in rows, and translates as the rows import does, token for token.
+TEST(ImportMarianInput, LayoutPanelsStoresTheLayersAsTheProductsReadThem) {
+  const std::string dir = copy_fixture("marian-student");
+  std::ifstream in(data("marian-student") + "/intgemm8_lines.json");
+  const auto sentences = json::parse(in)["sentences"].get<std::vector<std::string>>();
+  for (const auto& [model, dtype] : {std::pair<std::string, std::string>{"model.intgemm8.bin", "int8"}, {"model.npz", "f32"}}) {
+    SCOPED_TRACE(model);
+    for (const std::string layout : {"rows", "panels"}) {
+      const test::CommandRun run = test::run_command(std::string(XF_CONVERT) + " --from marian '" + dir + "/" + model +
+                                                         "' -o '" + dir + "/" + layout + ".xfm' --dtype " + dtype +
+                                                         " --layout " + layout,
+                                                     dir);
+      ASSERT_EQ(run.status, 0) << run.err;
+    }
+    const auto panels = ModelFile::open(dir + "/panels.xfm");
+    const WeightLayout expected = cpu::kernel_weight_layout(parse_dtype(dtype));
+    int laid_out = 0;
+    for (const TensorView& t : panels->tensors()) {
+      const std::string name(t.name);
+      const bool layer_matrix = t.rank == 2 && (name.rfind("encoder.layers.", 0) == 0 || name.rfind("decoder.layers.", 0) == 0);
+      EXPECT_EQ(t.layout, layer_matrix ? expected : WeightLayout::rows) << name;
+      laid_out += layer_matrix;
+    }
+    EXPECT_GE(laid_out, 2 * 4 + 2 * 6);
+    TranslatorOptions options;
+    options.shortlist = "none";
+    TranslateOptions greedy;
+    greedy.beam = 1;
+    const auto from_rows = Translator(Model::open(dir + "/rows.xfm"), options).translate(sentences, greedy);
+    const auto from_panels = Translator(Model::open(dir + "/panels.xfm"), options).translate(sentences, greedy);
+    for (size_t i = 0; i < sentences.size(); ++i)
+      EXPECT_EQ(from_panels[i].hypotheses[0].ids, from_rows[i].hypotheses[0].ids) << sentences[i];
+  }
+}
+
 // marian-student's model.npz imported (f32) and its model.intgemm8.bin imported with --dtype int8.
 struct StudentImports {
   std::shared_ptr<const ModelFile> exact, quantized;

@@ -5,7 +5,7 @@
 // with the SentencePiece model and a training summary in its metadata; or rewrites one model
 // file (another dtype, a pruned target vocabulary, fewer layers, the vocabulary shared again)
 // keeping its metadata.
-// xf-convert --from marian|hf PATH -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...
+// xf-convert --from marian|hf PATH -o MODEL.xfm [--dtype ...] [--layout ...] [--metadata KEY=VALUE]...
 // Imports a model made by Marian or Hugging Face transformers (importers/).
 #include <algorithm>
 #include <filesystem>
@@ -54,8 +54,8 @@ constexpr const char* kUsage =
     "its row scale doubled): the same outputs there, AVX2's elsewhere. At another level xf-run\n"
     "lays the panels out as it needs (a copy, as for a rows file). --layout rows (the default)\n"
     "writes rows, also from a panels file.\n"
-    "       xf-convert --from marian DIR|MODEL|CONFIG.yml -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
-    "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--metadata KEY=VALUE]...\n"
+    "       xf-convert --from marian DIR|MODEL|CONFIG.yml -o MODEL.xfm [--dtype ...] [--layout ...] [--metadata KEY=VALUE]...\n"
+    "       xf-convert --from hf DIR -o MODEL.xfm [--dtype ...] [--layout ...] [--metadata KEY=VALUE]...\n"
     "imports a Marian transformer (the .npz or Marian's binary .bin, or its folder with\n"
     "decoder.yml, the vocabulary .yml and source.spm/target.spm, as OPUS-MT publishes them, or a\n"
     "decoder config naming the model, the .spm vocabularies and a shortlist, as Firefox\n"
@@ -146,14 +146,23 @@ int run(int argc, char** argv) {
   if (checkpoints.empty() || output.empty()) {
     throw UsageError{"need at least one CHECKPOINT and -o MODEL.xfm (try --help)"};
   }
+  // --layout panels: the layers' own matrices (a table and the output layer are read by other
+  // kernels too, in rows).
+  const auto layer_matrix_layout = [](const std::string& name, xf::DType tensor_dtype) {
+    const bool in_layer = name.rfind("encoder.layers.", 0) == 0 || name.rfind("decoder.layers.", 0) == 0;
+    const std::string weight = xf::schema::kWeight;
+    const bool matrix = name.size() > weight.size() && name.compare(name.size() - weight.size(), weight.size(), weight) == 0;
+    return in_layer && matrix ? xf::cpu::kernel_weight_layout(tensor_dtype) : xf::WeightLayout::rows;
+  };
+  using LayoutOf = std::function<xf::WeightLayout(const std::string&, xf::DType)>;
   if (!import_from.empty()) {
     if (checkpoints.size() != 1)
       throw UsageError{"--from " + import_from + ": give one model (a folder or .npz), not " +
                        std::to_string(checkpoints.size())};
     if (!target_corpus.empty() || shared_vocabulary || !encoder_layers.empty() || !decoder_layers.empty() ||
-        !shortlist_path.empty() || panels)
-      throw UsageError{"--from takes only -o, --dtype and --metadata (--layout panels: convert the imported file)"};
-    const xf::importers::ImportOptions options{dtype, extra};
+        !shortlist_path.empty())
+      throw UsageError{"--from takes only -o, --dtype, --layout and --metadata"};
+    const xf::importers::ImportOptions options{dtype, extra, panels ? LayoutOf(layer_matrix_layout) : nullptr};
     std::cerr << "importing " << checkpoints[0] << " (" << import_from << ")\n";
     if (import_from == "hf")
       xf::importers::import_hugging_face(checkpoints[0], output, options);
@@ -231,18 +240,8 @@ int run(int argc, char** argv) {
     std::cerr << "shortlist: " << shortlist->targets.size() << " candidates of " << shortlist->source_ids()
               << " source ids, the first " << shortlist->first_num << " target ids always in\n";
   }
-  // --layout panels: the layers' own matrices (a table and the output layer are read by other
-  // kernels too, in rows).
-  const auto layer_matrix_layout = [](const std::string& name, xf::DType tensor_dtype) {
-    const bool in_layer = name.rfind("encoder.layers.", 0) == 0 || name.rfind("decoder.layers.", 0) == 0;
-    const std::string weight = xf::schema::kWeight;
-    const bool matrix = name.size() > weight.size() && name.compare(name.size() - weight.size(), weight.size(), weight) == 0;
-    return in_layer && matrix ? xf::cpu::kernel_weight_layout(tensor_dtype) : xf::WeightLayout::rows;
-  };
   xf::trainer::write_model_file(checkpoint, dtype, metadata, output, target_tokenizer,
-                                shortlist ? &*shortlist : nullptr,
-                                panels ? std::function<xf::WeightLayout(const std::string&, xf::DType)>(layer_matrix_layout)
-                                       : nullptr);
+                                shortlist ? &*shortlist : nullptr, panels ? LayoutOf(layer_matrix_layout) : nullptr);
   std::cerr << "wrote " << output << " (" << xf::dtype_name(dtype) << ", "
             << checkpoint.parameters.size() << " parameters, " << checkpoints.size()
             << " input" << (checkpoints.size() > 1 ? "s averaged" : "") << ")\n";

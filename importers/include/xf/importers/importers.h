@@ -4,16 +4,21 @@
 // writes one .xfm that xf-run translates from text with no other file. Whatever a model needs that
 // xf cannot compute is refused with one line naming the config key or file at fault, before
 // anything is written.
+#include <functional>
 #include <map>
 #include <string>
 
 #include "xf/dtype.h"
+#include "xf/weight_layout.h"
 
 namespace xf::importers {
 
 struct ImportOptions {
   DType dtype = DType::f32;                     // matrices; biases and norms stay f32
   std::map<std::string, std::string> metadata;  // added to (and winning over) the importer's
+  // When given, the layout each tensor is stored in, by name and stored dtype (xf-convert
+  // --layout panels: the layers' matrices as the CPU's products read them); else rows.
+  std::function<WeightLayout(const std::string& name, DType dtype)> layout_of;
 };
 
 // A Hugging Face MarianMTModel directory: config.json, model.safetensors (else pytorch_model.bin),
