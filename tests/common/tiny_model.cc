@@ -129,8 +129,9 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
     std::vector<float> values(spec.elements());
     const std::string& name = spec.name;
     const bool matrix = spec.shape.size() == 2;
-    if (name == param::source_embedding(config) || name == param::target_embedding(config) ||
-        name == schema::kOutputWeight) {
+    const bool table = name == param::source_embedding(config) || name == param::target_embedding(config) ||
+                       name == schema::kOutputWeight;
+    if (table) {
       std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(config.d_model)));
       for (float& v : values) v = normal(rng);
     } else if (matrix) {
@@ -153,7 +154,7 @@ ModelConfig write_tiny_model(const std::string& path, const TinyModelOptions& op
     if (options.round_to_f16)
       for (float& v : values) v = half_to_float(float_to_half(v));
     DType dtype = options.matrix_dtype;
-    if (!matrix && dtype == DType::int8) dtype = DType::f32;
+    if ((!matrix || (table && options.f32_tables)) && dtype == DType::int8) dtype = DType::f32;
     writer.add_tensor_f32(name, dtype, spec.shape, values.data());
   }
   writer.write(path);

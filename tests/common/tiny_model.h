@@ -41,6 +41,9 @@ struct TinyModelOptions {
   bool shared_embeddings = true;
   bool tied_output = false;  // random tied models tend to repeat their input token (BOS)
   DType matrix_dtype = DType::f32;  // 2-D tensors; 1-D ones follow unless int8 (then f32)
+  // The embedding tables and the output layer in f32 whatever matrix_dtype is, as Marian's int8
+  // students keep them (what int8.arithmetic marian-intgemm-* needs).
+  bool f32_tables = false;
   // Added to the EOS logit through the output bias (the model then has one), so that outputs
   // end at varying lengths; 0 leaves the bias out.
   float eos_bias = 2.0f;

@@ -22,11 +22,16 @@ namespace {
 
 // ssru: SSRU decoder layers; shortlist: a stored lexical shortlist (every source id lists a few
 // targets), whose selection and gathered rows change with every batch.
-std::shared_ptr<const Model> model_with(DType dtype, bool ssru = false, bool shortlist = false) {
+std::shared_ptr<const Model> model_with(DType dtype, bool ssru = false, bool shortlist = false, bool marian = false) {
   test::TinyModelOptions options;
   options.matrix_dtype = dtype;
   if (ssru) options.decoder_layer_kind = DecoderLayerKind::ssru;
-  std::string name = std::string(dtype_name(dtype)) + (ssru ? "_ssru" : "") + (shortlist ? "_shortlist" : "");
+  if (marian) {  // Marian's int8 arithmetic (cpu::marian_int8_product), over f32 tables as Marian's
+    options.f32_tables = true;
+    options.metadata = {{"int8.arithmetic", "marian-intgemm-avx2"}};
+  }
+  std::string name = std::string(dtype_name(dtype)) + (ssru ? "_ssru" : "") + (shortlist ? "_shortlist" : "") +
+                     (marian ? "_marian" : "");
   if (shortlist) {
     const ModelConfig config = test::write_tiny_model(test::make_temp_dir("probe") + "/probe.xfm", options);
     LexicalShortlist lists;
@@ -124,13 +129,14 @@ struct Case {
   int threads;
   bool ssru = false;       // SSRU decoder layers (their cell states reordered by the beam)
   bool shortlist = false;  // a stored lexical shortlist
+  bool marian = false;     // int8.arithmetic marian-intgemm-avx2
 };
 
 class SteadyState : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SteadyState, TranslateAllocatesNothingAfterTheFirstCall) {
   const Case c = GetParam();
-  auto model = model_with(c.dtype, c.ssru, c.shortlist);
+  auto model = model_with(c.dtype, c.ssru, c.shortlist, c.marian);
   TranslatorOptions topts = test::plan_options(8, 4);
   topts.max_source_len = 32;
   topts.threads = c.threads;
@@ -161,9 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::f32, 4, 0, 1}, Case{DType::f32, 4, 0, 2}, Case{DType::int8, 1, 0, 1},
                       Case{DType::int8, 4, 0, 1}, Case{DType::f32, 1, 0, 1, true}, Case{DType::f32, 4, 0, 1, true},
                       Case{DType::int8, 4, 0, 2, true}, Case{DType::f32, 1, 0, 1, false, true},
-                      Case{DType::int8, 4, 0, 2, true, true}),
+                      Case{DType::int8, 4, 0, 2, true, true}, Case{DType::int8, 4, 0, 2, true, true, true}),
     [](const ::testing::TestParamInfo<Case>& info) {
-      return std::string(info.param.ssru ? "ssru_" : "") + (info.param.shortlist ? "shortlist_" : "") +
+      return std::string(info.param.marian ? "marian_" : "") + (info.param.ssru ? "ssru_" : "") +
+             (info.param.shortlist ? "shortlist_" : "") +
              dtype_name(info.param.dtype) + "_beam" +
              std::to_string(info.param.beam) +
              (info.param.batch == 0 ? std::string("_max_batch") : "_batch" + std::to_string(info.param.batch)) +
