@@ -477,6 +477,12 @@ TEST(XfRun, TheModelsDecodingSettingsAreTheDefaults) {
             std::string::npos)
       << bad_arithmetic.err;
   EXPECT_FALSE(std::ifstream(work_dir() + "/not_written.xfm").good());
+  const ProgramRun marian_panels = run(XF_CONVERT, path + " -o " + work_dir() + "/not_written.xfm --layout panels "
+                                                          "--metadata int8.arithmetic=marian-intgemm-avx2");
+  EXPECT_EQ(marian_panels.status, 2);
+  EXPECT_NE(marian_panels.err.find("--layout panels and int8.arithmetic marian-intgemm-*"), std::string::npos)
+      << marian_panels.err;
+  EXPECT_FALSE(std::ifstream(work_dir() + "/not_written.xfm").good());
 
   const ProgramRun inspect = run(XF_INSPECT, path);
   ASSERT_EQ(inspect.status, 0) << inspect.err;

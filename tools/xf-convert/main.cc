@@ -142,7 +142,11 @@ int run(int argc, char** argv) {
   // how its int8 products are computed: a bad one is refused here, not by the first program
   // that opens the file.
   xf::DecodingDefaults::from_metadata({extra.begin(), extra.end()});
-  xf::int8_arithmetic_from_metadata({extra.begin(), extra.end()});
+  // Marian's arithmetic reads Marian's int8 values in rows: panels would be unpacked into a copy
+  // at load, and 7-bit ones (AVX2, AVX-512 without VNNI) would no longer hold Marian's values.
+  if (xf::int8_arithmetic_from_metadata({extra.begin(), extra.end()}) != xf::Int8Arithmetic::xf && panels)
+    throw UsageError{"--layout panels and int8.arithmetic marian-intgemm-*: Marian's arithmetic reads the int8 "
+                     "values in rows (give --layout rows)"};
   if (checkpoints.empty() || output.empty()) {
     throw UsageError{"need at least one CHECKPOINT and -o MODEL.xfm (try --help)"};
   }
