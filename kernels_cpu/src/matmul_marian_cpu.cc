@@ -133,17 +133,18 @@ void intgemm_dots(IntgemmKernel kernel, const int8_t* a, const int8_t* weights, 
   intgemm_dots_plain(summing_of(kernel), a, weights, k, first, end, sums);
 }
 
-// Marian's activation quantization: nearbyint(x q) clipped to +-127 (intgemm's PrepareA).
-XF_VECTORIZED_BODY void quantize_with_multiplier_body(const float* x, int64_t count, float multiplier,
-                                                      int8_t* quantized) {
-#pragma omp simd
+// Marian's activation quantization: nearbyint(x q) clipped to +-127 (intgemm's PrepareA). x q is
+// rounded to float before the rounding to an integer (`volatile`): compilers fuse a product into
+// a following add (GCC across statements, on x86 where the CPU has FMA and always on aarch64),
+// and round_to_nearest is an add. Not vectorized: a small part of the product's time.
+void quantize_with_multiplier(const float* x, int64_t count, float multiplier, int8_t* quantized) {
   for (int64_t i = 0; i < count; ++i) {
-    float q = detail::round_to_nearest(x[i] * multiplier);
+    const volatile float scaled = x[i] * multiplier;
+    float q = detail::round_to_nearest(scaled);
     q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
     quantized[i] = static_cast<int8_t>(q);
   }
 }
-XF_DISPATCH_BY_ISA(quantize_with_multiplier)
 
 XF_VECTORIZED_BODY float absmax_body(const float* x, int64_t count) {
   float absmax = 0.0f;
@@ -183,7 +184,8 @@ void marian_int8_product(const WeightMatrix& w, const float* x, int64_t rows, co
     intgemm_dots(kernel, quantized + r * k, weights, k, first, end, sums);
     for (int64_t c = first; c < end; ++c) {
       const float unquantize = 1.0f / (multiplier * (1.0f / w.row_scales[c]));
-      const float value = static_cast<float>(sums[c - first]) * unquantize;
+      // Rounded before the bias is added (intgemm's separate multiply and add), not fused.
+      const volatile float value = static_cast<float>(sums[c - first]) * unquantize;
       y[r * n + c] = bias != nullptr ? value + bias[c] : value;
     }
   });

@@ -62,7 +62,8 @@ std::vector<float> reference(const Int8Weights& w, const std::vector<float>& x, 
         }
         total += lane;
       }
-      const float value = static_cast<float>(total) * (1.0f / (multiplier * (1.0f / w.scales[c])));
+      // Rounded before the add, as intgemm's separate instructions (`volatile`: no fused FMA).
+      const volatile float value = static_cast<float>(total) * (1.0f / (multiplier * (1.0f / w.scales[c])));
       y[r * n + c] = bias != nullptr ? value + bias[c] : value;
     }
   }
