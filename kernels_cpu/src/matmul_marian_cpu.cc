@@ -2,6 +2,7 @@
 // computes on AVX2, AVX512BW or AVX512VNNI, with its own instructions where the CPU has AVX2
 // and written out in plain C++ elsewhere, so that every ISA level gives the same sums.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #if defined(__x86_64__)
@@ -133,18 +134,20 @@ void intgemm_dots(IntgemmKernel kernel, const int8_t* a, const int8_t* weights, 
   intgemm_dots_plain(summing_of(kernel), a, weights, k, first, end, sums);
 }
 
-// Marian's activation quantization: nearbyint(x q) clipped to +-127 (intgemm's PrepareA). x q is
-// rounded to float before the rounding to an integer (`volatile`): compilers fuse a product into
-// a following add (GCC across statements, on x86 where the CPU has FMA and always on aarch64),
-// and round_to_nearest is an add. Not vectorized: a small part of the product's time.
-void quantize_with_multiplier(const float* x, int64_t count, float multiplier, int8_t* quantized) {
+// Marian's activation quantization: nearbyint(x q) clipped to +-127 (intgemm's PrepareA), by
+// std::nearbyint (vroundps, frinti) rather than the kernels' round_to_nearest, whose add a
+// compiler would fuse with x q into one FMA (GCC does across statements, on x86 where the CPU
+// has FMA and always on aarch64), rounding x q once with it.
+XF_VECTORIZED_BODY void quantize_with_multiplier_body(const float* x, int64_t count, float multiplier,
+                                                      int8_t* quantized) {
+#pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
-    const volatile float scaled = x[i] * multiplier;
-    float q = detail::round_to_nearest(scaled);
+    float q = std::nearbyint(x[i] * multiplier);
     q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
     quantized[i] = static_cast<int8_t>(q);
   }
 }
+XF_DISPATCH_BY_ISA(quantize_with_multiplier)
 
 XF_VECTORIZED_BODY float absmax_body(const float* x, int64_t count) {
   float absmax = 0.0f;
@@ -182,12 +185,13 @@ void marian_int8_product(const WeightMatrix& w, const float* x, int64_t rows, co
     const int64_t end = std::min(n, first + kColumns);
     int32_t sums[kColumns];
     intgemm_dots(kernel, quantized + r * k, weights, k, first, end, sums);
-    for (int64_t c = first; c < end; ++c) {
-      const float unquantize = 1.0f / (multiplier * (1.0f / w.row_scales[c]));
-      // Rounded before the bias is added (intgemm's separate multiply and add), not fused.
-      const volatile float value = static_cast<float>(sums[c - first]) * unquantize;
-      y[r * n + c] = bias != nullptr ? value + bias[c] : value;
-    }
+    float* out = y + r * n;
+    for (int64_t c = first; c < end; ++c)
+      out[c] = static_cast<float>(sums[c - first]) * (1.0f / (multiplier * (1.0f / w.row_scales[c])));
+    // The bias in a second pass over the stored products, as intgemm adds it after its multiply:
+    // in one expression a compiler would fuse the two into an FMA (GCC does across statements).
+    if (bias != nullptr)
+      for (int64_t c = first; c < end; ++c) out[c] += bias[c];
   });
 }
 
