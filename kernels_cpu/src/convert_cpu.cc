@@ -20,16 +20,6 @@ XF_VECTORIZED_BODY void dequantize_int8_row_body(const int8_t* values, float sca
 }
 XF_DISPATCH_BY_ISA(dequantize_int8_row)
 
-XF_VECTORIZED_BODY float absmax_of_body(const float* x, int64_t count) {
-  float absmax = 0.0f;
-#pragma omp simd reduction(max : absmax)
-  for (int64_t i = 0; i < count; ++i) {
-    const float magnitude = std::fabs(x[i]);
-    absmax = magnitude > absmax ? magnitude : absmax;
-  }
-  return absmax;
-}
-XF_DISPATCH_BY_ISA(absmax_of)
 
 XF_VECTORIZED_BODY void quantize_with_scale_body(const float* x, int64_t count, float scale,
                                        int8_t* quantized) {
@@ -55,6 +45,20 @@ XF_VECTORIZED_BODY void scale_row_add_body(float* y, int64_t cols, float scale, 
 XF_DISPATCH_BY_ISA(scale_row_add)
 
 }  // namespace
+
+namespace detail {
+XF_VECTORIZED_BODY float absmax_of_dispatched_body(const float* x, int64_t count) {
+  float absmax = 0.0f;
+#pragma omp simd reduction(max : absmax)
+  for (int64_t i = 0; i < count; ++i) {
+    const float magnitude = std::fabs(x[i]);
+    absmax = magnitude > absmax ? magnitude : absmax;
+  }
+  return absmax;
+}
+XF_DISPATCH_BY_ISA(absmax_of_dispatched)
+float absmax_of(const float* x, int64_t count) { return absmax_of_dispatched(x, count); }
+}  // namespace detail
 
 void load_row(const WeightMatrix& weights, int64_t row, float* out) {
   const int64_t cols = weights.cols;
@@ -84,7 +88,7 @@ void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* q
                            int threads) {
   // Below 16k values, waking threads costs more than it saves.
   detail::parallel_for(rows, threads, rows * cols >= 16384, [&](int64_t r) {
-    const float absmax = absmax_of(x + r * cols, cols);
+    const float absmax = detail::absmax_of(x + r * cols, cols);
     scales[r] = absmax > 0.0f ? absmax / 127.0f : 1.0f;
     quantize_with_scale(x + r * cols, cols, scales[r], quantized + r * cols);
   });

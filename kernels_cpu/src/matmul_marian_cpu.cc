@@ -149,16 +149,6 @@ XF_VECTORIZED_BODY void quantize_with_multiplier_body(const float* x, int64_t co
 }
 XF_DISPATCH_BY_ISA(quantize_with_multiplier)
 
-XF_VECTORIZED_BODY float absmax_body(const float* x, int64_t count) {
-  float absmax = 0.0f;
-#pragma omp simd reduction(max : absmax)
-  for (int64_t i = 0; i < count; ++i) {
-    const float magnitude = x[i] < 0.0f ? -x[i] : x[i];
-    absmax = magnitude > absmax ? magnitude : absmax;
-  }
-  return absmax;
-}
-XF_DISPATCH_BY_ISA(absmax)
 
 }  // namespace
 
@@ -172,7 +162,7 @@ void marian_int8_product(const WeightMatrix& w, const float* x, int64_t rows, co
     throw Error("marian_int8_product: int8 weights in rows expected");
   const int64_t k = w.cols, n = w.rows;
   // Marian's multiplier, 127 / max|x|; an all-zero x quantizes to zeros (y = bias).
-  const float x_absmax = absmax(x, rows * k);
+  const float x_absmax = detail::absmax_of(x, rows * k);
   const float multiplier = x_absmax > 0.0f ? 127.0f / x_absmax : 1.0f;
   auto* quantized = static_cast<int8_t*>(workspace);
   quantize_with_multiplier(x, rows * k, multiplier, quantized);

@@ -63,6 +63,9 @@ struct ByIsa<Body> {
 
 namespace xf::cpu::detail {
 
+// max |x[i]| over count values (0 for none); convert_cpu.cc, vectorized by level.
+float absmax_of(const float* x, int64_t count);
+
 // sum of a[i] * b[i]. Inline, not XF_VECTORIZED: it is inlined into the callers' clones, where a
 // call per dot product through the clone dispatcher would cost as much as a 64-term dot.
 inline float dot(const float* a, const float* b, int64_t n) {

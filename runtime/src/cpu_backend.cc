@@ -98,11 +98,12 @@ std::optional<cpu::IntgemmKernel> intgemm_kernel(Int8Arithmetic arithmetic) {
 // over all the rows of a call, whose one activation scale spans them.
 class PlannedMatmul {
  public:
+  // intgemm: the kernel whose sums Marian's arithmetic asks for (int8 weights in rows), or none.
   PlannedMatmul(cpu::CpuEngine& engine, const RowBuckets& buckets, int64_t max_rows,
-                const WeightMatrix& weights, const float* bias, Int8Arithmetic arithmetic)
-      : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows), threads_(engine.threads()) {
-    if (weights.dtype == DType::int8 && intgemm_kernel(arithmetic)) {
-      intgemm_kernel_ = *intgemm_kernel(arithmetic);
+                const WeightMatrix& weights, const float* bias, std::optional<cpu::IntgemmKernel> intgemm)
+      : buckets_(&buckets), bias_(bias), in_(weights.cols), out_(weights.rows), threads_(engine.threads()),
+        intgemm_kernel_(intgemm) {
+    if (intgemm_kernel_) {
       marian_weights_ = weights;
       workspace_bytes_ = cpu::marian_int8_workspace_bytes(buckets.padded_rows(max_rows), in_);
       return;
@@ -128,7 +129,7 @@ class PlannedMatmul {
   }
   // False when every product reads a packed copy of the weights it was given.
   bool reads_weights_in_place() const {
-    if (marian_weights_.data != nullptr) return true;
+    if (intgemm_kernel_) return true;
     for (const cpu::StaticMatmul& m : by_count_)
       if (m.reads_weights_in_place()) return true;
     return false;
@@ -136,8 +137,8 @@ class PlannedMatmul {
 
   // y[rows, out] = x[rows, in] W^T (+ bias). x and y hold buckets.padded_rows(rows) rows.
   void run(int64_t rows, const float* x, float* y, void* workspace) const {
-    if (marian_weights_.data != nullptr) {
-      cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_, intgemm_kernel_);
+    if (intgemm_kernel_) {
+      cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_, *intgemm_kernel_);
       return;
     }
     const int64_t chunk = buckets_->chunk();
@@ -157,8 +158,8 @@ class PlannedMatmul {
   const float* bias_;
   int64_t in_, out_;
   int threads_;
-  WeightMatrix marian_weights_{};  // set under Marian's arithmetic (then by_count_ is empty)
-  cpu::IntgemmKernel intgemm_kernel_ = cpu::IntgemmKernel::avx2;
+  std::optional<cpu::IntgemmKernel> intgemm_kernel_;  // set: Marian's arithmetic (by_count_ empty)
+  WeightMatrix marian_weights_{};
   std::vector<cpu::StaticMatmul> by_count_;
   size_t workspace_bytes_ = 0;
 };
@@ -392,11 +393,12 @@ class CpuOps {
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias) {
     const bool is_output = weight_name == param::output_projection(config_);
-    // Marian's arithmetic reads int8 rows (a panels file's are unpacked into a copy).
-    const bool marian = arithmetic_ != Int8Arithmetic::xf &&
-                        matrix_dtype_.value_or(weights_.stored(weight_name).dtype) == DType::int8;
-    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !marian);
-    auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, arithmetic_);
+    // Marian's arithmetic, for int8 matrices, reads rows (a panels file's are unpacked into a copy).
+    const std::optional<cpu::IntgemmKernel> intgemm =
+        matrix_dtype_.value_or(weights_.stored(weight_name).dtype) == DType::int8 ? intgemm_kernel(arithmetic_)
+                                                                                 : std::nullopt;
+    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !intgemm);
+    auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, intgemm);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
     // A table is read by embed() too, unless it reads the products' own f32 copy (table()).
     const bool is_table = weight_name == param::source_embedding(config_) ||

@@ -46,7 +46,7 @@ repeat=${REPEAT:-4}
 pieces=${PIECES:-10}
 factor=${FACTOR:-1.5}
 rounds=${ROUNDS:-2}
-len_b=$(awk -v f="$factor" -v p="$pieces" 'BEGIN { print int(f * (p + 1)) - int(f * p) }')
+len_b=$(marian_len_b "$factor" "$pieces")
 updates=${UPDATES:-1}
 isas=${ISAS:-AVX2 native}
 student=$work/student

@@ -40,3 +40,10 @@ timed_run() {
   printf '%s\t%s\t%s\t%s\t%s\n' "$load" "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" \
     "$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k / 1024 }')" "$out" >> "$work/results.tsv"
 }
+#
+# marian_len_b FACTOR PIECES: the xf-run --max-len-b that, with --max-len-a FACTOR, gives sources of
+# PIECES pieces Marian's --max-length-factor FACTOR limit (Marian counts the source's EOS):
+# floor(FACTOR x (PIECES + 1)) - floor(FACTOR x PIECES).
+marian_len_b() {
+  awk -v f="$1" -v p="$2" 'BEGIN { print int(f * (p + 1)) - int(f * p) }'
+}

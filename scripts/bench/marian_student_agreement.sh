@@ -23,7 +23,7 @@ student=$work/student
   { echo "$0: run compare_marian_student.sh $work first (it makes the student and the input)" >&2; exit 1; }
 factor=${FACTOR:-1.5}
 pieces=${PIECES:-10}
-len_b=$(awk -v f="$factor" -v p="$pieces" 'BEGIN { print int(f * (p + 1)) - int(f * p) }')
+len_b=$(marian_len_b "$factor" "$pieces")
 awk '!seen[$0]++' "$work/input.txt" > "$work/agree_input.txt"
 lines=$(wc -l < "$work/agree_input.txt")
 "$xf_bin/xf-convert" --from marian "$student/model.intgemm8.bin" -o "$work/agree_xf.xfm" --dtype int8 2> /dev/null
