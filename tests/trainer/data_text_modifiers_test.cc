@@ -6,6 +6,7 @@
 #include <map>
 
 #include "batch_replay.h"
+#include "xf/error.h"
 #include "xf/trainer/data.h"
 #include "xf/trainer/text_modifiers.h"
 
@@ -145,10 +146,13 @@ TEST(DataTextModifiers, DrawsFireAtTheirRates) {
   all.lowercase = 1;
   all.no_final_punctuation = 1;
   all.typo = 1;
+  all.subword_sampling = 1;
   for (int i = 0; i < 100; ++i) {
-    EXPECT_TRUE(draw_modifiers(none, rng).changes_nothing());
-    const ModifierDraw draw = draw_modifiers(all, rng);
-    EXPECT_TRUE(draw.letter_case == Case::lower && draw.drop_final_punctuation && draw.typo);
+    const ModifierDraw drawn_none = draw_modifiers(none, rng);
+    EXPECT_FALSE(drawn_none.changes_text() || drawn_none.resegment);
+    const ModifierDraw drawn_all = draw_modifiers(all, rng);
+    EXPECT_TRUE(drawn_all.letter_case == Case::lower && drawn_all.drop_final_punctuation &&
+                drawn_all.typo && drawn_all.resegment);
   }
 }
 
@@ -208,6 +212,44 @@ TEST(DataTextModifiers, CorpusModifierReencodesTheModifiedSides) {
   EXPECT_EQ(same.offsets, corpus.offsets);
 }
 
+// Subword sampling changes a source's ids, never its text, and leaves the targets alone.
+TEST(DataTextModifiers, SubwordSamplingResegmentsSourcesOnly) {
+  std::vector<TextPair> text;
+  for (int k = 0; k < 30; ++k) {
+    for (const TextPair& pair : corpus_text()) text.push_back(pair);
+  }
+  SentencePieceTrainOptions unigram;
+  unigram.model_type = "unigram";
+  unigram.vocab_size = 50;
+  unigram.threads = 1;
+  const Tokenizer tokenizer = Tokenizer::train(text, unigram);
+  const TokenizedCorpus corpus = tokenize_corpus(text, tokenizer);
+  ModifierOptions sampling;
+  sampling.subword_sampling = 1;
+  sampling.subword_alpha = 0;
+  const CorpusModifier modifier(sampling, tokenizer, 64);
+  const TokenizedCorpus sampled = modifier.apply(corpus, 3, 0);
+  ASSERT_EQ(sampled.size(), corpus.size());
+  size_t resegmented = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    EXPECT_EQ(pair_text(sampled, tokenizer, i), pair_text(corpus, tokenizer, i));
+    EXPECT_EQ(std::vector<int32_t>(sampled.target(i), sampled.target(i) + sampled.target_length(i)),
+              std::vector<int32_t>(corpus.target(i), corpus.target(i) + corpus.target_length(i)));
+    resegmented += std::vector<int32_t>(sampled.source(i), sampled.source(i) + sampled.source_length(i)) !=
+                   std::vector<int32_t>(corpus.source(i), corpus.source(i) + corpus.source_length(i));
+  }
+  EXPECT_GT(resegmented, corpus.size() / 2);  // alpha 0: the best split 1 time in 16 or so
+  EXPECT_EQ(sampled.ids, modifier.apply(corpus, 3, 0).ids);
+  EXPECT_NE(sampled.ids, modifier.apply(corpus, 3, 1).ids);
+  // A tokenizer that cannot sample is refused when the modifier is made, naming the option.
+  try {
+    CorpusModifier refused(sampling, mixed_case_tokenizer(), 64);
+    FAIL() << "a char model was taken for subword sampling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--modify-subword-sampling"), std::string::npos);
+  }
+}
+
 // corpus_text() `copies` times, tokenized.
 TokenizedCorpus repeated_corpus(const Tokenizer& tokenizer, int copies) {
   std::vector<TextPair> text;
@@ -224,6 +266,24 @@ ModifierOptions some_of_each() {
   options.no_final_punctuation = 0.3;
   options.typo = 0.3;
   return options;
+}
+
+// Adding the subword sampling's draw after the others left the other modifiers' draws as they
+// were, so runs started before it resume to the same examples.
+TEST(DataTextModifiers, SubwordSamplingDrawComesLast) {
+  ModifierOptions without = some_of_each();
+  ModifierOptions with = without;
+  with.subword_sampling = 0.5;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SplitMix64 a(seed), b(seed);
+    const ModifierDraw x = draw_modifiers(without, a);
+    const ModifierDraw y = draw_modifiers(with, b);
+    EXPECT_EQ(x.letter_case, y.letter_case);
+    EXPECT_EQ(x.drop_final_punctuation, y.drop_final_punctuation);
+    EXPECT_EQ(x.typo, y.typo);
+    EXPECT_EQ(x.typo_kind, y.typo_kind);
+    EXPECT_EQ(x.typo_choice, y.typo_choice);
+  }
 }
 
 TEST(DataTextModifiers, EpochCorpusDeterministicBySeedAndEpoch) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "xf/error.h"
 #include "xf/trainer/data.h"
@@ -49,6 +50,40 @@ TEST(DataTokenizer, TrainedModelHasSharedVocabularyAndOurSpecialIds) {
   with_specials.push_back(kEosId);
   with_specials.push_back(kPadId);
   EXPECT_EQ(tokenizer.decode(with_specials), "un chien");
+}
+
+// A unigram model with pieces longer than a character, so words have several segmentations.
+Tokenizer unigram_tokenizer() {
+  std::vector<TextPair> pairs;
+  for (int k = 0; k < 20; ++k) {
+    for (const TextPair& pair : small_corpus()) pairs.push_back(pair);
+  }
+  SentencePieceTrainOptions options;
+  options.model_type = "unigram";
+  options.vocab_size = 40;
+  options.threads = 1;
+  return Tokenizer::train(pairs, options);
+}
+
+TEST(DataTokenizer, SampledSegmentationsSpellTheTextAndFollowAlpha) {
+  const Tokenizer tokenizer = unigram_tokenizer();
+  const std::string text = "the cat sat on a dog";
+  const std::vector<int32_t> best = tokenizer.encode(text);
+  std::set<std::vector<int32_t>> seen;
+  for (int k = 0; k < 64; ++k) {
+    const double draw = (k + 0.5) / 64;
+    const std::vector<int32_t> ids = tokenizer.sample_encode(text, 16, 0.0, draw);
+    EXPECT_EQ(tokenizer.decode(ids), text);  // another split of the same text, never other text
+    EXPECT_EQ(ids, tokenizer.sample_encode(text, 16, 0.0, draw));  // the draw decides
+    seen.insert(ids);
+  }
+  // alpha 0: the 16 best equally likely, so 64 evenly spread draws meet all of them.
+  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_TRUE(seen.count(best));
+  // A large alpha leaves only the best segmentation, whatever the draw.
+  for (double draw : {0.0, 0.5, 0.999}) EXPECT_EQ(tokenizer.sample_encode(text, 16, 1e4, draw), best);
+  // Models without n-best segmentations say so.
+  EXPECT_THROW(char_tokenizer().sample_encode(text, 16, 0.2, 0.5), Error);
 }
 
 TEST(DataTokenizer, SubsetKeepsTheChosenPiecesInOrder) {

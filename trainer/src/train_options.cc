@@ -166,6 +166,17 @@ std::vector<OptionSpec> vocabulary_and_batch_options() {
                       "                   repeated, or a neighbouring key); all --modify-* default 0: off",
        [](O& o, const std::string& v) { o.modifiers.typo = to_double("modify-typo", v, 0, 1); },
        [](const O& o) { return number_text(o.modifiers.typo); }},
+      {"modify-subword-sampling", "P  chance that the source is segmented by a segmentation sampled\n"
+                                  "                   from SentencePiece's 16 best (subword regularization;\n"
+                                  "                   unigram models), not the best one",
+       [](O& o, const std::string& v) {
+         o.modifiers.subword_sampling = to_double("modify-subword-sampling", v, 0, 1);
+       },
+       [](const O& o) { return number_text(o.modifiers.subword_sampling); }},
+      {"subword-alpha", "A      a sampled segmentation's chance goes as P(segmentation)^A\n"
+                        "                   (default 0.2; 0: the 16 best equally)",
+       [](O& o, const std::string& v) { o.modifiers.subword_alpha = to_double("subword-alpha", v, 0, 100); },
+       [](const O& o) { return number_text(o.modifiers.subword_alpha); }},
   };
 }
 

@@ -1,7 +1,10 @@
 // Training-time text modifiers (text_modifiers.h): case, final punctuation, typos.
 #include "xf/trainer/text_modifiers.h"
 
+#include "xf/error.h"
+
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace xf::trainer {
@@ -194,6 +197,8 @@ ModifierDraw draw_modifiers(const ModifierOptions& options, SplitMix64& rng) {
     draw.typo_kind = static_cast<TypoKind>(rng.below(kTypoKinds));
     draw.typo_choice = rng.next();
   }
+  draw.resegment = unit_draw(rng) < options.subword_sampling;
+  if (draw.resegment) draw.segmentation_pick = unit_draw(rng);
   return draw;
 }
 
@@ -220,6 +225,19 @@ TextPair modify_pair(const TextPair& pair, const ModifierDraw& draw) {
   return out;
 }
 
+CorpusModifier::CorpusModifier(const ModifierOptions& options, const Tokenizer& tokenizer,
+                               size_t max_length)
+    : options_(options), tokenizer_(&tokenizer), max_length_(max_length) {
+  // Say so before the first epoch, not in the middle of one.
+  if (options_.subword_sampling > 0) {
+    try {
+      tokenizer.sample_encode("a", kSubwordSamplingNBest, options_.subword_alpha, 0);
+    } catch (const Error& e) {
+      throw Error(std::string("--modify-subword-sampling: ") + e.what());
+    }
+  }
+}
+
 TokenizedCorpus CorpusModifier::apply(const TokenizedCorpus& corpus, uint64_t seed,
                                       uint64_t epoch) const {
   if (!active()) return corpus;
@@ -237,12 +255,14 @@ TokenizedCorpus CorpusModifier::apply(const TokenizedCorpus& corpus, uint64_t se
     const ModifierDraw draw = draw_modifiers(options_, rng);
     const bool has_unknown = std::count(source.begin(), source.end(), kUnkId) > 0 ||
                              std::count(target.begin(), target.end(), kUnkId) > 0;
-    if (!draw.changes_nothing() && !has_unknown) {
+    if ((draw.changes_text() || draw.resegment) && !has_unknown) {
       const TextPair original{tokenizer_->decode(source), tokenizer_->decode(target)};
       const TextPair modified = modify_pair(original, draw);
-      std::vector<int32_t> new_source = modified.source != original.source
-                                            ? tokenizer_->encode(modified.source)
-                                            : source;
+      std::vector<int32_t> new_source =
+          draw.resegment ? tokenizer_->sample_encode(modified.source, kSubwordSamplingNBest,
+                                                     options_.subword_alpha, draw.segmentation_pick)
+          : modified.source != original.source ? tokenizer_->encode(modified.source)
+                                               : source;
       std::vector<int32_t> new_target = modified.target != original.target
                                             ? tokenizer_->encode(modified.target)
                                             : target;

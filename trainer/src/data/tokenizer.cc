@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cmath>
 #include <unordered_map>
 
 #include "xf/error.h"
@@ -98,6 +99,35 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   auto status = impl_->processor.Encode(text, &ids);
   if (!status.ok()) throw Error("SentencePiece encode failed: " + status.ToString());
   return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<int32_t> Tokenizer::sample_encode(std::string_view text, int nbest, double alpha,
+                                              double draw) const {
+  sentencepiece::ImmutableNBestSentencePieceText candidates;
+  auto status = impl_->processor.NBestEncode(text, nbest, candidates.mutable_proto());
+  if (!status.ok()) {
+    throw Error("subword sampling needs a unigram SentencePiece model (n-best encoding failed: " +
+                status.ToString() + ")");
+  }
+  const size_t count = candidates.nbests_size();
+  if (count == 0) return encode(text);
+  // Chances relative to the best segmentation's, so exp never overflows.
+  std::vector<double> weights(count);
+  const double best = candidates.nbests(0).score();
+  double total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    weights[i] = std::exp(alpha * (candidates.nbests(static_cast<int>(i)).score() - best));
+    total += weights[i];
+  }
+  size_t chosen = 0;
+  for (double mark = draw * total; chosen + 1 < count && mark >= weights[chosen]; ++chosen) {
+    mark -= weights[chosen];
+  }
+  const auto pieces = candidates.nbests(static_cast<int>(chosen)).pieces();
+  std::vector<int32_t> ids;
+  ids.reserve(pieces.size());
+  for (const auto& piece : pieces) ids.push_back(static_cast<int32_t>(piece.id()));
+  return ids;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

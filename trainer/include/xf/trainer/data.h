@@ -91,6 +91,13 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<int32_t> encode(std::string_view text) const;  // no BOS/EOS
+  // Subword regularization (Kudo 2018): one of the `nbest` most likely segmentations of `text`,
+  // segmentation s with chance proportional to P(s)^alpha, picked by `draw` in [0, 1) so that
+  // the caller's generator decides (SentencePiece's own sampling draws from a process-wide one).
+  // alpha 0 picks uniformly among the n best; a large alpha gives encode()'s. Unigram models
+  // only: throws xf::Error for others.
+  std::vector<int32_t> sample_encode(std::string_view text, int nbest, double alpha,
+                                     double draw) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // pad/BOS/EOS ids are skipped
   int vocab_size() const;
   std::string piece(int32_t id) const;  // "▁chat"; throws for an id outside the vocabulary

@@ -8,6 +8,10 @@
 //   no final punctuation     the source's final . ! ? ... dropped, the target as written
 //   typo                     one typo in the source: two letters swapped, one dropped, one
 //                            repeated, or one replaced by a neighbouring key (QWERTY)
+//   subword sampling         the source segmented by a sampled segmentation of SentencePiece's
+//                            n best instead of the best one (subword regularization): a typo'd
+//                            word splits into pieces the best segmentation of clean text never
+//                            uses, and sampling shows the model such splits of known words
 // The text functions are also what xf-join --casual uses to make casual test sets.
 // Case mapping covers the Latin letters (ASCII, Latin-1, Latin Extended-A: all of French);
 // other characters are left as they are.
@@ -45,36 +49,46 @@ struct ModifierOptions {
   double titlecase = 0;             // --modify-titlecase
   double no_final_punctuation = 0;  // --modify-no-final-punctuation
   double typo = 0;                  // --modify-typo
+  double subword_sampling = 0;      // --modify-subword-sampling
+  double subword_alpha = 0.2;       // --subword-alpha: P(segmentation)^alpha
   bool any() const {
-    return lowercase > 0 || uppercase > 0 || titlecase > 0 || no_final_punctuation > 0 || typo > 0;
+    return lowercase > 0 || uppercase > 0 || titlecase > 0 || no_final_punctuation > 0 ||
+           typo > 0 || subword_sampling > 0;
   }
 };
 
+// Segmentations a sampled source is drawn from (SentencePiece's n best).
+inline constexpr int kSubwordSamplingNBest = 16;
+
 // Which modifiers one pair gets: three draws always (case, final punctuation, typo), so which
-// modifiers fire never shifts the draws of the others; a typo draws its kind and place after.
+// modifiers fire never shifts the draws of the others; a typo draws its kind and place after;
+// then the subword sampling's draw, and its pick when it fires (last, so that the draws of runs
+// made before it existed are unchanged).
 struct ModifierDraw {
   enum class Case { as_written, lower, upper, title } letter_case = Case::as_written;
   bool drop_final_punctuation = false;
   bool typo = false;
   TypoKind typo_kind = TypoKind::swap;
   uint64_t typo_choice = 0;
-  bool changes_nothing() const {
-    return letter_case == Case::as_written && !drop_final_punctuation && !typo;
+  bool resegment = false;       // the source's ids by Tokenizer::sample_encode
+  double segmentation_pick = 0;  // its draw
+  bool changes_text() const {
+    return letter_case != Case::as_written || drop_final_punctuation || typo;
   }
 };
 ModifierDraw draw_modifiers(const ModifierOptions& options, SplitMix64& rng);
-// `pair` with the drawn modifiers applied: case, then final punctuation, then the typo.
+// `pair` with the drawn text modifiers applied: case, then final punctuation, then the typo.
 TextPair modify_pair(const TextPair& pair, const ModifierDraw& draw);
 
 // Applies the modifiers to one epoch's copy of a tokenized corpus: a pair a modifier touches is
 // decoded, modified and encoded again with the run's tokenizer (the other pairs keep their ids).
 // A pair whose modified side would be empty or longer than max_length tokens, or that holds the
-// unknown id, stays as it is. Pair i's draws come from a generator of its own seeded by (seed,
+// unknown id, stays as it is. A resegmented source is sampled from the modified text. Pair i's draws come from a generator of its own seeded by (seed,
 // epoch, i), so an epoch's corpus depends on nothing else and a resume rebuilds it exactly.
 class CorpusModifier {
  public:
-  CorpusModifier(const ModifierOptions& options, const Tokenizer& tokenizer, size_t max_length)
-      : options_(options), tokenizer_(&tokenizer), max_length_(max_length) {}
+  // Throws xf::Error when subword sampling is asked of a tokenizer that cannot sample.
+  CorpusModifier(const ModifierOptions& options, const Tokenizer& tokenizer, size_t max_length);
   bool active() const { return options_.any(); }
   TokenizedCorpus apply(const TokenizedCorpus& corpus, uint64_t seed, uint64_t epoch) const;
 
