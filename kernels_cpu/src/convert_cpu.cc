@@ -22,12 +22,12 @@ XF_DISPATCH_BY_ISA(dequantize_int8_row)
 
 
 XF_VECTORIZED_BODY void quantize_with_scale_body(const float* x, int64_t count, float scale,
-                                       int8_t* quantized) {
+                                       float max_level, int8_t* quantized) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
-    // |x / scale| <= 127 up to rounding, well inside round_to_nearest's range.
+    // |x / scale| <= max_level up to rounding, well inside round_to_nearest's range.
     float q = detail::round_to_nearest(x[i] / scale);
-    q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+    q = q > max_level ? max_level : (q < -max_level ? -max_level : q);
     quantized[i] = static_cast<int8_t>(q);
   }
 }
@@ -85,12 +85,16 @@ void load_row(const WeightMatrix& weights, int64_t row, float* out) {
 }
 
 void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* quantized, float* scales,
-                           int threads) {
+                           int threads, int max_level) {
+  if (max_level < 1 || max_level > 127) {
+    throw Error("quantize_int8_per_row: max_level " + std::to_string(max_level) + " is outside 1..127");
+  }
+  const auto level = static_cast<float>(max_level);
   // Below 16k values, waking threads costs more than it saves.
   detail::parallel_for(rows, threads, rows * cols >= 16384, [&](int64_t r) {
     const float absmax = detail::absmax_of(x + r * cols, cols);
-    scales[r] = absmax > 0.0f ? absmax / 127.0f : 1.0f;
-    quantize_with_scale(x + r * cols, cols, scales[r], quantized + r * cols);
+    scales[r] = absmax > 0.0f ? absmax / level : 1.0f;
+    quantize_with_scale(x + r * cols, cols, scales[r], level, quantized + r * cols);
   });
 }
 

@@ -157,8 +157,11 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
 // time instead of the row-major copy). Each x row's 4 bytes of a group are broadcast and
 // multiplied with the group's 64 bytes (vpmaddubsw, then vpmaddwd by ones), so the 8 int32 lanes
 // of an accumulator are 8 output columns: a tile of 4 x rows by 16 columns is 8 accumulators,
-// with no sums across lanes (the row kernel's hadd tree) and one contiguous store a row. The
-// int32 dot products are exact, as in the row kernel: the same results bit for bit.
+// with no sums across lanes (the row kernel's hadd tree) and one contiguous store a row.
+// x is 7-bit too at this level (int8_x_max_level() 63, shifted by 64 to u8 1..127): a pair
+// product is at most 2 * 127 * 63 = 16,002, so a tile adds two groups' pair products in int16
+// (vpaddw) before one vpmaddwd widens them: 3 multiplies a row and 2 groups in place of 4.
+// The int32 dot products stay exact. shift_sums are every kernel's 128 * sum(w): halved here.
 // acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones).
 // Inline asm so that acc is updated in its register: with intrinsics GCC 12 copied accumulators
 // between registers and spilled one to the stack in the 4-row tile.
@@ -184,66 +187,119 @@ XF_AVX2_INLINE void int8_panel_group(const int8_t* group, const int32_t (&x_byte
   }
 }
 
-// The 4-row tile's loop over the first `groups` groups, in one asm block: with intrinsics (and
-// with add_byte_products alone in asm) GCC 12 copied accumulators between registers, reloaded
-// weights and spilled one accumulator to the stack each group, and the loop ran at 0.7 of the
-// speed of MKL's AVX2 s8u8s32 kernel on the same instructions (perf, 2-core Xeon, AVX2 cap).
-// Here each group is 2 weight loads, 4 broadcasts and 8 x (vpmaddubsw, vpmaddwd, vpaddd), with
-// weights, broadcasts and products in ymm0-5 and the 8 accumulators and `ones` where GCC puts them.
-// `prefetch` walks a panel's bytes beside `panel`, one line a group (int8_panel_products_avx2).
+// acc[i] += x row i's bytes of two consecutive groups (x_bytes[i][0], [1]) times the two groups'
+// 128 bytes at `groups`, each group's pair products added to the other's in int16 (7-bit x and
+// weights: no overflow) and widened once.
+template <int kRows>
+XF_AVX2_INLINE void int8_panel_group_pair(const int8_t* groups, const int32_t (&x_bytes)[kRows][2],
+                                          __m256i (&acc)[kRows][2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i w[4];
+  for (int q = 0; q < 4; ++q) w[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups + 32 * q));
+  for (int i = 0; i < kRows; ++i) {
+    const __m256i first = _mm256_set1_epi32(x_bytes[i][0]), second = _mm256_set1_epi32(x_bytes[i][1]);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(first, w[h]),
+                                             _mm256_maddubs_epi16(second, w[h + 2]));
+      acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(pairs, ones));
+    }
+  }
+}
+
+// The 4-row tile's loop over the first `groups` groups, two groups an iteration, in one asm
+// block: with intrinsics (and with add_byte_products alone in asm) GCC 12 copied accumulators
+// between registers, reloaded weights and spilled one accumulator to the stack each group, and
+// the loop ran at 0.7 of the speed of MKL's AVX2 s8u8s32 kernel on the same instructions (perf,
+// 2-core Xeon, AVX2 cap). An iteration is 4 weight loads (ymm0-3: groups g and g + 1, columns
+// 0-7 and 8-15), 8 broadcasts (ymm4-5) and for each row and 8 columns 2 vpmaddubsw, a vpaddw of
+// the two groups' pair products (7-bit x and weights: no int16 overflow, see above), a vpmaddwd by
+// ones (read from memory: all 16 ymm registers are taken) and a vpaddd; products in ymm6-7, the
+// 8 accumulators where GCC puts them. An odd last group goes alone. `prefetch` walks a panel's
+// bytes beside `panel`, one line a group (int8_panel_products_avx2).
 XF_AVX2_INLINE void int8_panel_groups_4_rows(const uint8_t* x, int64_t k, const int8_t* panel,
                                              const int8_t* prefetch, int64_t groups,
                                              __m256i (&acc)[4][2]) {
-  if (groups <= 0) return;
-  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t pairs = groups / 2;
   const uint8_t* x0 = x;
   const uint8_t* x2 = x + 2 * k;
-  const uint8_t* x_end = x + 4 * groups;
-  asm volatile(
+  const int8_t* w = panel;
+  if (pairs > 0) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t* x_end = x + 8 * pairs;
+    asm volatile(
       "1:\n\t"
       "prefetcht2 (%[prefetch])\n\t"
+      "prefetcht2 64(%[prefetch])\n\t"
       "vmovdqu (%[w]), %%ymm0\n\t"
       "vmovdqu 32(%[w]), %%ymm1\n\t"
-      "vpbroadcastd (%[x0]), %%ymm2\n\t"
-      "vpbroadcastd (%[x0],%[k]), %%ymm3\n\t"
-      "vpmaddubsw %%ymm0, %%ymm2, %%ymm4\n\t"
-      "vpmaddubsw %%ymm1, %%ymm2, %%ymm5\n\t"
-      "vpmaddwd %[ones], %%ymm4, %%ymm4\n\t"
-      "vpmaddwd %[ones], %%ymm5, %%ymm5\n\t"
-      "vpaddd %%ymm4, %[a00], %[a00]\n\t"
-      "vpaddd %%ymm5, %[a01], %[a01]\n\t"
-      "vpmaddubsw %%ymm0, %%ymm3, %%ymm4\n\t"
-      "vpmaddubsw %%ymm1, %%ymm3, %%ymm5\n\t"
-      "vpmaddwd %[ones], %%ymm4, %%ymm4\n\t"
-      "vpmaddwd %[ones], %%ymm5, %%ymm5\n\t"
-      "vpaddd %%ymm4, %[a10], %[a10]\n\t"
-      "vpaddd %%ymm5, %[a11], %[a11]\n\t"
-      "vpbroadcastd (%[x2]), %%ymm2\n\t"
-      "vpbroadcastd (%[x2],%[k]), %%ymm3\n\t"
-      "vpmaddubsw %%ymm0, %%ymm2, %%ymm4\n\t"
-      "vpmaddubsw %%ymm1, %%ymm2, %%ymm5\n\t"
-      "vpmaddwd %[ones], %%ymm4, %%ymm4\n\t"
-      "vpmaddwd %[ones], %%ymm5, %%ymm5\n\t"
-      "vpaddd %%ymm4, %[a20], %[a20]\n\t"
-      "vpaddd %%ymm5, %[a21], %[a21]\n\t"
-      "vpmaddubsw %%ymm0, %%ymm3, %%ymm4\n\t"
-      "vpmaddubsw %%ymm1, %%ymm3, %%ymm5\n\t"
-      "vpmaddwd %[ones], %%ymm4, %%ymm4\n\t"
-      "vpmaddwd %[ones], %%ymm5, %%ymm5\n\t"
-      "vpaddd %%ymm4, %[a30], %[a30]\n\t"
-      "vpaddd %%ymm5, %[a31], %[a31]\n\t"
-      "add $64, %[w]\n\t"
-      "add $64, %[prefetch]\n\t"
-      "add $4, %[x0]\n\t"
-      "add $4, %[x2]\n\t"
+      "vmovdqu 64(%[w]), %%ymm2\n\t"
+      "vmovdqu 96(%[w]), %%ymm3\n\t"
+      "vpbroadcastd (%[x0]), %%ymm4\n\t"
+      "vpbroadcastd 4(%[x0]), %%ymm5\n\t"
+      "vpmaddubsw %%ymm0, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm2, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a00], %[a00]\n\t"
+      "vpmaddubsw %%ymm1, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm3, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a01], %[a01]\n\t"
+      "vpbroadcastd (%[x0],%[k]), %%ymm4\n\t"
+      "vpbroadcastd 4(%[x0],%[k]), %%ymm5\n\t"
+      "vpmaddubsw %%ymm0, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm2, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a10], %[a10]\n\t"
+      "vpmaddubsw %%ymm1, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm3, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a11], %[a11]\n\t"
+      "vpbroadcastd (%[x2]), %%ymm4\n\t"
+      "vpbroadcastd 4(%[x2]), %%ymm5\n\t"
+      "vpmaddubsw %%ymm0, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm2, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a20], %[a20]\n\t"
+      "vpmaddubsw %%ymm1, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm3, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a21], %[a21]\n\t"
+      "vpbroadcastd (%[x2],%[k]), %%ymm4\n\t"
+      "vpbroadcastd 4(%[x2],%[k]), %%ymm5\n\t"
+      "vpmaddubsw %%ymm0, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm2, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a30], %[a30]\n\t"
+      "vpmaddubsw %%ymm1, %%ymm4, %%ymm6\n\t"
+      "vpmaddubsw %%ymm3, %%ymm5, %%ymm7\n\t"
+      "vpaddw %%ymm7, %%ymm6, %%ymm6\n\t"
+      "vpmaddwd %[ones], %%ymm6, %%ymm6\n\t"
+      "vpaddd %%ymm6, %[a31], %[a31]\n\t"
+      "add $128, %[w]\n\t"
+      "add $128, %[prefetch]\n\t"
+      "add $8, %[x0]\n\t"
+      "add $8, %[x2]\n\t"
       "cmp %[x_end], %[x0]\n\t"
       "jne 1b"
       : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a10] "+x"(acc[1][0]),
         [a11] "+x"(acc[1][1]), [a20] "+x"(acc[2][0]), [a21] "+x"(acc[2][1]),
-        [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [w] "+r"(panel), [prefetch] "+r"(prefetch),
+        [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [w] "+r"(w), [prefetch] "+r"(prefetch),
         [x0] "+r"(x0), [x2] "+r"(x2)
-      : [k] "r"(k), [x_end] "r"(x_end), [ones] "x"(ones)
-      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5");
+      : [k] "r"(k), [x_end] "r"(x_end), [ones] "m"(ones)
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7");
+  }
+  if (groups % 2 != 0) {  // w and x0 are at the last group
+    int32_t x_bytes[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&x_bytes[i], x0 + i * k, 4);
+    int8_panel_group<4>(w, x_bytes, acc);
+  }
 }
 
 // y[i][j] for kRows x rows and the `columns` (<= 16) weight rows of one panel.
@@ -260,7 +316,17 @@ XF_AVX2_INLINE void int8_panel_tile(const uint8_t* x, int64_t k, const int8_t* p
     // Without a next panel to ask for, the asm's prefetch reads this panel's lines (in L1).
     int8_panel_groups_4_rows(x, k, panel, next_panel != nullptr ? next_panel : panel, full, acc);
   } else {
-    for (int64_t g = 0; g < full; ++g) {
+    int64_t g = 0;
+    for (; g + 2 <= full; g += 2) {
+      if (next_panel != nullptr) {
+        _mm_prefetch(next_panel + g * 64, _MM_HINT_T2);
+        _mm_prefetch(next_panel + g * 64 + 64, _MM_HINT_T2);
+      }
+      int32_t x_bytes[kRows][2];
+      for (int i = 0; i < kRows; ++i) std::memcpy(x_bytes[i], x + i * k + 4 * g, 8);
+      int8_panel_group_pair<kRows>(panel + g * 64, x_bytes, acc);
+    }
+    if (g < full) {  // an odd last group alone
       if (next_panel != nullptr) _mm_prefetch(next_panel + g * 64, _MM_HINT_T2);
       int32_t x_bytes[kRows];
       for (int i = 0; i < kRows; ++i) std::memcpy(&x_bytes[i], x + i * k + 4 * g, 4);
@@ -272,8 +338,10 @@ XF_AVX2_INLINE void int8_panel_tile(const uint8_t* x, int64_t k, const int8_t* p
     for (int i = 0; i < kRows; ++i) std::memcpy(&x_bytes[i], x + i * k + 4 * full, k - 4 * full);
     int8_panel_group<kRows>(panel + full * 64, x_bytes, acc);
   }
-  const __m256i sums[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums)),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums + 8))};
+  // 64 * sum(w) for x shifted by 64 (128 * sum(w) is even: the halving is exact).
+  const __m256i sums[2] = {
+      _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums)), 1),
+      _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift_sums + 8)), 1)};
   const __m256 scales[2] = {_mm256_loadu_ps(row_scales), _mm256_loadu_ps(row_scales + 8)};
   // As the row kernel and then scale_rows_add_bias: float(dot) * row scale, then times x's row
   // scale plus the bias (the FMA of scale_rows_add_bias's AVX2 build).

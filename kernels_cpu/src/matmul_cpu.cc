@@ -91,15 +91,19 @@ int64_t int8_row_kernel_max_rows() {
 
 namespace {
 
-// x + 128 in place, as u8: the VNNI kernel's x. A loop of its own, so that it vectorizes (inline
+// x + shift in place, as u8 (x in [-shift + 1, shift - 1]): the u8 x of xf's int8 kernels, which
+// subtract each weight row's shift * sum(w). A loop of its own, so that it vectorizes (inline
 // in StaticMatmul::run, byte stores that might alias the plan kept it one byte at a time: 5% of
 // a translation's time).
-XF_VECTORIZED_BODY uint8_t* shift_to_unsigned_body(int8_t* x, int64_t count) {
+XF_VECTORIZED_BODY uint8_t* shift_to_unsigned_body(int8_t* x, int64_t count, uint8_t shift) {
   auto* shifted = reinterpret_cast<uint8_t*>(x);
-  for (int64_t c = 0; c < count; ++c) shifted[c] ^= 0x80;
+  for (int64_t c = 0; c < count; ++c) shifted[c] = static_cast<uint8_t>(shifted[c] + shift);
   return shifted;
 }
 XF_DISPATCH_BY_ISA(shift_to_unsigned)
+
+// The shift that makes x quantized to int8_x_max_level() a u8 of xf's int8 kernels.
+uint8_t int8_x_shift() { return static_cast<uint8_t>(int8_x_max_level() + 1); }
 
 // Whether the kernel at cpu_isa() reads the 7-bit weights in panels (int8_panel_products_avx2,
 // or _sse41 below AVX2 where the CPU has SSE4.1): plain AVX2 and below, where it serves every
@@ -112,6 +116,18 @@ bool int8_kernel_reads_panels() {
   return false;
 #endif
 }
+
+}  // namespace
+
+int int8_x_max_level() {
+#if defined(XF_INT8_ROW_KERNEL) && defined(__x86_64__)
+  return cpu_isa() == CpuIsa::avx2 ? 63 : 127;
+#else
+  return 127;
+#endif
+}
+
+namespace {
 
 // Whether f32 products run xf's panel kernel (f32_panel_products_avx2) instead of oneDNN: at
 // AVX2 and AVX-VNNI, where oneDNN 2.6 runs gemm:jit.
@@ -527,9 +543,9 @@ void StaticMatmul::run(const float* x, const float* bias, float* y, void* worksp
   float* x_scales = reinterpret_cast<float*>(bytes + s.scales_offset);  // int8: [m]
   if (s.int8) {
     int8_t* quantized = reinterpret_cast<int8_t*>(bytes);
-    quantize_int8_per_row(x, m, s.k, quantized, x_scales, s.engine->threads());
+    quantize_int8_per_row(x, m, s.k, quantized, x_scales, s.engine->threads(), int8_x_max_level());
     if (s.int8_row_products != nullptr || s.int8_panel_products != nullptr) {
-      uint8_t* shifted = shift_to_unsigned(quantized, m * s.k);
+      const uint8_t* shifted = shift_to_unsigned(quantized, m * s.k, int8_x_shift());
       // One slice of weight rows a thread, a multiple of the kernel's 16 (slices of 256 rows
       // left a 256-row product on one thread of two, and split 768 rows 512 : 256).
       const int threads = s.engine->threads();
@@ -751,8 +767,8 @@ void gathered_rows_product(const WeightMatrix& w, const float* x, const void* ga
   const auto* scales = reinterpret_cast<const float*>(bytes + layout.scales_offset);
   auto* quantized = static_cast<int8_t*>(workspace);
   auto* x_scales = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(rows * k));
-  quantize_int8_per_row(x, rows, k, quantized, x_scales, threads);
-  const uint8_t* shifted = shift_to_unsigned(quantized, rows * k);
+  quantize_int8_per_row(x, rows, k, quantized, x_scales, threads, int8_x_max_level());
+  const uint8_t* shifted = shift_to_unsigned(quantized, rows * k, int8_x_shift());
   threads = std::max(threads, 1);
   const int64_t slice = (count + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
   if (slice == 0) return;

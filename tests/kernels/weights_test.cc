@@ -12,6 +12,7 @@
 #include "kernel_device.h"
 #include "random_inputs.h"
 #include "xf/dtype.h"
+#include "xf/error.h"
 #include "xf/format/dtype_convert.h"
 #include "xf/kernels/convert.h"
 
@@ -119,6 +120,33 @@ TEST(QuantizeInt8PerRow, EachRowRoundsToNearestWithItsOwnAbsmaxScale) {
       EXPECT_EQ(scale, scales[r]);
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), quantized.begin() + r * cols)) << "row " << r;
     }
+  }
+}
+
+// The 7-bit x of plain AVX2's int8 products (int8_x_max_level() 63): the same rule to 63.
+TEST(QuantizeInt8PerRow, SmallerMaxLevelScalesToIt) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t rows = 3, cols = 40;
+  const std::vector<float> x = random.uniform(rows * cols, -4.0f, 4.0f);
+  std::vector<int8_t> quantized(rows * cols);
+  std::vector<float> scales(rows);
+  quantize_int8_per_row(x.data(), rows, cols, quantized.data(), scales.data(), 1, 63);
+  bool reaches_63 = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    double absmax = 0.0;
+    for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(static_cast<double>(x[r * cols + c])));
+    EXPECT_NEAR(scales[r], absmax / 63.0, absmax / 63.0 * 1e-7) << "row " << r;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int q = quantized[r * cols + c];
+      ASSERT_LE(std::fabs(q - x[r * cols + c] / static_cast<double>(scales[r])), 0.5 + 1e-5);
+      ASSERT_LE(std::abs(q), 63);
+      reaches_63 = reaches_63 || std::abs(q) == 63;
+    }
+  }
+  EXPECT_TRUE(reaches_63);
+  for (int bad : {0, 128}) {
+    EXPECT_THROW(quantize_int8_per_row(x.data(), rows, cols, quantized.data(), scales.data(), 1, bad), Error);
   }
 }
 

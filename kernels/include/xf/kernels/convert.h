@@ -10,12 +10,13 @@ namespace xf::cpu {
 void load_row(const WeightMatrix& weights, int64_t row, float* out);
 
 // Symmetric int8 quantization of each row of x [rows, cols] with its own scale: the rule of
-// xf::quantize_rows_int8 (the file format's), scales[r] = max|x[r, :]| / 127 (1 for a row
-// of zeros), q = nearbyint(x / scale) in [-127, 127]. Parallel and vectorized. The int8 matmul
-// quantizes its input with it (one scale per token, as CTranslate2 does), so that a row's
-// product never depends on the other rows: a sentence translates the same in any batch.
+// xf::quantize_rows_int8 (the file format's), scales[r] = max|x[r, :]| / max_level (1 for a
+// row of zeros), q = nearbyint(x / scale) in [-max_level, max_level]. Parallel and vectorized.
+// The int8 matmul quantizes its input with it (one scale per token, as CTranslate2 does), so
+// that a row's product never depends on the other rows: a sentence translates the same in any
+// batch; its max_level is int8_x_max_level() (xf/kernels/matmul.h).
 void quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, int8_t* quantized, float* scales,
-                           int threads);
+                           int threads, int max_level = 127);
 
 // y[r, :] = y[r, :] * row_scales[r] (+ bias[:] when bias is not null).        y: [rows, cols]
 // The int8 matmul's epilogue: the per-row input scales, which oneDNN 2.6 cannot apply itself.

@@ -174,6 +174,11 @@ class Bf16Gemm {
 // scale doubled (made once per weight matrix, shared like packed f32 copies).
 bool int8_products_saturate();
 int8_t to_seven_bits(int8_t value);
+// The largest |q| of x's quantization in StaticMatmul's int8 products at cpu_isa() (the
+// max_level of quantize_int8_per_row): 63 at plain AVX2, whose kernel adds two groups' pair
+// products in int16 before widening them (7-bit x by 7-bit weights cannot overflow there: a
+// quarter fewer multiply instructions), 127 elsewhere.
+int int8_x_max_level();
 
 // Weight layouts (xf/weight_layout.h; the model file's, version 4). reads_layout_in_place: whether
 // StaticMatmul at cpu_isa() reads a `dtype` matrix in `layout` where it lies, for every row
