@@ -191,6 +191,9 @@ TEST_P(Attention, PaddedKeysAreMasked) {
 TEST_P(Attention, NoMaskSeesEveryKey) {
   check_contiguous({2, 3, 4, 6, 8}, {}, -1, 1.0f);
   check_contiguous({3, 2, 5, 300, 16}, {}, -1, 1.0f);  // cross-attention: more keys than queries
+  // Head sizes not a multiple of 8: the CPU's dot products without its 8-float vectors.
+  check_contiguous({2, 3, 4, 6, 12}, {}, -1, 1.0f);
+  check_contiguous({2, 2, 1, 9, 20}, {}, -1, 1.0f);
 }
 
 TEST_P(Attention, CausalOffsetLimitsTheKeys) {
@@ -262,7 +265,7 @@ TEST_P(Attention, DecoderStepOverTheCache) {
   };
   std::vector<Case> cases = {{4, 2, 16, 12, 0, true, false}, {4, 2, 16, 12, 5, true, false},
                              {4, 2, 16, 12, 11, true, false}, {6, 4, 64, 64, 30, true, true},
-                             {6, 4, 64, 600, 599, false, true}};
+                             {6, 4, 64, 600, 599, false, true}, {5, 3, 20, 30, 13, false, true}};
   for (bool head_major : {true, false})
     for (auto [max_len, step] : {std::pair<int64_t, int64_t>{40, 0}, {40, 17}, {256, 255},
                                  {700, 256} /* 2 chunks, the last 1 key */, {700, 650}})
