@@ -162,6 +162,7 @@ XF_AVX2_TARGET void int8_row_products_avx2(const uint8_t* x_shifted, int64_t m, 
 // product is at most 2 * 127 * 63 = 16,002, so a tile adds two groups' pair products in int16
 // (vpaddw) before one vpmaddwd widens them: 3 multiplies a row and 2 groups in place of 4.
 // The int32 dot products stay exact. shift_sums are every kernel's 128 * sum(w): halved here.
+
 // acc += pairs of u8 x s8 products (vpmaddubsw), added in pairs into int32 (vpmaddwd by ones).
 // Inline asm so that acc is updated in its register: with intrinsics GCC 12 copied accumulators
 // between registers and spilled one to the stack in the 4-row tile.
@@ -171,7 +172,6 @@ XF_AVX2_INLINE void add_byte_products(__m256i& acc, __m256i u8, __m256i s8, __m2
       : [acc] "+x"(acc), [pairs] "=&x"(pairs)
       : [u8] "x"(u8), [s8] "x"(s8), [ones] "x"(ones));
 }
-
 
 // acc[i] += x row i's 4 bytes (x_bytes[i]) times the group's 64 bytes at `group`.
 template <int kRows>

@@ -1,11 +1,12 @@
-// Training-time text modifiers (text_modifiers.h): case, final punctuation, typos.
+// Training-time text modifiers (text_modifiers.h): case, final punctuation, typos, subword
+// sampling.
 #include "xf/trainer/text_modifiers.h"
-
-#include "xf/error.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "xf/error.h"
 
 namespace xf::trainer {
 namespace {

@@ -83,8 +83,9 @@ TextPair modify_pair(const TextPair& pair, const ModifierDraw& draw);
 // Applies the modifiers to one epoch's copy of a tokenized corpus: a pair a modifier touches is
 // decoded, modified and encoded again with the run's tokenizer (the other pairs keep their ids).
 // A pair whose modified side would be empty or longer than max_length tokens, or that holds the
-// unknown id, stays as it is. A resegmented source is sampled from the modified text. Pair i's draws come from a generator of its own seeded by (seed,
-// epoch, i), so an epoch's corpus depends on nothing else and a resume rebuilds it exactly.
+// unknown id, stays as it is; a resegmented source is sampled from the modified text. Pair i's
+// draws come from a generator of its own seeded by (seed, epoch, i), so an epoch's corpus depends
+// on nothing else and a resume rebuilds it exactly.
 class CorpusModifier {
  public:
   // Throws xf::Error when subword sampling is asked of a tokenizer that cannot sample.
