@@ -188,6 +188,37 @@ TEST_F(ModelFiles, XfConvertRefusesToDropAStoredShortlist) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/out.xfm"));
 }
 
+// xf-convert FILE CHECKPOINT --weights 1,3: a model file among the inputs (the weights a run
+// started from) and a weighted mean, (1 file + 3 checkpoint) / 4 element by element, the
+// weights in the metadata; a count that does not match the inputs is refused in one line.
+TEST_F(ModelFiles, XfConvertInterpolatesAModelFileAndACheckpointByWeight) {
+  const xf::trainer::Checkpoint start = tiny_checkpoint();  // writes dir_/tiny.xfm
+  xf::trainer::Checkpoint trained = start;
+  for (size_t i = 0; i < trained.parameters.size(); ++i) trained.parameters[i] += 0.25f * static_cast<float>(i % 7) - 0.5f;
+  trained.adam.first_moment.assign(trained.parameters.size(), 0.0f);
+  trained.adam.second_moment.assign(trained.parameters.size(), 0.0f);
+  trained.progress.step = 40;
+  const std::string checkpoint = dir_ + "/step-000040";
+  xf::trainer::write_checkpoint(checkpoint, trained);
+  const std::string out = dir_ + "/soup.xfm";
+  const Result r = run(std::string(XF_CONVERT) + " " + dir_ + "/tiny.xfm " + checkpoint + " --weights 1,3 -o " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto soup = xf::ModelFile::open(out);
+  const std::vector<float> mixed = xf::trainer::parameters_from_model_file(*soup);
+  ASSERT_EQ(mixed.size(), start.parameters.size());
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    ASSERT_EQ(mixed[i], static_cast<float>((1.0 * start.parameters[i] + 3.0 * trained.parameters[i]) / 4.0)) << i;
+  }
+  EXPECT_EQ(soup->metadata_value("training.weights"), "1,3");
+  EXPECT_EQ(soup->metadata_value("training.steps"), "40");  // the newest input's bookkeeping
+
+  const Result miscounted = run(std::string(XF_CONVERT) + " " + dir_ + "/tiny.xfm " + checkpoint +
+                                " --weights 1,2,3 -o " + dir_ + "/bad.xfm");
+  EXPECT_EQ(miscounted.status, 2);
+  EXPECT_EQ(last_line(miscounted.err), "xf-convert: --weights: 3 given for 2 inputs (one per input)\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/bad.xfm"));
+}
+
 // README's own example, where the checkout has the bundled (pruned) model.
 TEST_F(ModelFiles, XfConvertRewritesTheBundledModelInF32) {
   const std::string bundled = std::string(XF_SOURCE_DIR) + "/models/enfr.xfm";

@@ -351,6 +351,19 @@ TEST(DataTrainLoop, ConvertAveragesTwoKnownCheckpoints) {
         << spec.name;
   }
 
+  // Weighted: sum(w p) / sum(w) in double, element by element; one positive weight a checkpoint.
+  Checkpoint weighted = average_checkpoints({a, b}, {"a", "b"}, {1.0, 3.0});
+  ASSERT_EQ(weighted.parameters.size(), a.parameters.size());
+  for (size_t i = 0; i < a.parameters.size(); ++i) {
+    const float expected = static_cast<float>((1.0 * a.parameters[i] + 3.0 * b.parameters[i]) / 4.0);
+    ASSERT_EQ(weighted.parameters[i], expected) << i;
+  }
+  EXPECT_EQ(average_checkpoints({a, b}, {"a", "b"}, {2.0, 2.0}).parameters, mean.parameters);
+  EXPECT_EQ(error_of([&] { average_checkpoints({a, b}, {"a", "b"}, {1.0}); }),
+            "weights: 1 given for 2 inputs (one per input)");
+  EXPECT_EQ(error_of([&] { average_checkpoints({a, b}, {"a", "b"}, {1.0, -1.0}); }),
+            "weights: each must be a positive number");
+
   // Checkpoints of different models do not average.
   Checkpoint other = b;
   other.config.d_ff = 64;

@@ -1,7 +1,8 @@
 // xf-convert CHECKPOINT... -o MODEL.xfm [--dtype f32|f16|int8] [--layout rows|panels] [--metadata KEY=VALUE]...
 //            [--target-vocabulary-from CORPUS] [--keep-encoder-layers LIST]
 //            [--keep-decoder-layers LIST] [--shared-vocabulary]
-// Averages the checkpoints (element-wise mean of their parameters) and writes a flat model file
+// Averages the checkpoints (element-wise mean of their parameters, or weighted by --weights; model
+// files may be among them) and writes a flat model file
 // with the SentencePiece model and a training summary in its metadata; or rewrites one model
 // file (another dtype, a pruned target vocabulary, fewer layers, the vocabulary shared again)
 // keeping its metadata.
@@ -32,6 +33,10 @@ constexpr const char* kUsage =
     "Writes a flat model file from one training checkpoint directory, or from the average of\n"
     "several (same config and tokenizer). Matrices take --dtype (default f32); biases and\n"
     "LayerNorm stay f32. --metadata adds or replaces a metadata entry (repeatable).\n"
+    "--weights W,W,... (one positive number per input) averages with those weights instead,\n"
+    "sum(w p) / sum(w): an interpolation of two models' weights (WiSE-FT). An input may also be a\n"
+    "model file of the same config and tokenizer (its vocabulary shared again if pruned), such as\n"
+    "the file a run started from (--init-from): e.g. INIT.xfm run/step-N --weights 1,2.\n"
     "       xf-convert MODEL.xfm -o OUT.xfm [the same options]\n"
     "rewrites one model file, its metadata kept. --target-vocabulary-from CORPUS keeps on the\n"
     "target side only the pieces that CORPUS's target sentences use (give the training data,\n"
@@ -80,6 +85,15 @@ std::vector<int> parse_layer_list(const std::string& option, const std::string& 
   return std::vector<int>(layers.begin(), layers.end());
 }
 
+// A model file averaged with checkpoints: its weights in f32 with one shared vocabulary, as a
+// checkpoint of step 0 (a file pruned by --target-vocabulary-from is shared again first).
+xf::trainer::Checkpoint averaging_input_from_model_file(const std::string& path) {
+  auto file = xf::ModelFile::open(path);
+  const bool pruned = file->target_tokenizer() != file->source_tokenizer();
+  return pruned ? xf::trainer::checkpoint_with_shared_vocabulary(*file)
+                : xf::trainer::checkpoint_from_model_file(*file);
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> checkpoints;
   std::string output;
@@ -92,6 +106,8 @@ int run(int argc, char** argv) {
   std::string shortlist_path;
   xf::TextShortlistOptions shortlist_options;
   bool panels = false;
+  std::vector<double> weights;  // --weights: one per input (empty: the plain mean)
+  std::string weights_text;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&] { return xf::cli::option_value(argc, argv, i); };
@@ -123,6 +139,15 @@ int run(int argc, char** argv) {
       shortlist_options.first_num = static_cast<uint32_t>(xf::cli::parse_integer(arg, value(), 0, 1 << 24));
     } else if (arg == "--shortlist-best") {
       shortlist_options.best_num = static_cast<uint32_t>(xf::cli::parse_integer(arg, value(), 1, 1 << 24));
+    } else if (arg == "--weights") {
+      const std::string list = weights_text = value();
+      weights.clear();
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        weights.push_back(xf::cli::parse_positive_number(arg, list.substr(start, comma - start), 1e6f));
+        start = comma + 1;
+      }
     } else if (arg == "--shared-vocabulary") {
       shared_vocabulary = true;
     } else if (arg == "--metadata") {
@@ -178,8 +203,12 @@ int run(int argc, char** argv) {
   xf::trainer::Checkpoint checkpoint;
   std::string target_tokenizer;  // a pruned file's own (empty: the vocabulary is shared)
   std::map<std::string, std::string> metadata;
+  if (!weights.empty() && weights.size() != checkpoints.size()) {
+    throw UsageError{"--weights: " + std::to_string(weights.size()) + " given for " +
+                     std::to_string(checkpoints.size()) + " inputs (one per input)"};
+  }
   const bool from_model_file =
-      checkpoints.size() == 1 && std::filesystem::is_regular_file(checkpoints[0]);
+      checkpoints.size() == 1 && weights.empty() && std::filesystem::is_regular_file(checkpoints[0]);
   if (shared_vocabulary && !from_model_file) {
     throw xf::Error("--shared-vocabulary: give one model file (checkpoints share it already)");
   }
@@ -204,11 +233,14 @@ int run(int argc, char** argv) {
     std::vector<xf::trainer::Checkpoint> loaded;
     for (const auto& path : checkpoints) {
       std::cerr << "reading " << path << "\n";
-      loaded.push_back(xf::trainer::read_checkpoint(path));
+      loaded.push_back(std::filesystem::is_regular_file(path) ? averaging_input_from_model_file(path)
+                                                              : xf::trainer::read_checkpoint(path));
     }
-    checkpoint = xf::trainer::average_checkpoints(loaded, checkpoints);
+    checkpoint = xf::trainer::average_checkpoints(loaded, checkpoints, weights);
     loaded.clear();
-    metadata = xf::trainer::model_metadata(checkpoint, checkpoints, extra);
+    std::map<std::string, std::string> with_weights = extra;
+    if (!weights.empty()) with_weights.emplace("training.weights", weights_text);  // a given entry wins
+    metadata = xf::trainer::model_metadata(checkpoint, checkpoints, with_weights);
   }
   xf::trainer::check_tokenizers(checkpoint, target_tokenizer, checkpoints[0]);
   if (!encoder_layers.empty() || !decoder_layers.empty()) {

@@ -2,6 +2,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "xf/error.h"
@@ -13,9 +14,16 @@
 namespace xf::trainer {
 
 Checkpoint average_checkpoints(const std::vector<Checkpoint>& checkpoints,
-                               const std::vector<std::string>& labels) {
+                               const std::vector<std::string>& labels, const std::vector<double>& weights) {
   if (checkpoints.empty()) throw Error("no checkpoint to average");
   if (labels.size() != checkpoints.size()) throw Error("average_checkpoints: one label per checkpoint");
+  if (!weights.empty() && weights.size() != checkpoints.size()) {
+    throw Error("weights: " + std::to_string(weights.size()) + " given for " + std::to_string(checkpoints.size()) +
+                " inputs (one per input)");
+  }
+  for (const double w : weights) {
+    if (!(w > 0) || !std::isfinite(w)) throw Error("weights: each must be a positive number");
+  }
   const Checkpoint& first = checkpoints.front();
   const auto first_config = config_to_key_values(first.config);
   size_t newest = 0;
@@ -36,11 +44,14 @@ Checkpoint average_checkpoints(const std::vector<Checkpoint>& checkpoints,
   if (checkpoints.size() == 1) return averaged;
   const size_t n = first.parameters.size();
   std::vector<double> sum(n, 0.0);
-  for (const auto& c : checkpoints) {
-    for (size_t i = 0; i < n; ++i) sum[i] += c.parameters[i];
+  double total_weight = 0;
+  for (size_t c = 0; c < checkpoints.size(); ++c) {
+    const double w = weights.empty() ? 1.0 : weights[c];
+    total_weight += w;
+    const std::vector<float>& p = checkpoints[c].parameters;
+    for (size_t i = 0; i < n; ++i) sum[i] += w * p[i];
   }
-  const double count = static_cast<double>(checkpoints.size());
-  for (size_t i = 0; i < n; ++i) averaged.parameters[i] = static_cast<float>(sum[i] / count);
+  for (size_t i = 0; i < n; ++i) averaged.parameters[i] = static_cast<float>(sum[i] / total_weight);
   return averaged;
 }
 

@@ -76,10 +76,12 @@ std::string save_best_checkpoint(const std::string& run_directory, const Checkpo
 // ---- Conversion to a flat model file (xf-convert) ---------------------------------------------
 
 // The element-wise mean of the checkpoints' parameters (accumulated in double), with the config,
-// tokenizer, options and progress of the newest one. Throws xf::Error naming the checkpoint whose
-// config or tokenizer differs from the first one.
+// tokenizer, options and progress of the newest one. `weights`, when given (one positive number a
+// checkpoint), make it the weighted mean sum(w_i p_i) / sum(w_i): a weight-space interpolation of
+// two models (WiSE-FT). Throws xf::Error naming the checkpoint whose config or tokenizer differs
+// from the first one, or saying what is wrong with the weights.
 Checkpoint average_checkpoints(const std::vector<Checkpoint>& checkpoints,
-                               const std::vector<std::string>& labels);
+                               const std::vector<std::string>& labels, const std::vector<double>& weights = {});
 
 // The metadata xf-convert writes: languages, the training summary (steps, data, scores, wall
 // time, options) and `extra` (KEY=VALUE pairs given on the command line, they win).
