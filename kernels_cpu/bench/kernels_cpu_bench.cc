@@ -136,6 +136,37 @@ void bundled_cold_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_StaticMatmulCold)->Apply(bundled_cold_shapes)->Unit(benchmark::kMicrosecond);
 
+// The FFN's second product over a ReLU's output (SparseInputMatmul) at the bundled model's shape
+// (N 256, K 1024), with `copies` distinct weight matrices taken in turn (40: cold, as in a
+// translation; 1: warm). range(0): M, range(1): percent of x nonzero, range(2): copies.
+// GFLOP/s counts the dense product's work, to compare with BM_StaticMatmulCold's.
+void BM_SparseInputMatmul(benchmark::State& state) {
+  const int64_t m = state.range(0), n = 256, k = 1024, percent = state.range(1), copies = state.range(2);
+  std::vector<std::unique_ptr<SparseInputMatmul>> products;
+  for (int64_t c = 0; c < copies; ++c) {
+    std::vector<float> weights = random_values(n * k);
+    products.push_back(std::make_unique<SparseInputMatmul>(WeightMatrix{xf::DType::f32, weights.data(), nullptr, n, k},
+                                                           threads()));
+  }
+  std::vector<float> x = random_values(m * k);
+  std::mt19937 engine(7);
+  std::uniform_int_distribution<int> hundred(0, 99);
+  for (float& v : x) v = hundred(engine) < percent ? std::abs(v) : 0.0f;
+  std::vector<float> workspace(products[0]->workspace_bytes() / sizeof(float) + 16);
+  std::vector<float> y(m * n);
+  int64_t next = 0;
+  for (auto _ : state) {
+    products[next]->run(x.data(), y.data(), m, workspace.data());
+    next = (next + 1) % copies;
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_SparseInputMatmul)
+    ->ArgsProduct({{4, 128}, {8, 20, 60}, {1, 40}})
+    ->Unit(benchmark::kMicrosecond);
+
 // The trainer's products (gemm, and Bf16Gemm for xf-train --bf16) at the bundled model's shapes:
 // 2,500-token batches, d_model 256, d_ff 1024, vocabulary 8000. range(3): 0 f32, 1 bf16;
 // range(4): 1 for the weight gradient's layout (A transposed: dW = dy^T x, K = the tokens).

@@ -476,22 +476,6 @@ bool StaticMatmul::reads_weights_in_place() const {
 }
 
 namespace {
-// Where element (kk, j) of a [k, n] matrix lies in memory of a oneDNN blocked layout, in elements
-// (oneDNN's own memory_desc_wrapper::off_v: the inner blocks, innermost last, then the outer
-// strides).
-int64_t blocked_offset(const dnnl_memory_desc_t& d, int64_t kk, int64_t j) {
-  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-  int64_t pos[2] = {kk, j};
-  int64_t offset = d.offset0, block_stride = 1;
-  for (int i = b.inner_nblks - 1; i >= 0; --i) {
-    const int dim = static_cast<int>(b.inner_idxs[i]);
-    offset += pos[dim] % b.inner_blks[i] * block_stride;
-    pos[dim] /= b.inner_blks[i];
-    block_stride *= b.inner_blks[i];
-  }
-  return offset + pos[0] * b.strides[0] + pos[1] * b.strides[1];
-}
-
 // Whether every slice's weights are a oneDNN packed copy in a blocked layout of two dimensions:
 // copy_weight_row can then read a row's values from it.
 bool slices_hold_blocked_copies(const std::vector<OnednnSlice>& slices) {
@@ -517,9 +501,11 @@ void StaticMatmul::copy_weight_row(int64_t row, int64_t first, int64_t count, fl
   if (!s.f32_panels) {  // oneDNN's packed copy of the slice holding the row: B = [k, rows]
     for (const OnednnSlice& slice : s.slices) {
       if (row >= slice.first + slice.rows) continue;
-      const dnnl_memory_desc_t& d = slice.packed->desc.data;
-      const auto* values = static_cast<const float*>(slice.packed->memory.get_data_handle());
-      for (int64_t c = 0; c < count; ++c) out[c] = values[blocked_offset(d, first + c, row - slice.first)];
+      // The row's own part of each offset, then each input's (the offsets add up by dimension).
+      const auto* values = static_cast<const float*>(slice.packed->memory.get_data_handle()) +
+                           blocked_offset(slice.packed->desc.data, 0, row - slice.first);
+      const int64_t* input_offsets = slice.packed->input_offsets.data();
+      for (int64_t c = 0; c < count; ++c) out[c] = values[input_offsets[first + c]];
       return;
     }
   }

@@ -103,6 +103,11 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::packed_copy(const WeightMatrix& 
                         const_cast<void*>(weights.data));
     dnnl::reorder reorder(stored, made.memory);
     run_primitive(reorder, stream, {{DNNL_ARG_FROM, stored}, {DNNL_ARG_TO, made.memory}});
+    const dnnl_memory_desc_t& d = made.desc.data;
+    if (d.format_kind == dnnl_blocked && d.ndims == 2) {
+      made.input_offsets.resize(static_cast<size_t>(weights.cols));
+      for (int64_t kk = 0; kk < weights.cols; ++kk) made.input_offsets[kk] = blocked_offset(d, kk, 0) - d.offset0;
+    }
   });
 }
 

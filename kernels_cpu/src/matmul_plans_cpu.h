@@ -29,6 +29,23 @@ inline dnnl::memory::desc row_major_desc(int64_t rows, int64_t cols, DataType ty
   return dnnl::memory::desc({rows, cols}, type, {cols, 1});
 }
 
+// Where element (kk, j) of a [k, n] matrix lies in memory of a oneDNN blocked layout, in elements
+// (oneDNN's own memory_desc_wrapper::off_v: the inner blocks, innermost last, then the outer
+// strides). A sum of one part for kk and one for j: blocked_offset(d, kk, 0) +
+// blocked_offset(d, 0, j) - offset0.
+inline int64_t blocked_offset(const dnnl_memory_desc_t& d, int64_t kk, int64_t j) {
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  int64_t pos[2] = {kk, j};
+  int64_t offset = d.offset0, block_stride = 1;
+  for (int i = b.inner_nblks - 1; i >= 0; --i) {
+    const int dim = static_cast<int>(b.inner_idxs[i]);
+    offset += pos[dim] % b.inner_blks[i] * block_stride;
+    pos[dim] /= b.inner_blks[i];
+    block_stride *= b.inner_blks[i];
+  }
+  return offset + pos[0] * b.strides[0] + pos[1] * b.strides[1];
+}
+
 // A copy of one weight matrix made at plan time, shared by the StaticMatmuls of every row count
 // that asks for it: f32 weights in a oneDNN blocked layout, or int8 weights requantized to 7 bits
 // (each value halved, its row's scale doubled) where int8 products saturate.
@@ -39,6 +56,9 @@ struct PackedWeights {
   dnnl::memory::desc desc;
   dnnl::memory memory;            // owns the packed bytes
   std::vector<float> row_scales;  // 7-bit int8 copies: [n]
+  // f32 blocked copies: each input's part of an element's offset, blocked_offset(desc, kk, 0) -
+  // offset0 for kk in [0, k), so that StaticMatmul::copy_weight_row reads a row without dividing.
+  std::vector<int64_t> input_offsets;
 };
 
 struct CpuEngine::Impl {

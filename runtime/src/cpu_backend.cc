@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend.h"
@@ -121,6 +122,13 @@ class PlannedMatmul {
     std::reverse(by_count_.begin(), by_count_.end());  // ascending, as buckets.index() counts
   }
 
+  // The products over a ReLU's output (the FFN's second product), one kernel for every row
+  // count: cpu::SparseInputMatmul, where it takes the weights (sparse_input_available()).
+  PlannedMatmul(cpu::CpuEngine& engine, const WeightMatrix& weights)
+      : bias_(nullptr), in_(weights.cols), out_(weights.rows), threads_(engine.threads()),
+        sparse_(std::make_unique<cpu::SparseInputMatmul>(weights, engine.threads())),
+        workspace_bytes_(sparse_->workspace_bytes()) {}
+
   size_t workspace_bytes() const { return workspace_bytes_; }
   // The product whose f32 copy of the weights a tied table can read (holds_f32_weight_rows), or
   // null.
@@ -130,6 +138,7 @@ class PlannedMatmul {
   // False when every product reads a packed copy of the weights it was given.
   bool reads_weights_in_place() const {
     if (intgemm_kernel_) return true;
+    if (sparse_) return false;  // its transposed copy
     for (const cpu::StaticMatmul& m : by_count_)
       if (m.reads_weights_in_place()) return true;
     return false;
@@ -137,6 +146,10 @@ class PlannedMatmul {
 
   // y[rows, out] = x[rows, in] W^T (+ bias). x and y hold buckets.padded_rows(rows) rows.
   void run(int64_t rows, const float* x, float* y, void* workspace) const {
+    if (sparse_) {
+      sparse_->run(x, y, rows, workspace);
+      return;
+    }
     if (intgemm_kernel_) {
       cpu::marian_int8_product(marian_weights_, x, rows, bias_, y, workspace, threads_, *intgemm_kernel_);
       return;
@@ -154,13 +167,14 @@ class PlannedMatmul {
   }
 
  private:
-  const RowBuckets* buckets_;
+  const RowBuckets* buckets_ = nullptr;
   const float* bias_;
   int64_t in_, out_;
   int threads_;
   std::optional<cpu::IntgemmKernel> intgemm_kernel_;  // set: Marian's arithmetic (by_count_ empty)
   WeightMatrix marian_weights_{};
   std::vector<cpu::StaticMatmul> by_count_;
+  std::unique_ptr<cpu::SparseInputMatmul> sparse_;  // set: a ReLU's output in (by_count_ empty)
   size_t workspace_bytes_ = 0;
 };
 
@@ -213,7 +227,12 @@ class CpuOps {
   Linear linear(const std::string& prefix, int64_t max_rows, bool bias_in_product) {
     Linear l;
     l.bias = vector(prefix + schema::kBias);
-    l.product = planned_matmul(prefix + schema::kWeight, max_rows, bias_in_product ? l.bias : nullptr);
+    // The FFN's second product reads the ReLU's output, mostly zeros.
+    const std::string_view ffn_outer = schema::kFfnOuter.name;
+    const bool relu_input = config_.activation == Activation::relu && !bias_in_product &&
+                            prefix.size() >= ffn_outer.size() &&
+                            std::string_view(prefix).substr(prefix.size() - ffn_outer.size()) == ffn_outer;
+    l.product = planned_matmul(prefix + schema::kWeight, max_rows, bias_in_product ? l.bias : nullptr, relu_input);
     return l;
   }
   Norm norm(const std::string& prefix) {
@@ -390,15 +409,21 @@ class CpuOps {
   // they read a packed or converted copy (peak memory: the stored f32 weights would otherwise
   // stay resident beside their packed copies). Embedding tables stay, embed() reading them every
   // step, unless a tied one reads the output layer's own f32 copy (table()).
+  // relu_input: x is a ReLU's output; f32 weights stored in rows then go to cpu::SparseInputMatmul
+  // where it takes them.
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
-                                                const float* bias) {
+                                                const float* bias, bool relu_input = false) {
     const bool is_output = weight_name == param::output_projection(config_);
+    const DType dtype = matrix_dtype_.value_or(weights_.stored(weight_name).dtype);
     // Marian's arithmetic, for int8 matrices, reads rows (a panels file's are unpacked into a copy).
     const std::optional<cpu::IntgemmKernel> intgemm =
-        matrix_dtype_.value_or(weights_.stored(weight_name).dtype) == DType::int8 ? intgemm_kernel(arithmetic_)
-                                                                                 : std::nullopt;
-    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !intgemm);
-    auto m = std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, intgemm);
+        dtype == DType::int8 ? intgemm_kernel(arithmetic_) : std::nullopt;
+    const bool sparse = relu_input && bias == nullptr && dtype == DType::f32 &&
+                        weights_.stored(weight_name).layout == WeightLayout::rows;
+    const WeightMatrix weights = matrix(weight_name, /*in_place_layout=*/!is_output && !intgemm && !sparse);
+    auto m = sparse && cpu::SparseInputMatmul::available(weights)
+                 ? std::make_unique<PlannedMatmul>(engine_, weights)
+                 : std::make_unique<PlannedMatmul>(engine_, buckets_, max_rows, weights, bias, intgemm);
     workspace_bytes_ = std::max(workspace_bytes_, m->workspace_bytes());
     // A table is read by embed() too, unless it reads the products' own f32 copy (table()).
     const bool is_table = weight_name == param::source_embedding(config_) ||

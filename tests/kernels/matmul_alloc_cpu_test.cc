@@ -94,6 +94,26 @@ TEST(StaticMatmulAllocations, RunAllocatesOnlyInsideOneDnn) {
   }
 }
 
+// SparseInputMatmul::run (the FFN's second product over the ReLU's output): sparse and dense rows,
+// at one thread and at two, allocate nothing (where this level has the kernel).
+TEST(KernelAllocations, SparseInputProductAllocatesNothing) {
+  const int64_t n = 128, k = 256, rows = 12;
+  const std::vector<float> w(n * k, 0.25f);
+  const WeightMatrix weights{DType::f32, w.data(), nullptr, n, k};
+  if (!SparseInputMatmul::available(weights)) GTEST_SKIP() << "no sparse kernel at this level";
+  std::vector<float> x(rows * k, 0.0f), y(rows * n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; j += r % 2 == 0 ? 17 : 1) x[r * k + j] = 1.0f;  // sparse and dense rows
+  for (int threads : {1, 2}) {
+    const SparseInputMatmul product(weights, threads);
+    std::vector<char> workspace(product.workspace_bytes());
+    product.run(x.data(), y.data(), rows, workspace.data());  // the worker threads start
+    const Counts counts = count_allocations([&] { product.run(x.data(), y.data(), rows, workspace.data()); });
+    EXPECT_EQ(counts.xf, 0u) << threads << " threads";
+    EXPECT_EQ(counts.backend, 0u);
+  }
+}
+
 // Every forward kernel, once to warm up and then counted, at one thread (no parallel region)
 // and at two (a reused OpenMP team).
 TEST(KernelAllocations, ForwardKernelsAllocateNothing) {

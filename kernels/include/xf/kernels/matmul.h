@@ -10,6 +10,7 @@
 // The trainer, whose shapes change with every batch, uses gemm().
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -103,6 +104,33 @@ class StaticMatmul {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   void make_onednn_slices(const WeightMatrix& weights);
+};
+
+// y[rows, N] = x[rows, K] W^T for an x that is mostly exact zeros, a ReLU's output (the FFN's
+// second product: 91.6% of the bundled model's hidden values are 0). A row with at most K/4
+// nonzeros adds W's columns for those alone; the others run 4 rows at a time over all of W, as
+// a dense product. Either way each output is the sum of its terms in the order of k, one fused
+// multiply-add each from 0, and a zero term leaves it as it is: a row's result depends on that
+// row alone, not on its batch, its neighbours' density or the thread count. (Its last bits differ
+// from StaticMatmul's, whose f32 products add in other orders.) Holds a transposed copy of W
+// [K, N] (as many bytes as W; W's own bytes are not read after the constructor). At AVX2 and
+// AVX-512 on x86-64 only: available() says whether it can take these weights here.
+class SparseInputMatmul {
+ public:
+  // f32 weights in rows, N a multiple of 64 and K of 16, at AVX2 or AVX-512 (cpu_isa()).
+  static bool available(const WeightMatrix& weights);
+  SparseInputMatmul(const WeightMatrix& weights, int threads);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  // Bytes of caller-provided memory run() needs (each thread's list of a row's nonzeros).
+  size_t workspace_bytes() const;
+  // x: [rows, K], y: [rows, N]; workspace: workspace_bytes() bytes. No allocation.
+  void run(const float* x, float* y, int64_t rows, void* workspace) const;
+
+ private:
+  int64_t n_ = 0, k_ = 0;
+  int threads_ = 1;
+  std::unique_ptr<float, void (*)(void*)> transposed_{nullptr, std::free};  // W^T [K, N], 64-byte aligned
 };
 
 // The output layer over a lexical shortlist's rows (the runtime, per batch then per step; any
