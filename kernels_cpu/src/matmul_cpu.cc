@@ -40,14 +40,12 @@ std::map<std::string, int64_t>& implementations_made() {
   return made;
 }
 
-// Counts a StaticMatmul by implementation; oneDNN's names get the ISA oneDNN runs at ("gemm:jit"
-// does not say it).
+}  // namespace
+
 void record_implementation(const std::string& name, bool by_onednn) {
   std::lock_guard<std::mutex> lock(g_implementations_mutex);
   ++implementations_made()[by_onednn ? "onednn:" + name + " @" + onednn_isa_name() : name];
 }
-
-}  // namespace
 
 std::vector<std::pair<std::string, int64_t>> matmul_implementations() {
   std::lock_guard<std::mutex> lock(g_implementations_mutex);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "xf/weight_layout.h"
 
@@ -16,6 +17,10 @@
 #endif
 
 namespace xf::cpu {
+
+// Counts a product made, by implementation, for matmul_implementations(); oneDNN's names get the
+// ISA oneDNN runs at ("gemm:jit" does not say it).
+void record_implementation(const std::string& name, bool by_onednn);
 
 // A few rows of int8 x against int8 weight rows, for the small products of translating one
 // sentence (the decoder's step: one row a hypothesis; the encoder: one row a source token).

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "matmul_kernels_cpu.h"  // record_implementation
 #include "parallel_cpu.h"
 #include "xf/error.h"
 #include "xf/kernels/matmul.h"
@@ -138,6 +139,7 @@ SparseInputMatmul::SparseInputMatmul(const WeightMatrix& weights, int threads)
   const float* w = static_cast<const float*>(weights.data);
   for (int64_t j = 0; j < k_; ++j)
     for (int64_t c = 0; c < n_; ++c) transposed_.get()[j * n_ + c] = w[c * k_ + j];
+  record_implementation(cpu_isa() >= CpuIsa::avx512 ? "xf:sparse_input_avx512" : "xf:sparse_input_avx2", false);
 }
 
 size_t SparseInputMatmul::workspace_bytes() const {

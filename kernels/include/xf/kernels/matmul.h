@@ -237,8 +237,9 @@ int64_t int8_row_kernel_max_rows();
 // ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA.
 const char* onednn_isa_name();
 
-// How many StaticMatmuls this process made, by implementation: xf's kernels by their names
-// ("xf:int8_panels_avx2"), oneDNN's as "onednn:NAME @ISA" ("onednn:gemm:jit @avx512_core_vnni").
+// How many StaticMatmuls (and SparseInputMatmuls) this process made, by implementation: xf's
+// kernels by their names ("xf:int8_panels_avx2", "xf:sparse_input_avx512"), oneDNN's as
+// "onednn:NAME @ISA" ("onednn:gemm:jit @avx512_core_vnni").
 // For benchmarks and logs: shows what the ISA cap chose for every product.
 std::vector<std::pair<std::string, int64_t>> matmul_implementations();
 
