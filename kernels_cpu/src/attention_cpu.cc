@@ -24,7 +24,7 @@ inline float exp_shifted(float* scores, int64_t n, float max) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {
-    const float e = detail::exp_vectorizable(scores[j] - max);
+    const float e = detail::exp_non_positive(scores[j] - max);
     scores[j] = e;
     sum += e;
   }

@@ -88,7 +88,7 @@ namespace avx2 {
 struct Vec {
   using V = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kWideVectors = 8;  // 64 columns: 8 of the 16 registers
+  static constexpr int kWideVectors = 12;  // 96 columns: 12 of the 16 registers hold the sums
   static constexpr int kTileRows = 3, kTileVectors = 4;  // 12 sums, 3 broadcasts, 1 column
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -94,11 +94,8 @@ inline float select_bits(bool condition, float if_true, float if_false) {
                                        (__builtin_bit_cast(int32_t, if_false) & ~mask));
 }
 
-// exp(x) for x <= 88, relative error about 2e-7 (Cephes' expf polynomial after reducing by
-// ln 2); inputs below -87 give 0 (the true value is under 1.7e-38). Vectorizable.
-inline float exp_vectorizable(float x) {
-  const float at_least = select_bits(x < -87.0f, -87.0f, x);
-  const float clamped = select_bits(at_least > 88.0f, 88.0f, at_least);
+// Cephes' expf polynomial after reducing by ln 2, for x in [-87, 88].
+inline float exp_of_clamped(float clamped) {
   const float n = round_to_nearest(clamped * 1.44269504088896341f);
   // ln 2 split in two so that n * ln2_high is exact.
   float r = clamped - n * 0.693359375f;
@@ -112,7 +109,21 @@ inline float exp_vectorizable(float x) {
   p = p * r * r + r + 1.0f;
   const int32_t exponent_bits = (static_cast<int32_t>(n) + 127) << 23;
   const float power_of_two = __builtin_bit_cast(float, exponent_bits);
-  return select_bits(x < -87.0f, 0.0f, p * power_of_two);
+  return p * power_of_two;
+}
+
+// exp(x) for x <= 88, relative error about 2e-7 (Cephes' expf polynomial after reducing by
+// ln 2); inputs below -87 give 0 (the true value is under 1.7e-38). Vectorizable.
+inline float exp_vectorizable(float x) {
+  const float at_least = select_bits(x < -87.0f, -87.0f, x);
+  const float clamped = select_bits(at_least > 88.0f, 88.0f, at_least);
+  return select_bits(x < -87.0f, 0.0f, exp_of_clamped(clamped));
+}
+
+// exp_vectorizable(x) for x <= 0 (or NaN), bit for bit, without the upper clamp that cannot
+// apply: a softmax's exp(score - max). Vectorizable.
+inline float exp_non_positive(float x) {
+  return select_bits(x < -87.0f, 0.0f, exp_of_clamped(select_bits(x < -87.0f, -87.0f, x)));
 }
 
 }  // namespace xf::cpu::detail

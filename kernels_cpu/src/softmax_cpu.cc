@@ -21,7 +21,7 @@ inline float max_of(const float* x, int64_t n) {
 inline float sum_exp_shifted(const float* x, int64_t n, float max) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += detail::exp_vectorizable(x[i] - max);
+  for (int64_t i = 0; i < n; ++i) sum += detail::exp_non_positive(x[i] - max);
   return sum;
 }
 

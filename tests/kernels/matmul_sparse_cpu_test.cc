@@ -56,10 +56,14 @@ std::vector<float> fma_chain(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
+// y of rows x N, from a buffer with 64 guard values behind it that must stay as they were.
 std::vector<float> run(const SparseInputMatmul& product, const std::vector<float>& x, int64_t rows) {
-  std::vector<float> y(static_cast<size_t>(rows * product.n()), -1.0f);
+  const size_t size = static_cast<size_t>(rows * product.n()), guard = 64;
+  std::vector<float> y(size + guard, -1.0f);
   Workspace workspace(product.workspace_bytes());
   product.run(x.data(), y.data(), rows, workspace.get());
+  for (size_t i = size; i < size + guard; ++i) EXPECT_EQ(y[i], -1.0f) << "written past the output at " << i - size;
+  y.resize(size);
   return y;
 }
 
