@@ -395,9 +395,13 @@ class CpuOps {
   // else as stored (f16 and bf16 widened to f32).
   // in_place_layout: the file's panels where the products read them in place (the layers' own
   // matrices; a table and the output layer, which other kernels read too, always in rows).
+  // What a matrix is computed in: as asked at load, else int8 as stored, else f32 (f16 and bf16
+  // widened).
+  DType computed_dtype(const std::string& name) const {
+    return matrix_dtype_.value_or(weights_.stored(name).dtype == DType::int8 ? DType::int8 : DType::f32);
+  }
   WeightMatrix matrix(const std::string& name, bool in_place_layout = false) {
-    const DType stored = weights_.stored(name).dtype;
-    const DType dtype = matrix_dtype_.value_or(stored == DType::int8 ? DType::int8 : DType::f32);
+    const DType dtype = computed_dtype(name);
     if (!in_place_layout) return as_matrix(weights_.get(name, dtype));
     return as_matrix(weights_.get_in_layout(name, dtype, [&](WeightLayout layout) {
       return cpu::reads_layout_in_place(dtype, layout);
@@ -414,7 +418,7 @@ class CpuOps {
   std::unique_ptr<PlannedMatmul> planned_matmul(const std::string& weight_name, int64_t max_rows,
                                                 const float* bias, bool relu_input = false) {
     const bool is_output = weight_name == param::output_projection(config_);
-    const DType dtype = matrix_dtype_.value_or(weights_.stored(weight_name).dtype);
+    const DType dtype = computed_dtype(weight_name);
     // Marian's arithmetic, for int8 matrices, reads rows (a panels file's are unpacked into a copy).
     const std::optional<cpu::IntgemmKernel> intgemm =
         dtype == DType::int8 ? intgemm_kernel(arithmetic_) : std::nullopt;
