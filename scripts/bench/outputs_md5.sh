@@ -8,7 +8,8 @@
 # BIN_DIR [REPO/build/bin]; LEVEL caps oneDNN and xf's kernels (ONEDNN_MAX_CPU_ISA: AVX2, ...);
 # MODEL [models/enfr.xfm]. The bundled model's figures at each level are in docs/BENCHMARKS.md
 # ("Threads that yield ...": the md5 table, of the file bundled until 2026-11-29, sha256
-# afc25006...; the current file's: "A base-size model against CTranslate2 again").
+# afc25006...; the second issue-37 file's: "A base-size model against CTranslate2 again"; the
+# current file's: "The goal table with the interpolated file").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 : "${XF_DATA:?set XF_DATA to the folder of test.tsv}"
