@@ -1,7 +1,8 @@
 // Products over a ReLU's output (SparseInputMatmul, xf/kernels/matmul.h): y = x W^T where most
 // of x is exactly zero (91.6% of the bundled model's FFN hidden values on test.tsv). A row with
 // few nonzeros adds up W's columns for them alone, one fused multiply-add each; a row with many
-// runs with 3 others over every column of W (a register tile, as a dense product does). Both add
+// runs with other dense rows over every column of W (a register tile of 6 rows at AVX-512, 3 at
+// AVX2, as a dense product does). Both add
 // each output's terms in the order of k with one FMA each from 0, and a zero term leaves such a
 // sum as it is, so a row's result is the same whichever way it ran, whatever its batch and
 // thread. x86-64 with AVX2 + FMA or AVX-512; available() is false elsewhere.

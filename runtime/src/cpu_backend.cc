@@ -123,7 +123,7 @@ class PlannedMatmul {
   }
 
   // The products over a ReLU's output (the FFN's second product), one kernel for every row
-  // count: cpu::SparseInputMatmul, where it takes the weights (sparse_input_available()).
+  // count: cpu::SparseInputMatmul, where it takes the weights (SparseInputMatmul::available()).
   PlannedMatmul(cpu::CpuEngine& engine, const WeightMatrix& weights)
       : bias_(nullptr), in_(weights.cols), out_(weights.rows), threads_(engine.threads()),
         sparse_(std::make_unique<cpu::SparseInputMatmul>(weights, engine.threads())),
@@ -391,15 +391,14 @@ class CpuOps {
   const float* vector(const std::string& name) {
     return static_cast<const float*>(weights_.get(name, DType::f32, /*copy=*/true).data);
   }
-  // A matrix in a dtype the CPU products take: int8 or f32 when a conversion was asked for,
-  // else as stored (f16 and bf16 widened to f32).
-  // in_place_layout: the file's panels where the products read them in place (the layers' own
-  // matrices; a table and the output layer, which other kernels read too, always in rows).
   // What a matrix is computed in: as asked at load, else int8 as stored, else f32 (f16 and bf16
   // widened).
   DType computed_dtype(const std::string& name) const {
     return matrix_dtype_.value_or(weights_.stored(name).dtype == DType::int8 ? DType::int8 : DType::f32);
   }
+  // A matrix in a dtype the CPU products take (computed_dtype()).
+  // in_place_layout: the file's panels where the products read them in place (the layers' own
+  // matrices; a table and the output layer, which other kernels read too, always in rows).
   WeightMatrix matrix(const std::string& name, bool in_place_layout = false) {
     const DType dtype = computed_dtype(name);
     if (!in_place_layout) return as_matrix(weights_.get(name, dtype));
