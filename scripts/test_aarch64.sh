@@ -74,7 +74,7 @@ compile() {
     -DXF_VERSION_STRING="\"$version\"" -DXF_MODULE_ABI="\"$version aarch64\"" \
     -I common/include -I format/include -I modules/include -I kernels/include \
     -I kernels_cpu/include -I runtime/include -I runtime/src -I runtime/alloc_counter/include \
-    -I tests/common -I tests/kernels -I tests/trainer -I "$build/format/generated" \
+    -I tests/common -I tests/kernels -I tests/trainer -I kernels_cpu/src -I "$build/format/generated" \
     -I "$out/include" -I "$sysroot/usr/include" \
     -c -o "$object" "$source" || { echo "test_aarch64: $source does not compile" >&2; return 1; }
 }
