@@ -229,8 +229,7 @@ class CpuOps {
     l.bias = vector(prefix + schema::kBias);
     // The FFN's second product reads the ReLU's output, mostly zeros.
     const std::string_view ffn_outer = schema::kFfnOuter.name;
-    const bool relu_input = config_.activation == Activation::relu && !bias_in_product &&
-                            prefix.size() >= ffn_outer.size() &&
+    const bool relu_input = config_.activation == Activation::relu && prefix.size() >= ffn_outer.size() &&
                             std::string_view(prefix).substr(prefix.size() - ffn_outer.size()) == ffn_outer;
     l.product = planned_matmul(prefix + schema::kWeight, max_rows, bias_in_product ? l.bias : nullptr, relu_input);
     return l;

@@ -108,8 +108,8 @@ class StaticMatmul {
 
 // y[rows, N] = x[rows, K] W^T for an x that is mostly exact zeros, a ReLU's output (the FFN's
 // second product: 91.6% of the bundled model's hidden values are 0). A row with at most K/4
-// nonzeros adds W's columns for those alone; the others run 4 rows at a time over all of W, as
-// a dense product. Either way each output is the sum of its terms in the order of k, one fused
+// nonzeros adds W's columns for those alone; the others run together in register tiles (6 rows
+// at AVX-512, 3 at AVX2) over all of W, as a dense product. Either way each output is the sum of its terms in the order of k, one fused
 // multiply-add each from 0, and a zero term leaves it as it is: a row's result depends on that
 // row alone, not on its batch, its neighbours' density or the thread count. (Its last bits differ
 // from StaticMatmul's, whose f32 products add in other orders.) Holds a transposed copy of W
