@@ -659,10 +659,6 @@ size_t gathered_product_workspace_bytes(const WeightMatrix& w, int64_t rows) {
   return align_up(rows * w.cols) + align_up(sizeof(float) * rows);  // quantized x, its row scales
 }
 
-// gather_weight_rows moves a row through a stack chunk of this many values (a multiple of 4:
-// whole panel groups).
-constexpr int64_t kGatherChunk = 512;
-
 void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, void* gathered, int threads) {
   if (w.dtype != DType::f32 && w.dtype != DType::int8)
     throw Error(std::string("gather_weight_rows: ") + dtype_name(w.dtype) + " weights are not read on the CPU");
@@ -688,46 +684,24 @@ void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count
   auto* values = reinterpret_cast<int8_t*>(bytes);
   auto* sums = reinterpret_cast<int32_t*>(bytes + layout.sums_offset);
   auto* scales = reinterpret_cast<float*>(bytes + layout.scales_offset);
-  const float scale_factor = kernel.seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
-  const int64_t stride = panel_bytes(cols);
-  if (kernel.panels != nullptr) {  // zeros in the last panel's padding rows and every row's k padding
-    std::memset(values + (layout.padded_rows / kPanelColumns - (count > 0 ? 1 : 0)) * stride, 0,
-                count > 0 ? static_cast<size_t>(stride) : 0);
-    if (cols % 4 != 0) {
-      for (int64_t p = 0; p < layout.padded_rows / kPanelColumns; ++p)
-        std::memset(values + p * stride + cols / 4 * 4 * kPanelColumns, 0, 4 * kPanelColumns);
-    }
+  const auto* stored = static_cast<const int8_t*>(w.data);
+  if (kernel.panels != nullptr) {
+    pack_int8_panels(stored, cols, ids, count, kernel.seven_bits, values, sums, threads);
+  } else {  // row-major
+    detail::parallel_for(count, threads, count * cols > detail::kMinSharedWork, [&](int64_t i) {
+      const int8_t* q = stored + static_cast<int64_t>(ids[i]) * cols;
+      int8_t* to = values + i * cols;
+      int32_t sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        to[c] = kernel.seven_bits ? xf::to_seven_bits(q[c]) : q[c];
+        sum += to[c];
+      }
+      sums[i] = 128 * sum;
+    });
   }
-  for (int64_t i = count; i < layout.padded_rows; ++i) sums[i] = 0, scales[i] = 0.0f;
-  // A row goes through a stack chunk: converted (7-bit) or copied, summed, then moved out whole
-  // (rows) or a 4-byte group at a time (panels); each loop runs without branches (the gather
-  // runs once a batch over hundreds of rows: a byte-by-byte scatter was a tenth of a student's
-  // batch-1 time).
-  detail::parallel_for(count, threads, count * cols > detail::kMinSharedWork, [&](int64_t i) {
-    const int64_t row = ids[i];
-    const int8_t* q = static_cast<const int8_t*>(w.data) + row * cols;
-    int8_t* panel = values + i / kPanelColumns * stride + i % kPanelColumns * 4;
-    int8_t chunk[kGatherChunk];
-    int32_t sum = 0;
-    for (int64_t c0 = 0; c0 < cols; c0 += kGatherChunk) {
-      const int64_t n = std::min(kGatherChunk, cols - c0);
-      if (kernel.seven_bits) {
-        for (int64_t c = 0; c < n; ++c) chunk[c] = xf::to_seven_bits(q[c0 + c]);  // inline: vectorized
-      } else {
-        std::memcpy(chunk, q + c0, static_cast<size_t>(n));
-      }
-      for (int64_t c = 0; c < n; ++c) sum += chunk[c];
-      if (kernel.panels == nullptr) {
-        std::memcpy(values + i * cols + c0, chunk, static_cast<size_t>(n));
-        continue;
-      }
-      std::memset(chunk + n, 0, static_cast<size_t>((4 - n % 4) % 4));  // the last group's k padding
-      for (int64_t g = 0; g < (n + 3) / 4; ++g)
-        std::memcpy(panel + (c0 / 4 + g) * 4 * kPanelColumns, chunk + 4 * g, 4);
-    }
-    sums[i] = 128 * sum;
-    scales[i] = scale_factor * w.row_scales[row];
-  });
+  const float scale_factor = kernel.seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
+  for (int64_t i = 0; i < count; ++i) scales[i] = scale_factor * w.row_scales[ids[i]];
+  for (int64_t i = count; i < layout.padded_rows; ++i) scales[i] = 0.0f;
 }
 
 void gathered_rows_product(const WeightMatrix& w, const float* x, const void* gathered, const float* bias,

@@ -52,6 +52,14 @@ constexpr int64_t panel_bytes(int64_t k) { return int8_panel_bytes(k); }
 using xf::padded_to_panels;
 using xf::panel_groups;
 
+// Rows of an int8 [.., k] row-major matrix w (ids: the listed rows in order; null: rows 0 to
+// count - 1) into panels at `panels` (padded_to_panels(count) / kPanelColumns * panel_bytes(k)
+// bytes, padding zero), each value to_seven_bits() where seven_bits, and each row's 128 * sum of
+// the values written (the kernels' shift_sums; padding rows 0) at shift_sums.
+// int8_panels_cpu.cc, vectorized by level.
+void pack_int8_panels(const int8_t* w, int64_t k, const int32_t* ids, int64_t count, bool seven_bits,
+                      int8_t* panels, int32_t* shift_sums, int threads);
+
 // The bias of the panel of `columns` output columns at r (null without a bias): in place, or for a
 // last panel of fewer than 16 columns copied into `padded` and zero-filled, since a tile loads 16.
 inline const float* panel_bias_of(const float* bias, int64_t r, int64_t columns,

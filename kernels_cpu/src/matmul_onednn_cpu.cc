@@ -161,21 +161,9 @@ std::shared_ptr<PackedWeights> CpuEngine::Impl::int8_panels(const WeightMatrix& 
   const int64_t n = weights.rows, k = weights.cols, padded_n = padded_to_panels(n);
   const int64_t panels_size = padded_n / kPanelColumns * panel_bytes(k);
   return shared_copy(weights, int8_panels_desc(weights), [&](PackedWeights& made) {
-    const auto* from = static_cast<const int8_t*>(weights.data);
     auto* to = static_cast<int8_t*>(made.memory.get_data_handle());
-    auto* shift_sums = reinterpret_cast<int32_t*>(to + panels_size);
-    std::fill(to, to + panels_size, int8_t{0});
-    std::fill(shift_sums, shift_sums + padded_n, 0);
-    for (int64_t r = 0; r < n; ++r) {
-      int8_t* panel = to + r / kPanelColumns * panel_bytes(k);
-      int32_t sum = 0;
-      for (int64_t c = 0; c < k; ++c) {
-        const int8_t value = seven_bits ? to_seven_bits(from[r * k + c]) : from[r * k + c];
-        panel[c / 4 * 4 * kPanelColumns + r % kPanelColumns * 4 + c % 4] = value;
-        sum += value;
-      }
-      shift_sums[r] = 128 * sum;
-    }
+    pack_int8_panels(static_cast<const int8_t*>(weights.data), k, nullptr, n, seven_bits, to,
+                     reinterpret_cast<int32_t*>(to + panels_size), 1);
     made.row_scales.assign(padded_n, 0.0f);
     const float scale_factor = seven_bits ? 2.0f : 1.0f;  // a 7-bit value is half the stored
     for (int64_t r = 0; r < n; ++r) made.row_scales[r] = scale_factor * weights.row_scales[r];

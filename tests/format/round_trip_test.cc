@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -266,6 +267,15 @@ TEST(FormatRoundTripConvert, AddTensorF32ConvertsEachDType) {
     TempDir dir;
     writer.write(dir.file("model.xfm"));
     expect_tensors(*ModelFile::open(dir.file("model.xfm")), expected);
+  }
+}
+
+// to_seven_bits over every int8 value: half the value rounded half away from zero (std::lround),
+// clamped to +-63.
+TEST(SevenBits, HalvesEveryInt8RoundingAwayFromZeroWithin63) {
+  for (int v = -128; v <= 127; ++v) {
+    const long expected = std::clamp(std::lround(v / 2.0), -63L, 63L);
+    ASSERT_EQ(to_seven_bits(static_cast<int8_t>(v)), expected) << "value " << v;
   }
 }
 

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "matmul_kernels_cpu.h"
 #include "random_inputs.h"
 #include "xf/kernels/matmul.h"
+#include "xf/weight_layout.h"
 
 namespace xf::cpu {
 namespace {
@@ -84,6 +86,48 @@ TEST(ShortlistRows, GatheredRowsProductMatchesADoubleReference) {
             }
             const double tolerance = 1e-6 * magnitude + 1e-7 + (quantized ? 1.01 * quantization : 0.0);
             ASSERT_NEAR(y[r * n + i], expected, tolerance) << "row " << r << " column " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// pack_int8_panels (the load's copy and the shortlist's gather) writes the format's panels
+// (pack_panels of the listed rows, padding zero, over garbage) and each row's 128 * sum of the
+// values written, with and without the 7-bit halving, at fixed-k and generic lengths and counts
+// within and across panels.
+TEST(ShortlistRows, PackedInt8PanelsAreTheFormatsWithTheirRowSums) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t vocab = 90;
+  for (const int64_t k : {int64_t{256}, int64_t{72}, int64_t{30}, int64_t{1030}}) {
+    const Int8Weights q = random_int8_weights(random, vocab, k);
+    for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{37}}) {
+      std::vector<int32_t> ids(n);
+      for (int32_t& id : ids) id = static_cast<int32_t>(random.integer(0, vocab - 1));
+      for (const bool listed : {false, true}) {
+        std::vector<int8_t> rows(n * k);  // the rows packed, in order
+        for (int64_t i = 0; i < n; ++i) std::memcpy(&rows[i * k], &q.values[(listed ? ids[i] : i) * k], k);
+        for (const bool seven_bits : {false, true}) {
+          for (const int threads : {1, 2}) {
+            SCOPED_TRACE("k " + std::to_string(k) + " n " + std::to_string(n) + (listed ? " listed" : " first rows") +
+                         (seven_bits ? " 7-bit" : "") + " threads " + std::to_string(threads));
+            std::vector<int8_t> expected_rows = rows;
+            if (seven_bits)
+              for (int8_t& v : expected_rows) v = to_seven_bits(v);
+            const size_t bytes = layout_bytes(DType::int8, WeightLayout::panels, n, k);
+            std::vector<int8_t> expected(bytes), packed(bytes, 0x5a);
+            pack_panels(DType::int8, expected_rows.data(), n, k, expected.data());
+            std::vector<int32_t> sums(padded_to_panels(n), 0x5a5a5a5a);
+            pack_int8_panels(q.values.data(), k, listed ? ids.data() : nullptr, n, seven_bits, packed.data(),
+                             sums.data(), threads);
+            ASSERT_EQ(packed, expected);
+            for (int64_t i = 0; i < padded_to_panels(n); ++i) {
+              int32_t sum = 0;
+              for (int64_t c = 0; i < n && c < k; ++c) sum += expected_rows[i * k + c];
+              ASSERT_EQ(sums[i], 128 * sum) << "row " << i;
+            }
           }
         }
       }
