@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "matmul_kernels_cpu.h"
@@ -704,15 +705,55 @@ void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count
   for (int64_t i = count; i < layout.padded_rows; ++i) scales[i] = 0.0f;
 }
 
+namespace {
+// The rows that read the same column runs (GatheredColumnRuns): runs of rows with one list.
+struct RowGroups {
+  const GatheredColumnRuns& c;
+  int64_t rows;
+  int64_t count() const {
+    int64_t groups = 0;
+    for (int64_t r = 0; r < rows; ++r) groups += r == 0 || c.row_lists[r] != c.row_lists[r - 1];
+    return groups;
+  }
+  // Group g's first row and row count (a scan: a step has at most a few hundred rows).
+  std::pair<int64_t, int64_t> group(int64_t g) const {
+    int64_t first = 0;
+    for (int64_t r = 1, seen = 0; r < rows && seen < g; ++r)
+      if (c.row_lists[r] != c.row_lists[r - 1] && ++seen == g) first = r;
+    int64_t last = first + 1;
+    while (last < rows && c.row_lists[last] == c.row_lists[first]) ++last;
+    return {first, last - first};
+  }
+  // Group g's column runs: [begin, end) pairs.
+  std::pair<const int32_t*, int64_t> runs(int64_t first_row) const {
+    const int32_t list = c.row_lists[first_row];
+    return {c.runs + 2 * c.run_offsets[list], c.run_offsets[list + 1] - c.run_offsets[list]};
+  }
+};
+}  // namespace
+
 void gathered_rows_product(const WeightMatrix& w, const float* x, const void* gathered, const float* bias,
-                           int64_t rows, int64_t count, float* y, void* workspace, int threads) {
+                           int64_t rows, int64_t count, float* y, void* workspace, int threads,
+                           const GatheredColumnRuns* column_runs) {
   const int64_t k = w.cols;
   const GatheredInt8Kernel kernel = gathered_int8_kernel(w);
+  const bool by_runs = column_runs != nullptr && (!kernel || kernel.panels != nullptr);
+  const bool worth_sharing = rows * count * k > detail::kMinSharedWork;
   if (!kernel) {
-    constexpr int64_t kBlock = 64;
     const auto* f32_rows = static_cast<const float*>(gathered);
+    if (by_runs) {
+      const RowGroups groups{*column_runs, rows};
+      detail::parallel_for(groups.count(), threads, worth_sharing, [&](int64_t g) {
+        const auto [first, m] = groups.group(g);
+        const auto [runs, run_count] = groups.runs(first);
+        for (int64_t i = 0; i < run_count; ++i)
+          rows_product_block(x + first * k, f32_rows, bias, m, count, k, runs[2 * i], runs[2 * i + 1], y + first * count);
+      });
+      return;
+    }
+    constexpr int64_t kBlock = 64;
     const int64_t blocks = (count + kBlock - 1) / kBlock;
-    detail::parallel_for(blocks, threads, rows * count * k > detail::kMinSharedWork, [&](int64_t b) {
+    detail::parallel_for(blocks, threads, worth_sharing, [&](int64_t b) {
       rows_product_block(x, f32_rows, bias, rows, count, k, b * kBlock, std::min(count, b * kBlock + kBlock), y);
     });
     return;
@@ -727,6 +768,20 @@ void gathered_rows_product(const WeightMatrix& w, const float* x, const void* ga
   auto* x_scales = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(rows * k));
   quantize_int8_per_row(x, rows, k, quantized, x_scales, threads, int8_x_max_level());
   const uint8_t* shifted = shift_to_unsigned(quantized, rows * k, int8_x_shift());
+  if (by_runs) {  // each group of rows over its runs of whole panels
+    const RowGroups groups{*column_runs, rows};
+    detail::parallel_for(groups.count(), threads, worth_sharing, [&](int64_t g) {
+      const auto [first, m] = groups.group(g);
+      const auto [runs, run_count] = groups.runs(first);
+      for (int64_t i = 0; i < run_count; ++i) {
+        const int64_t begin = runs[2 * i], end = runs[2 * i + 1];
+        kernel.panels(shifted + first * k, m, values + begin / kPanelColumns * panel_bytes(k), k, end - begin,
+                      sums + begin, scales + begin, x_scales + first, bias != nullptr ? bias + begin : nullptr,
+                      y + first * count + begin, count);
+      }
+    });
+    return;
+  }
   threads = std::max(threads, 1);
   const int64_t slice = (count + threads * kPanelColumns - 1) / (threads * kPanelColumns) * kPanelColumns;
   if (slice == 0) return;

@@ -297,18 +297,20 @@ class CpuOps {
   void project(const Linear& l, const float* x, float* y, int64_t rows) { l.product->run(rows, x, y, workspace_); }
   void logits(const Logits& l, const float* x, float* y, int64_t rows) { project(l, x, y, rows); }
   // A shortlist's rows of the output layer (once a batch: int8 as the product reads them, or
-  // f32), and the step's product over them, in chunks of the planned rows (the workspace's).
+  // f32), and the step's product over them, in chunks of the planned rows (the workspace's); with
+  // row_lists, each row over its list's column runs only (cpu::GatheredColumnRuns).
   size_t shortlist_rows_bytes(const Logits& l, int64_t count) const { return cpu::gathered_rows_bytes(l.weights, count); }
   void gather_output_rows(const Logits& l, const int32_t* ids, int64_t count, void* rows, float* bias) {
     cpu::gather_weight_rows(l.weights, ids, count, rows, threads_);
     for (int64_t i = 0; i < count; ++i) bias[i] = l.bias != nullptr ? l.bias[ids[i]] : 0.0f;
   }
   void rows_product(const Logits& l, const float* x, const void* gathered, const float* bias, int64_t rows,
-                    int64_t count, float* y) {
+                    int64_t count, float* y, const int32_t* row_lists, const int32_t* run_offsets, const int32_t* runs) {
     for (int64_t done = 0; done < rows; done += buckets_.chunk()) {
       const int64_t chunk = std::min(buckets_.chunk(), rows - done);
+      const cpu::GatheredColumnRuns chunk_runs{row_lists != nullptr ? row_lists + done : nullptr, run_offsets, runs};
       cpu::gathered_rows_product(l.weights, x + done * config_.d_model, gathered, bias, chunk, count, y + done * count,
-                                 workspace_, threads_);
+                                 workspace_, threads_, row_lists != nullptr ? &chunk_runs : nullptr);
     }
   }
   void embed(const Table& table, const int32_t* ids, const int32_t* positions, int64_t rows, float scale,

@@ -9,6 +9,7 @@
 #include "xf/error.h"
 #include "xf/format/model_file.h"
 #include "xf/model.h"
+#include "xf/weight_layout.h"
 
 namespace xf::runtime {
 
@@ -49,6 +50,57 @@ const std::vector<int32_t>& OutputShortlist::select(const int32_t* source_ids, c
   for (uint32_t i = 0; i < target_vocab_size_; ++i)
     if (chosen_[i]) ids_.push_back(static_cast<int32_t>(i));
   return ids_;
+}
+
+ShortlistColumnLayout::ShortlistColumnLayout(int64_t max_sentences, int64_t target_vocab_size)
+    : vocab_(target_vocab_size), keys_(target_vocab_size), ids_(target_vocab_size), column_of_(target_vocab_size),
+      panels_(target_vocab_size), run_offsets_(max_sentences + 1),
+      runs_(2 * max_sentences * (target_vocab_size / kPanelRows + 1)) {}
+
+void ShortlistColumnLayout::arrange(const int32_t* ids, int64_t count, const uint8_t* sentence_targets,
+                                    int64_t sentences) {
+  if (count > vocab_ || sentences + 1 > static_cast<int64_t>(run_offsets_.size()))
+    throw Error("internal: a shortlist layout outside its plan");
+  for (int64_t j = 0; j < count; ++j) keys_[j] = Key{0, 0, static_cast<int32_t>(j)};
+  for (int64_t s = 0; s < sentences; ++s) {
+    const uint8_t* own = sentence_targets + s * vocab_;
+    const uint64_t bit = uint64_t{1} << (63 - s % 64);
+    for (int64_t j = 0; j < count; ++j)
+      if (own[ids[j]]) keys_[j].shared_by |= bit, ++keys_[j].readers;
+  }
+  // Columns of several sentences first, by their readers (the first reader's leading), then each
+  // sentence's own; ties in id order. The result does not depend on the order: only the work does.
+  std::sort(keys_.begin(), keys_.begin() + count, [](const Key& a, const Key& b) {
+    const bool a_shared = a.readers > 1, b_shared = b.readers > 1;
+    if (a_shared != b_shared) return a_shared;
+    if (a.shared_by != b.shared_by) return a.shared_by > b.shared_by;
+    return a.j < b.j;
+  });
+  for (int64_t c = 0; c < count; ++c) {
+    ids_[c] = ids[keys_[c].j];
+    column_of_[keys_[c].j] = static_cast<int32_t>(c);
+  }
+  // Each sentence's runs of the panels that hold its columns.
+  int64_t run_count = 0;
+  for (int64_t s = 0; s < sentences; ++s) {
+    run_offsets_[s] = static_cast<int32_t>(run_count);
+    const uint8_t* own = sentence_targets + s * vocab_;
+    int64_t touched = 0;
+    for (int64_t j = 0; j < count; ++j)
+      if (own[ids[j]]) panels_[touched++] = column_of_[j] / kPanelRows;
+    std::sort(panels_.begin(), panels_.begin() + touched);
+    for (int64_t i = 0; i < touched; ++i) {
+      const int32_t begin = panels_[i] * kPanelRows, end = std::min<int32_t>(begin + kPanelRows, count);
+      if (run_count > run_offsets_[s] && runs_[2 * run_count - 1] >= begin) {
+        runs_[2 * run_count - 1] = end;  // the same panel again, or the next one
+      } else {
+        runs_[2 * run_count] = begin;
+        runs_[2 * run_count + 1] = end;
+        ++run_count;
+      }
+    }
+  }
+  run_offsets_[sentences] = static_cast<int32_t>(run_count);
 }
 
 namespace {

@@ -22,7 +22,8 @@
 //             reorder_in_place (kReorderInPlace: one copy of the caches) or gather_rows into
 //             a second copy (the SSRU cell states are reordered the same way); an Ops whose
 //             logits are on the host (kLogitsOnHost) also the lexical shortlist's
-//             shortlist_rows_bytes, gather_output_rows (once a batch), rows_product (a step),
+//             shortlist_rows_bytes, gather_output_rows (once a batch), rows_product (a step; each
+//             row over its list's column runs, ShortlistColumnLayout),
 //             and top_k_columns with its scratch of threads() rows
 #include <algorithm>
 #include <cmath>
@@ -35,6 +36,7 @@
 #include "backend.h"
 #include "backend_probe.h"
 #include "memory_plan.h"
+#include "output_shortlist.h"
 #include "xf/error.h"
 #include "xf/format/parameters.h"
 #include "xf/format/schema.h"
@@ -69,7 +71,8 @@ class TransformerBackend final : public Backend, public BackendProbe {
         short_sentences_(plan.output_shortlist ? plan.max_sentences : 0),
         short_columns_(plan.output_shortlist ? plan.max_sentences * vocab_ : 0),
         short_list_sizes_(plan.output_shortlist ? plan.max_sentences : 0),
-        host_row_lists_(plan.output_shortlist ? plan.max_rows : 0) {
+        host_row_lists_(plan.output_shortlist ? plan.max_rows : 0),
+        short_layout_(plan.output_shortlist ? plan.max_sentences : 0, plan.output_shortlist ? vocab_ : 0) {
     bind_weights();
     plan_buffers();
   }
@@ -256,7 +259,11 @@ class TransformerBackend final : public Backend, public BackendProbe {
   std::vector<int32_t> host_live_ids_;
   std::vector<int32_t> short_sentences_;
   std::vector<int32_t> short_columns_, short_list_sizes_;
-  std::vector<int32_t> host_row_lists_;  // [max_rows] the computed rows' lists, for top_k
+  std::vector<int32_t> host_row_lists_;  // [max_rows] the computed rows' lists, for the product and top_k
+  // The batch's shortlisted columns as laid out for the product (output_ids_ points into it) and
+  // each sentence's runs of columns, where each sentence has its own list (short_by_runs_).
+  ShortlistColumnLayout short_layout_;
+  bool short_by_runs_ = false;
 };
 
 template <typename Ops>
@@ -608,8 +615,12 @@ void TransformerBackend<Ops>::decode_step(const int32_t* tokens, int64_t beam, i
   if (pre_norm_) layer_norm(x, nullptr, nullptr, decoder_final_norm_, rows, x);
   spread_ = false;
   if constexpr (Ops::kLogitsOnHost) {
-    if (output_count_ > 0)
-      return ops_.rows_product(output_projection_, x, short_rows_, short_bias_, rows, output_count_, short_logits_);
+    if (output_count_ > 0) {  // each row over its sentence's runs of columns, or over all
+      for (int64_t i = 0; short_by_runs_ && i < rows; ++i) host_row_lists_[i] = short_list(i);
+      return ops_.rows_product(output_projection_, x, short_rows_, short_bias_, rows, output_count_, short_logits_,
+                               short_by_runs_ ? host_row_lists_.data() : nullptr, short_layout_.run_offsets(),
+                               short_layout_.runs());
+    }
   }
   ops_.logits(output_projection_, x, logits_, rows);
 }
@@ -634,20 +645,30 @@ void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count,
   output_ids_ = ids;
   output_count_ = count;
   spread_ = false;
+  short_by_runs_ = false;
   if (count == 0) return;
-  // Each sentence's own columns, listed once for the batch's steps (or one list of them all).
+  // Host backends lay the columns out so that each sentence's rows compute little beyond its own
+  // (ShortlistColumnLayout); the gathered rows and output_ids_ follow that layout.
+  if constexpr (Ops::kLogitsOnHost) {
+    short_by_runs_ = sentence_targets != nullptr;
+    if (short_by_runs_) {
+      short_layout_.arrange(ids, count, sentence_targets, sentences_);
+      output_ids_ = short_layout_.ids();
+    }
+  }
+  // Each sentence's own columns in ascending id order, listed once for the batch's steps (or
+  // one list of them all).
   const int64_t lists = sentence_targets != nullptr ? sentences_ : 1;
   for (int64_t s = 0; s < lists; ++s) {
     int32_t* columns = short_columns_.data() + s * vocab_;
     int32_t size = 0;
     for (int32_t j = 0; j < count; ++j)
-      if (sentence_targets == nullptr || sentence_targets[s * vocab_ + ids[j]]) columns[size++] = j;
+      if (sentence_targets == nullptr || sentence_targets[s * vocab_ + ids[j]])
+        columns[size++] = short_by_runs_ ? short_layout_.column_of(j) : j;
     short_list_sizes_[s] = size;
   }
   for (int64_t s = 0; s < sentences_; ++s) short_sentences_[s] = sentence_targets != nullptr ? static_cast<int32_t>(s) : 0;
-  if constexpr (Ops::kLogitsOnHost) {
-    if (count > 0) ops_.gather_output_rows(output_projection_, ids, count, short_rows_, short_bias_);
-  }
+  if constexpr (Ops::kLogitsOnHost) ops_.gather_output_rows(output_projection_, output_ids_, count, short_rows_, short_bias_);
 }
 
 template <typename Ops>

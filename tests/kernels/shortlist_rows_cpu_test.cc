@@ -180,5 +180,50 @@ TEST(ShortlistRows, GatheredInt8RowsGiveTheWholeProductsColumnsBitForBit) {
   }
 }
 
+// With column runs (GatheredColumnRuns: a batch's sentences each over their own columns), each
+// row's columns inside its list's runs are the product's without runs, bit for bit; the others
+// keep what y held (or, where the int8 row kernel runs, the product's values). Lists met twice,
+// an empty list, a last partial panel; int8 and f32 weights; 1 and 2 threads.
+TEST(ShortlistRows, ColumnRunsGiveTheRowsTheirColumnsOfTheWholeGatheredProduct) {
+  test::RandomInputs random;
+  SCOPED_TRACE(random.describe());
+  const int64_t vocab = 300, n = 131;
+  const std::vector<int32_t> row_lists = {0, 0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 3, 3};
+  const std::vector<int32_t> run_offsets = {0, 2, 3, 3, 4};           // list 2: no run
+  const std::vector<int32_t> runs = {0, 16, 48, 80, 112, 131, 0, 131};  // [begin, end) pairs
+  const int64_t rows = static_cast<int64_t>(row_lists.size());
+  for (const int64_t k : {int64_t{256}, int64_t{72}}) {
+    const Int8Weights q = random_int8_weights(random, vocab, k);
+    const std::vector<float> w = random.uniform(vocab * k, -1.0f, 1.0f);
+    const std::vector<float> x = random.uniform(rows * k, -1.0f, 1.0f), bias = random.uniform(n, -1.0f, 1.0f);
+    std::vector<int32_t> ids(n);
+    for (int32_t& id : ids) id = static_cast<int32_t>(random.integer(0, vocab - 1));
+    for (const bool int8 : {false, true}) {
+      const WeightMatrix weights = int8 ? q.matrix(vocab, k) : WeightMatrix{DType::f32, w.data(), nullptr, vocab, k};
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE("k " + std::to_string(k) + (int8 ? " int8" : " f32") + " threads " + std::to_string(threads));
+        const std::vector<float> whole = gathered_product(weights, ids, x, bias.data(), rows, threads);
+        AlignedBytes gathered(gathered_rows_bytes(weights, n)), workspace(gathered_product_workspace_bytes(weights, rows));
+        gather_weight_rows(weights, ids.data(), n, gathered.get(), threads);
+        std::vector<float> y(rows * n, -1234.5f);
+        const GatheredColumnRuns column_runs{row_lists.data(), run_offsets.data(), runs.data()};
+        gathered_rows_product(weights, x.data(), gathered.get(), bias.data(), rows, n, y.data(), workspace.get(), threads,
+                              &column_runs);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t i = 0; i < n; ++i) {
+            bool inside = false;
+            for (int32_t j = run_offsets[row_lists[r]]; j < run_offsets[row_lists[r] + 1]; ++j)
+              inside |= i >= runs[2 * j] && i < runs[2 * j + 1];
+            if (inside)
+              ASSERT_EQ(y[r * n + i], whole[r * n + i]) << "row " << r << " column " << i;
+            else
+              ASSERT_TRUE(y[r * n + i] == -1234.5f || y[r * n + i] == whole[r * n + i]) << "row " << r << " column " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace xf::cpu

@@ -23,6 +23,7 @@
 #include "xf/format/shortlist.h"
 #include "xf/kernels_cpu/isa.h"
 #include "xf/translator.h"
+#include "xf/weight_layout.h"
 
 namespace xf {
 namespace {
@@ -229,6 +230,54 @@ TEST(ShortlistOutput, ASentenceDecodesAloneAsInABatch) {
                       1e-5f * std::abs(alone[0].hypotheses[h].score)) << "beam " << decoding.beam << " " << i;
       }
     }
+  }
+}
+
+// The product's layout of a batch's shortlisted columns: a permutation of the union, each
+// sentence's columns inside its runs (whole panels, ascending, apart), and grouped: sentences
+// whose selections share only the first ids each cover the shared panels and their own
+// (in the union's id order their ids interleave across most panels).
+TEST(ShortlistLayout, EachSentencesColumnsLieInFewRunsOfAPermutationOfTheUnion) {
+  const int64_t vocab = 400, sentences = 5, shared = 20;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> targets(sentences * vocab, 0);
+  for (int64_t s = 0; s < sentences; ++s) {
+    std::fill(targets.begin() + s * vocab, targets.begin() + s * vocab + shared, 1);
+    for (int i = 0; i < 40; ++i) targets[s * vocab + shared + (rng() % ((vocab - shared) / sentences)) * sentences + s] = 1;
+  }
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab; ++id) {
+    bool any = false;
+    for (int64_t s = 0; s < sentences; ++s) any |= targets[s * vocab + id] != 0;
+    if (any) ids.push_back(id);
+  }
+  const int64_t count = static_cast<int64_t>(ids.size());
+  runtime::ShortlistColumnLayout layout(8, vocab);
+  layout.arrange(ids.data(), count, targets.data(), sentences);
+  std::vector<int32_t> laid_out(layout.ids(), layout.ids() + count);
+  for (int64_t j = 0; j < count; ++j) ASSERT_EQ(laid_out[layout.column_of(j)], ids[j]) << "union entry " << j;
+  std::sort(laid_out.begin(), laid_out.end());
+  EXPECT_EQ(laid_out, ids);
+  for (int64_t s = 0; s < sentences; ++s) {
+    const int32_t* runs = layout.runs() + 2 * layout.run_offsets()[s];
+    const int64_t run_count = layout.run_offsets()[s + 1] - layout.run_offsets()[s];
+    int64_t own = 0, covered = 0;
+    for (int64_t i = 0; i < run_count; ++i) {
+      EXPECT_EQ(runs[2 * i] % kPanelRows, 0);
+      EXPECT_LT(runs[2 * i], runs[2 * i + 1]);
+      EXPECT_LE(runs[2 * i + 1], count);
+      if (i > 0) EXPECT_LT(runs[2 * i - 1], runs[2 * i]) << "runs apart and ascending";
+      covered += runs[2 * i + 1] - runs[2 * i];
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      if (!targets[s * vocab + ids[j]]) continue;
+      ++own;
+      bool inside = false;
+      for (int64_t i = 0; i < run_count; ++i) inside |= layout.column_of(j) >= runs[2 * i] && layout.column_of(j) < runs[2 * i + 1];
+      EXPECT_TRUE(inside) << "sentence " << s << " id " << ids[j];
+    }
+    const int64_t panels_needed = (shared + kPanelRows - 1) / kPanelRows + (own - shared + kPanelRows - 1) / kPanelRows + 1;
+    EXPECT_LE(covered, panels_needed * kPanelRows) << "sentence " << s << ": " << own << " columns of " << count;
   }
 }
 

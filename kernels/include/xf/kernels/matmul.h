@@ -146,8 +146,20 @@ class SparseInputMatmul {
 size_t gathered_rows_bytes(const WeightMatrix& w, int64_t count);
 void gather_weight_rows(const WeightMatrix& w, const int32_t* ids, int64_t count, void* gathered, int threads);
 size_t gathered_product_workspace_bytes(const WeightMatrix& w, int64_t rows);
+// Where each row reads only some of the columns (a batch's sentences, each over its own
+// selection): row r computes the column runs of its list, the [begin, end) pairs
+// runs[2 * run_offsets[row_lists[r]] .. 2 * run_offsets[row_lists[r] + 1]), each begin a multiple of
+// kPanelRows (xf/weight_layout.h); the other columns are left as they were, except where the
+// int8 row kernel runs (no panel kernel: AVX-VNNI, NEON), which computes them all. A column
+// computed is the same either way, bit for bit.
+struct GatheredColumnRuns {
+  const int32_t* row_lists = nullptr;
+  const int32_t* run_offsets = nullptr;
+  const int32_t* runs = nullptr;
+};
 void gathered_rows_product(const WeightMatrix& w, const float* x, const void* gathered, const float* bias,
-                           int64_t rows, int64_t count, float* y, void* workspace, int threads);
+                           int64_t rows, int64_t count, float* y, void* workspace, int threads,
+                           const GatheredColumnRuns* column_runs = nullptr);
 
 // Marian's intgemm8 arithmetic, for an imported Marian int8 model whose outputs must be
 // Marian's own (the model's int8.arithmetic metadata, xf/model.h): y[rows, N] = x W^T (+ bias)
