@@ -1,6 +1,7 @@
 #include "output_shortlist.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -24,31 +25,41 @@ const std::vector<int32_t>& OutputShortlist::select(const int32_t* source_ids, c
                                                     int64_t sentences, int64_t stride) {
   if (own_.size() < static_cast<size_t>(sentences) * target_vocab_size_)
     own_.resize(static_cast<size_t>(sentences) * target_vocab_size_);
-  std::fill(chosen_.begin(), chosen_.end(), 0);
-  const uint64_t first = std::min<uint64_t>(lists_.first_num, target_vocab_size_);
+  // Locals throughout: a store through an int32 or byte pointer could otherwise be the member
+  // vocabulary size or a vector's pointer, reloaded at every element (2.6% of a student's time).
+  const uint32_t vocab = target_vocab_size_;
+  uint8_t* chosen = chosen_.data();
+  std::fill(chosen, chosen + vocab, 0);
+  const uint64_t first = std::min<uint64_t>(lists_.first_num, vocab);
   const uint64_t listed = lists_.source_ids();
+  const uint32_t* targets = lists_.targets.data();
+  const uint64_t* offsets = lists_.offsets.data();
   for (int64_t s = 0; s < sentences; ++s) {
-    uint8_t* own = own_.data() + s * target_vocab_size_;
-    std::fill(own, own + target_vocab_size_, 0);
+    uint8_t* own = own_.data() + s * vocab;
+    std::fill(own, own + vocab, 0);
     std::fill(own, own + first, 1);
     for (int32_t t = 0; t < source_lengths[s]; ++t) {
       const int32_t id = source_ids[s * stride + t];
       if (shared_) own[id] = 1;
       if (static_cast<uint64_t>(id) >= listed) continue;
-      for (uint64_t j = lists_.offsets[id]; j < lists_.offsets[id + 1]; ++j) own[lists_.targets[j]] = 1;
+      for (uint64_t j = offsets[id]; j < offsets[id + 1]; ++j) own[targets[j]] = 1;
     }
-    size_t count = 0;
-    for (uint32_t i = 0; i < target_vocab_size_; ++i) count += own[i];
-    for (uint64_t i = lists_.first_num; i < target_vocab_size_ && count % 8 != 0; ++i)
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < vocab; ++i) count += own[i];
+    for (uint64_t i = lists_.first_num; i < vocab && count % 8 != 0; ++i)
       if (!own[i]) {
         own[i] = 1;
         ++count;
       }
-    for (uint32_t i = 0; i < target_vocab_size_; ++i) chosen_[i] |= own[i];
+    for (uint32_t i = 0; i < vocab; ++i) chosen[i] |= own[i];
   }
+  // The chosen ids, 8 flags at a time (a few percent of them are chosen).
   ids_.clear();
-  for (uint32_t i = 0; i < target_vocab_size_; ++i)
-    if (chosen_[i]) ids_.push_back(static_cast<int32_t>(i));
+  for (uint32_t i = 0; i < vocab; i += 8) {
+    uint64_t flags = 0;
+    std::memcpy(&flags, chosen + i, std::min<uint32_t>(8, vocab - i));
+    for (; flags != 0; flags &= flags - 1) ids_.push_back(static_cast<int32_t>(i + __builtin_ctzll(flags) / 8));
+  }
   return ids_;
 }
 

@@ -650,7 +650,7 @@ void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count,
   // Host backends lay the columns out so that each sentence's rows compute little beyond its own
   // (ShortlistColumnLayout); the gathered rows and output_ids_ follow that layout.
   if constexpr (Ops::kLogitsOnHost) {
-    short_by_runs_ = sentence_targets != nullptr;
+    short_by_runs_ = sentence_targets != nullptr && sentences_ > 1;  // one sentence reads every column
     if (short_by_runs_) {
       short_layout_.arrange(ids, count, sentence_targets, sentences_);
       output_ids_ = short_layout_.ids();
