@@ -65,7 +65,7 @@ const std::vector<int32_t>& OutputShortlist::select(const int32_t* source_ids, c
 
 ShortlistColumnLayout::ShortlistColumnLayout(int64_t max_sentences, int64_t target_vocab_size)
     : vocab_(target_vocab_size), keys_(target_vocab_size), ids_(target_vocab_size), column_of_(target_vocab_size),
-      panels_(target_vocab_size), run_offsets_(max_sentences + 1),
+      touched_(target_vocab_size / kPanelRows + 1), run_offsets_(max_sentences + 1),
       runs_(2 * max_sentences * (target_vocab_size / kPanelRows + 1)) {}
 
 void ShortlistColumnLayout::arrange(const int32_t* ids, int64_t count, const uint8_t* sentence_targets,
@@ -91,27 +91,27 @@ void ShortlistColumnLayout::arrange(const int32_t* ids, int64_t count, const uin
     ids_[c] = ids[keys_[c].j];
     column_of_[keys_[c].j] = static_cast<int32_t>(c);
   }
-  // Each sentence's runs of the panels that hold its columns.
-  int64_t run_count = 0;
-  for (int64_t s = 0; s < sentences; ++s) {
-    run_offsets_[s] = static_cast<int32_t>(run_count);
-    const uint8_t* own = sentence_targets + s * vocab_;
-    int64_t touched = 0;
-    for (int64_t j = 0; j < count; ++j)
-      if (own[ids[j]]) panels_[touched++] = column_of_[j] / kPanelRows;
-    std::sort(panels_.begin(), panels_.begin() + touched);
-    for (int64_t i = 0; i < touched; ++i) {
-      const int32_t begin = panels_[i] * kPanelRows, end = std::min<int32_t>(begin + kPanelRows, count);
-      if (run_count > run_offsets_[s] && runs_[2 * run_count - 1] >= begin) {
-        runs_[2 * run_count - 1] = end;  // the same panel again, or the next one
-      } else {
-        runs_[2 * run_count] = begin;
-        runs_[2 * run_count + 1] = end;
-        ++run_count;
-      }
+  count_ = count;
+  run_offsets_[0] = 0;
+}
+
+void ShortlistColumnLayout::add_runs(int64_t s, const int32_t* columns, int64_t size) {
+  const int64_t panels = (count_ + kPanelRows - 1) / kPanelRows;
+  std::fill(touched_.begin(), touched_.begin() + panels, 0);
+  for (int64_t i = 0; i < size; ++i) touched_[columns[i] / kPanelRows] = 1;
+  int64_t run_count = run_offsets_[s];
+  for (int64_t p = 0; p < panels; ++p) {
+    if (!touched_[p]) continue;
+    const int32_t begin = static_cast<int32_t>(p * kPanelRows), end = std::min<int32_t>(begin + kPanelRows, count_);
+    if (p > 0 && touched_[p - 1]) {
+      runs_[2 * run_count - 1] = end;  // the run goes on
+    } else {
+      runs_[2 * run_count] = begin;
+      runs_[2 * run_count + 1] = end;
+      ++run_count;
     }
   }
-  run_offsets_[sentences] = static_cast<int32_t>(run_count);
+  run_offsets_[s + 1] = static_cast<int32_t>(run_count);
 }
 
 namespace {

@@ -60,8 +60,10 @@ class ShortlistColumnLayout {
  public:
   ShortlistColumnLayout(int64_t max_sentences, int64_t target_vocab_size);
   // ids: the batch's union, ascending [count]; sentence_targets: [sentences, vocab] flags of each
-  // sentence's own ids (OutputShortlist::sentence_targets(0)).
+  // sentence's own ids (OutputShortlist::sentence_targets(0)). Then add_runs for each sentence
+  // in order, given its columns (column_of of its ids).
   void arrange(const int32_t* ids, int64_t count, const uint8_t* sentence_targets, int64_t sentences);
+  void add_runs(int64_t s, const int32_t* columns, int64_t size);
   const int32_t* ids() const { return ids_.data(); }                 // [count] the token id of each column
   int32_t column_of(int64_t j) const { return column_of_[j]; }       // the column of the union's j-th id
   const int32_t* run_offsets() const { return run_offsets_.data(); }  // [sentences + 1], in runs
@@ -72,9 +74,10 @@ class ShortlistColumnLayout {
     uint64_t shared_by;  // bit 63 - s for each sentence s that reads the column (s mod 64)
     int32_t readers, j;
   };
-  int64_t vocab_;
+  int64_t vocab_, count_ = 0;
   std::vector<Key> keys_;
-  std::vector<int32_t> ids_, column_of_, panels_, run_offsets_, runs_;
+  std::vector<uint8_t> touched_;  // [panels] a sentence's panels, in add_runs
+  std::vector<int32_t> ids_, column_of_, run_offsets_, runs_;
 };
 
 // The shortlist a Translator uses (TranslatorOptions::shortlist): the model file's own unless

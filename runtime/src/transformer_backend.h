@@ -666,6 +666,7 @@ void TransformerBackend<Ops>::restrict_output(const int32_t* ids, int64_t count,
       if (sentence_targets == nullptr || sentence_targets[s * vocab_ + ids[j]])
         columns[size++] = short_by_runs_ ? short_layout_.column_of(j) : j;
     short_list_sizes_[s] = size;
+    if (short_by_runs_) short_layout_.add_runs(s, columns, size);
   }
   for (int64_t s = 0; s < sentences_; ++s) short_sentences_[s] = sentence_targets != nullptr ? static_cast<int32_t>(s) : 0;
   if constexpr (Ops::kLogitsOnHost) ops_.gather_output_rows(output_projection_, output_ids_, count, short_rows_, short_bias_);

@@ -254,6 +254,12 @@ TEST(ShortlistLayout, EachSentencesColumnsLieInFewRunsOfAPermutationOfTheUnion) 
   const int64_t count = static_cast<int64_t>(ids.size());
   runtime::ShortlistColumnLayout layout(8, vocab);
   layout.arrange(ids.data(), count, targets.data(), sentences);
+  for (int64_t s = 0; s < sentences; ++s) {
+    std::vector<int32_t> columns;
+    for (int64_t j = 0; j < count; ++j)
+      if (targets[s * vocab + ids[j]]) columns.push_back(layout.column_of(j));
+    layout.add_runs(s, columns.data(), static_cast<int64_t>(columns.size()));
+  }
   std::vector<int32_t> laid_out(layout.ids(), layout.ids() + count);
   for (int64_t j = 0; j < count; ++j) ASSERT_EQ(laid_out[layout.column_of(j)], ids[j]) << "union entry " << j;
   std::sort(laid_out.begin(), laid_out.end());
