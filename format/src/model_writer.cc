@@ -37,19 +37,34 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
 
 }  // namespace
 
+// CRC-32 (IEEE 802.3, zlib's) by slicing-by-8: eight bytes a step through eight tables, about
+// eight times the byte-at-a-time loop; a model's header (its vocabularies and shortlist: 1.9 MB for
+// the bundled student) is checked at every load, which took 3.5 ms of a 30 ms start byte by byte.
+// Written here rather than taken from zlib: the aarch64 test build has no arm64 zlib.
 uint32_t crc32(const void* data, size_t size) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
+  static const auto tables = [] {
+    std::array<std::array<uint32_t, 256>, 8> t{};
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t c = i;
       for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
+      t[0][i] = c;
     }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (int slice = 1; slice < 8; ++slice) t[slice][i] = (t[slice - 1][i] >> 8) ^ t[0][t[slice - 1][i] & 0xffu];
     return t;
   }();
   uint32_t crc = 0xffffffffu;
   const auto* bytes = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xffu] ^ (crc >> 8);
+  for (; size >= 8; size -= 8, bytes += 8) {
+    uint32_t low, high;  // little-endian words (xf reads its files on little-endian machines only)
+    std::memcpy(&low, bytes, 4);
+    std::memcpy(&high, bytes + 4, 4);
+    low ^= crc;
+    crc = tables[7][low & 0xffu] ^ tables[6][(low >> 8) & 0xffu] ^ tables[5][(low >> 16) & 0xffu] ^ tables[4][low >> 24] ^
+          tables[3][high & 0xffu] ^ tables[2][(high >> 8) & 0xffu] ^ tables[1][(high >> 16) & 0xffu] ^
+          tables[0][high >> 24];
+  }
+  for (; size > 0; --size, ++bytes) crc = tables[0][(crc ^ *bytes) & 0xffu] ^ (crc >> 8);
   return crc ^ 0xffffffffu;
 }
 

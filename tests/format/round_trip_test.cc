@@ -11,6 +11,7 @@
 #include "format_test_support.h"
 #include "xf/error.h"
 #include "xf/format/dtype_convert.h"
+#include "xf/format/file_layout.h"
 #include "xf/format/model_file.h"
 #include "xf/format/model_writer.h"
 #include "xf/format/parameters.h"
@@ -268,6 +269,26 @@ TEST(FormatRoundTripConvert, AddTensorF32ConvertsEachDType) {
     writer.write(dir.file("model.xfm"));
     expect_tensors(*ModelFile::open(dir.file("model.xfm")), expected);
   }
+}
+
+// The header checksum: CRC-32's check value, and random bytes of every length up to 70 and
+// one of 100,001 (every tail after the 8-byte steps) against the bit-by-bit definition.
+TEST(HeaderChecksum, Crc32IsTheBitwiseDefinition) {
+  auto bitwise = [](const uint8_t* bytes, size_t size) {
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < size; ++i) {
+      crc ^= bytes[i];
+      for (int k = 0; k < 8; ++k) crc = (crc & 1u) ? 0xedb88320u ^ (crc >> 1) : crc >> 1;
+    }
+    return crc ^ 0xffffffffu;
+  };
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  std::mt19937 rng(3);
+  std::vector<uint8_t> bytes(100001);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  for (size_t size = 0; size <= 70; ++size)
+    ASSERT_EQ(crc32(bytes.data() + 1, size), bitwise(bytes.data() + 1, size)) << size << " bytes";
+  EXPECT_EQ(crc32(bytes.data(), bytes.size()), bitwise(bytes.data(), bytes.size()));
 }
 
 // to_seven_bits over every int8 value: half the value rounded half away from zero (std::lround),
